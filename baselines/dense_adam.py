@@ -1,0 +1,61 @@
+"""Dense AdamW, split into propose/apply so step control can sit between the two phases.
+
+The update is textbook AdamW (decoupled weight decay, bias correction). The one deviation from
+`torch.optim.AdamW` is the split: `propose()` updates the moments and writes the step
+-lr * (m̂ / (√v̂ + eps) + wd * W) into each parameter's `.grad` buffer (the gradient is no
+longer needed once the moments have it), so the split costs no extra memory; `apply(step, scale)`
+adds scale * step and frees the buffers. Peak memory is therefore that of AdamW itself:
+weights + gradients + two moments.
+"""
+from __future__ import annotations
+
+import torch
+
+from logra.memory import tensor_bytes
+
+
+class DenseAdam:
+    def __init__(self, model: torch.nn.Module, lr: float = 1e-4, betas=(0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0):
+        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
+        self.m = [torch.zeros_like(p) for _, p in self.named]
+        self.v = [torch.zeros_like(p) for _, p in self.named]
+        self.t = 0
+        self.grad_norm = float("nan")
+
+    @torch.no_grad()
+    def propose(self) -> list[torch.Tensor]:
+        params = [p for _, p in self.named]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        self.grad_norm = torch.linalg.vector_norm(
+            torch.stack(torch._foreach_norm(grads))).item()
+        b1, b2 = self.betas
+        self.t += 1
+        torch._foreach_lerp_(self.m, grads, 1 - b1)
+        torch._foreach_mul_(self.v, b2)
+        torch._foreach_addcmul_(self.v, grads, grads, value=1 - b2)
+        # step = -lr * (m / bc1) / (sqrt(v / bc2) + eps) - lr * wd * W, written into grads
+        bc1, bc2 = 1 - b1 ** self.t, 1 - b2 ** self.t
+        for g, m, v, p in zip(grads, self.m, self.v, params):
+            torch.sqrt(v, out=g).div_(bc2 ** 0.5).add_(self.eps)
+            torch.div(m, g, out=g).mul_(-self.lr / bc1)
+            if self.weight_decay:
+                g.add_(p, alpha=-self.lr * self.weight_decay)
+        return grads
+
+    @torch.no_grad()
+    def apply(self, step: list[torch.Tensor], scale: float = 1.0) -> None:
+        for (_, p), s in zip(self.named, step):
+            p.add_(s, alpha=scale)
+            p.grad = None
+
+    def sync_payload(self) -> dict:
+        """Every trained tensor in full, as vLLM's `load_weights` would receive it."""
+        return {"dense": {n: p.detach() for n, p in self.named}}
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        return self.m + self.v
+
+    def state_bytes(self) -> int:
+        return tensor_bytes(self.state_tensors())

@@ -1,0 +1,1 @@
+"""LoGRA reproduction harness: tasks, tiny models, GRPO, update rules, memory, evaluation."""

@@ -1,0 +1,31 @@
+"""The method interface: every update rule (dense Adam, LoGRA, GaLore, ...) is built the same way.
+
+`build(rule, model, options)` returns an object with
+
+    propose() -> step        candidate step from the gradients (or sketches) of this batch;
+                             advances the optimizer's moments; gradients are consumed
+    apply(step, scale)       W += scale * step, for every parameter the rule owns
+    sync_payload() -> dict   what the rollout engine needs to match the trainer after the
+                             last apply (see logra/sync.py)
+    state_tensors() -> list  the optimizer state tensors (labelled "optimizer" when measured)
+    state_bytes() -> int     their bytes
+    grad_norm: float         norm of the gradient consumed by the last propose()
+
+Rules install whatever hooks they need on the model in their constructor. The RL loop calls only
+these, so it never branches on a method's name; new rules register here by import path.
+"""
+from __future__ import annotations
+
+import importlib
+
+RULES = {
+    "dense_adam": "baselines.dense_adam:DenseAdam",
+}
+
+
+def build(rule: str, model, options: dict):
+    """Instantiate update rule `rule` (config `methods.<name>.rule`) on `model`."""
+    if rule not in RULES:
+        raise ValueError(f"methods.*.rule: unknown {rule!r}; known: {sorted(RULES)}")
+    module, cls = RULES[rule].split(":")
+    return getattr(importlib.import_module(module), cls)(model, **options)

@@ -1,0 +1,181 @@
+"""The GRPO loop: rollouts -> rewards -> advantages -> loss -> update rule -> sync.
+
+One run = one (task, method, seed). The loop knows nothing about the method: it asks the update
+rule (`logra/methods.py`) to propose a step and applies it, then ships the rule's sync payload
+to the rollout engine, which holds its own copy of the weights in another process.
+
+Per step it writes one row of `metrics.csv` (columns in `METRIC_COLUMNS`). One step
+(`grpo.profile_step`) is measured with `logra.memory.MemoryMeter` around the whole update phase
+(forward, backward, propose, apply); that measurement is the run's `peak_mem_bytes`, stored
+with the analytic breakdown beside it. Rollout memory lives in the engine's process and is not
+part of the trainer's peak on CPU.
+
+One update per rollout batch (TRL's default `num_iterations=1`): the old log-probs are the
+current ones detached, so the importance ratio is exactly 1 and clipping is inactive, as in
+TRL; the clipped loss is kept so that the objective is GRPO's and rollouts may be reused later.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from logra import methods
+from logra.grpo import group_advantages, kl_k3, policy_loss, token_logprobs
+from logra.memory import MemoryMeter, activation_bytes_estimate, analytic_breakdown, tensor_bytes
+from logra.modeling import load, n_params
+from logra.rollout import make_engine
+from logra.tasks import get_task, read_jsonl
+
+# Measured peak vs analytic breakdown: the analytic side leaves out gradients of activations
+# and allocator slack during backward (a few percent, see logra/memory.py).
+MEM_TOLERANCE = 0.15
+
+METRIC_COLUMNS = ["step", "reward_mean", "reward_std", "loss", "kl_pred", "kl_real",
+                  "step_scale", "grad_norm", "step_time_s", "sync_bytes", "peak_mem_bytes"]
+
+
+def pad_batch(rollouts, pad_id: int):
+    """Left-pad prompts and right-pad completions into (input_ids, attention_mask, loss_mask),
+    where loss_mask (B, T-1) marks the positions whose *next* token is a completion token."""
+    p_len = max(len(r.prompt_ids) for r in rollouts)
+    c_len = max(max(len(r.completion_ids) for r in rollouts), 1)
+    ids = torch.full((len(rollouts), p_len + c_len), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for i, r in enumerate(rollouts):
+        p, c = r.prompt_ids, r.completion_ids
+        ids[i, p_len - len(p):p_len] = torch.tensor(p)
+        ids[i, p_len:p_len + len(c)] = torch.tensor(c, dtype=torch.long)
+        attn[i, p_len - len(p):p_len + len(c)] = 1
+    loss_mask = attn[:, 1:].clone()
+    loss_mask[:, :p_len - 1] = 0
+    return ids, attn, loss_mask
+
+
+def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str | Path) -> dict:
+    """Run GRPO with the resolved run config `cfg` (see logra/config.py); returns summary."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    g, seed = cfg["grpo"], cfg["seed"]
+    random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(cfg["threads"])
+    device = torch.device(cfg["device"])
+
+    task = get_task(cfg["task"]["type"], **cfg["task"]["options"])
+    rows = read_jsonl(train_jsonl)
+    model, tokenizer = load(base_dir, device=cfg["device"])
+    model.train()
+    if g["gradient_checkpointing"]:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    ref_model = None
+    if g["beta"] > 0:
+        ref_model, _ = load(base_dir, device=cfg["device"])
+        ref_model.eval().requires_grad_(False)
+    rule = methods.build(cfg["method"]["rule"], model, cfg["method"]["options"])
+    engine = make_engine(cfg["rollout"]["engine"], str(base_dir),
+                         **cfg["rollout"].get("options", {}))
+
+    rng = random.Random(seed)
+    n_prompts, group = g["prompts_per_step"], g["group_size"]
+    metrics, memory = [], None
+    t_start = time.time()
+    try:
+        for step in tqdm(range(1, g["steps"] + 1), desc=f"grpo {cfg['run_id']}", mininterval=5):
+            t0 = time.time()
+            examples = rng.sample(rows, n_prompts)
+            rollouts = engine.generate([ex["prompt"] for ex in examples], group,
+                                       g["max_new_tokens"], g["temperature"],
+                                       seed * 1_000_003 + step)
+            rewards = torch.tensor([task.reward(r.text, examples[i // group])
+                                    for i, r in enumerate(rollouts)])
+            adv = group_advantages(rewards, group, scale=g["scale_advantages"])
+            ids, attn, mask = pad_batch(rollouts, tokenizer.pad_token_id)
+            ids, attn, mask, adv = ids.to(device), attn.to(device), mask.to(device), adv.to(device)
+            meter = (MemoryMeter(device, labels={"optimizer": rule.state_tensors()})
+                     if step == g["profile_step"] else contextlib.nullcontext())
+            with meter:
+                loss = _update(model, ref_model, ids, attn, mask, adv, g)
+                step_delta = rule.propose()
+                rule.apply(step_delta, 1.0)
+                del step_delta
+            if step == g["profile_step"]:
+                memory, memory_seq_len = meter.report, ids.shape[1]
+            sync_bytes = engine.sync(rule.sync_payload())
+            metrics.append({
+                "step": step, "reward_mean": rewards.mean().item(),
+                "reward_std": rewards.std().item(), "loss": loss, "kl_pred": math.nan,
+                "kl_real": math.nan, "step_scale": 1.0, "grad_norm": rule.grad_norm,
+                "step_time_s": time.time() - t0, "sync_bytes": sync_bytes,
+                "peak_mem_bytes": memory.peak_bytes if step == g["profile_step"] else math.nan})
+    finally:
+        engine.close()
+    _write_metrics(out_dir / "metrics.csv", metrics)
+    model.save_pretrained(out_dir / "model")
+    tokenizer.save_pretrained(out_dir / "model")
+
+    breakdown = analytic_breakdown(
+        param_bytes=tensor_bytes(model.parameters()),
+        grad_bytes_at_peak=tensor_bytes(p for p in model.parameters() if p.requires_grad),
+        optimizer_bytes=rule.state_bytes(),
+        activation_bytes=activation_bytes_estimate(
+            model.config, batch=g["micro_batch_size"], seq_len=memory_seq_len,
+            checkpointing=g["gradient_checkpointing"], attention_mask=True,
+            attn_implementation=model.config._attn_implementation))
+    mem_check = None
+    if memory:
+        ratio = memory.peak_bytes / breakdown["total"]
+        mem_check = {"measured_over_analytic": ratio, "tolerance": MEM_TOLERANCE,
+                     "agree": abs(ratio - 1) <= MEM_TOLERANCE}
+    last = metrics[-10:]
+    return {
+        "status": "ok", "task": cfg["task_name"], "method": cfg["method_name"], "seed": seed,
+        "model": cfg["model_name"], "n_params": n_params(model), "device": str(device),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "steps": len(metrics), "wall_s": time.time() - t_start,
+        "peak_mem_bytes": memory.peak_bytes if memory else None,
+        "mem_breakdown": memory.by_category if memory else None,
+        "mem_measure": memory.method if memory else None,
+        "mem_rss_peak_bytes": memory.rss_peak_bytes if memory else None,
+        "mem_analytic": breakdown, "mem_check": mem_check,
+        "mean_step_time_s": sum(m["step_time_s"] for m in metrics) / len(metrics),
+        "sync_bytes_per_step": sum(m["sync_bytes"] for m in metrics) / len(metrics),
+        "optimizer_state_bytes": rule.state_bytes(),
+        "final_reward": sum(m["reward_mean"] for m in last) / len(last),
+        "eval_accuracy": None, "config": cfg}
+
+
+def _update(model, ref_model, ids, attn, mask, adv, g) -> float:
+    """Forward/backward over micro-batches; gradients accumulate (or are consumed by the
+    update rule's hooks). Returns the full-batch loss."""
+    n = ids.shape[0]
+    normalizer = mask.sum().clamp(min=1) if g["aggregation"] == "dapo" else n
+    chunks = [slice(i, i + g["micro_batch_size"]) for i in range(0, n, g["micro_batch_size"])]
+    total = 0.0
+    for c in chunks:
+        logp = token_logprobs(model, ids[c], attn[c])
+        loss = policy_loss(logp, logp.detach(), adv[c], mask[c], g["clip_low"], g["clip_high"],
+                           g["aggregation"], normalizer=normalizer)
+        if ref_model is not None:
+            with torch.no_grad():
+                ref = token_logprobs(ref_model, ids[c], attn[c])
+            loss = loss + g["beta"] * (kl_k3(logp, ref) * mask[c]).sum() / normalizer
+        loss.backward()
+        total += loss.item()
+    return total
+
+
+def _write_metrics(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)

@@ -1,0 +1,66 @@
+"""Bad configuration stops before any job runs, naming the key."""
+import copy
+import subprocess
+import sys
+
+import pytest
+import yaml
+from jsonschema import ValidationError
+
+from logra.config import ConfigError, validate_file
+
+from conftest import ROOT
+
+SMOKE = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
+
+
+def _write(tmp_path, config):
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_default_and_smoke_configs_are_valid():
+    config = validate_file(ROOT / "config/config.yaml")
+    assert config["grpo"]["aggregation"] == "dapo" and len(config["seeds"]) >= 3
+    assert validate_file(ROOT / "tests/data/smoke.yaml")["grpo"]["beta"] == 0.0  # defaults filled
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["grpo"].update(learning_rate=1), "'learning_rate' was unexpected"),
+    (lambda c: c["grpo"].update(steps="ten"), "'ten' is not of type 'integer'"),
+    (lambda c: c["grpo"].update(aggregation="sum"), "'sum' is not one of"),
+    (lambda c: c["tasks"]["arithmetic"].update(type="chess"), "'chess' is not one of"),
+    (lambda c: c.update(seed=[1]), "'seed' was unexpected"),
+])
+def test_schema_rejects_with_the_key(tmp_path, edit, message):
+    config = copy.deepcopy(SMOKE)
+    edit(config)
+    with pytest.raises(ValidationError, match=message):
+        validate_file(_write(tmp_path, config))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["run_methods"].append("logra"), r"run_methods\[1\]: 'logra' is not defined"),
+    (lambda c: c["methods"]["dense_adam"]["options"].update(rank=4),
+     "methods.dense_adam.options.rank: not an option"),
+    (lambda c: c["tasks"]["arithmetic"]["options"].update(digitz=3),
+     "tasks.arithmetic.options: .*digitz"),
+    (lambda c: c["grpo"].update(profile_step=9), "grpo.profile_step=9 is after the last step"),
+])
+def test_cross_key_checks_name_the_key(tmp_path, edit, message):
+    config = copy.deepcopy(SMOKE)
+    edit(config)
+    with pytest.raises(ConfigError, match=message):
+        validate_file(_write(tmp_path, config))
+
+
+def test_snakemake_stops_before_any_job(tmp_path):
+    config = copy.deepcopy(SMOKE)
+    config["grpo"]["micro_batch"] = 4
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+                          "--configfile", str(_write(tmp_path, config)), "--cores", "1",
+                          "--directory", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "'micro_batch' was unexpected" in out.stdout + out.stderr
+    assert not (tmp_path / "results").exists()

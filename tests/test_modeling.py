@@ -1,0 +1,45 @@
+"""Tiny models and the character tokenizer: round trip, loading, clear errors."""
+import shutil
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from logra.modeling import CHARSET, build_tiny, char_tokenizer, load, n_params
+
+TOK = char_tokenizer()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=CHARSET, max_size=200))
+def test_tokenizer_round_trip(text):
+    ids = TOK(text)["input_ids"]
+    assert len(ids) == len(text)  # one token per character
+    assert TOK.decode(ids) == text
+
+
+def test_unknown_characters_become_unk_and_eos_is_special():
+    ids = TOK("a\u00e9b")["input_ids"]
+    assert ids[1] == TOK.unk_token_id
+    assert TOK.decode(ids + [TOK.eos_token_id], skip_special_tokens=True) == "ab"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_saved_model_and_tokenizer_load_back(tmp_path, arch):
+    d = build_tiny(tmp_path / arch, architecture=arch, hidden_size=32, intermediate_size=64,
+                   num_hidden_layers=1, num_attention_heads=2)
+    model, tok = load(d)
+    assert model.config.model_type == arch
+    assert tok("Q: 12+34\nA: ")["input_ids"] == TOK("Q: 12+34\nA: ")["input_ids"]
+    assert n_params(model) == sum(p.numel() for p in model.parameters())
+
+
+def test_load_errors_name_the_problem(tmp_path, tiny_dir):
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        load(tmp_path)
+    no_tok = tmp_path / "no_tok"
+    shutil.copytree(tiny_dir, no_tok)
+    (no_tok / "tokenizer.json").unlink()
+    with pytest.raises(FileNotFoundError, match="has no tokenizer"):
+        load(no_tok)
+    with pytest.raises(ValueError, match="hidden_size=30 is not divisible"):
+        build_tiny(tmp_path / "bad", hidden_size=30, num_attention_heads=4)

@@ -1,0 +1,28 @@
+rule eval_run:
+    input:
+        model="results/runs/{task}/{method}/seed{seed}/model",
+        lmeval="results/data/{task}/lmeval",
+    output:
+        "results/eval/{task}/{method}/seed{seed}.json",
+    params:
+        eval=config["eval"],
+    threads: config["threads"]
+    log:
+        "results/logs/eval/{task}/{method}/seed{seed}.log",
+    script:
+        "../scripts/evaluate.py"
+
+
+rule eval_base:
+    input:
+        model="results/base/{task}/model",
+        lmeval="results/data/{task}/lmeval",
+    output:
+        "results/eval/{task}/base.json",
+    params:
+        eval=config["eval"],
+    threads: config["threads"]
+    log:
+        "results/logs/eval/{task}/base.log",
+    script:
+        "../scripts/evaluate.py"

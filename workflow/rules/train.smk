@@ -1,0 +1,13 @@
+rule train:
+    input:
+        base="results/base/{task}/model",
+        train="results/data/{task}/train.jsonl",
+    output:
+        summary="results/runs/{task}/{method}/seed{seed}/summary.json",
+        metrics="results/runs/{task}/{method}/seed{seed}/metrics.csv",
+        model=directory("results/runs/{task}/{method}/seed{seed}/model"),
+    threads: config["threads"]
+    log:
+        "results/logs/train/{task}/{method}/seed{seed}.log",
+    script:
+        "../scripts/train.py"

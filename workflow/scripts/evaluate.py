@@ -1,0 +1,14 @@
+"""lm-eval on one checkpoint (a GRPO run's final model, or a task's SFT base)."""
+from contextlib import redirect_stderr, redirect_stdout
+
+import torch
+
+from logra.evaluate import evaluate
+
+with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
+    torch.set_num_threads(snakemake.threads)
+    e = snakemake.params.eval
+    out = evaluate(snakemake.input.model, snakemake.input.lmeval, snakemake.wildcards.task,
+                   snakemake.output[0], limit=e["limit"], batch_size=e["batch_size"],
+                   device=snakemake.config["device"])
+    print(f"{snakemake.wildcards.task}: accuracy {out['accuracy']:.4f} on {out['n']} examples")

@@ -1,0 +1,31 @@
+"""Build (or load) the base model and warm-start it by SFT on the task's train split."""
+import json
+import tempfile
+from contextlib import redirect_stderr, redirect_stdout
+
+import torch
+
+from logra.modeling import build_tiny, load
+from logra.sft import sft
+from logra.tasks import get_task, read_jsonl
+
+with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
+    torch.set_num_threads(snakemake.threads)
+    spec, m, s = snakemake.params.task, snakemake.params.model, snakemake.params.sft
+    source = m["name"]
+    if source == "tiny":
+        source = build_tiny(tempfile.mkdtemp(), seed=snakemake.params.seed, **m["tiny"])
+    model, tokenizer = load(source)
+    task = get_task(spec["type"], **spec.get("options", {}))
+    report = {"steps": 0, "accuracy": None, "history": []}
+    if s["steps"] > 0:
+        report = sft(model, tokenizer, task, read_jsonl(snakemake.input.train), steps=s["steps"],
+                     batch_size=s["batch_size"], lr=s["lr"],
+                     stop_at_accuracy=s["stop_at_accuracy"], eval_every=s["eval_every"],
+                     eval_examples=s["eval_examples"],
+                     max_new_tokens=snakemake.params.max_new_tokens, seed=snakemake.params.seed)
+    model.save_pretrained(snakemake.output.model)
+    tokenizer.save_pretrained(snakemake.output.model)
+    with open(snakemake.output.sft, "w") as f:
+        json.dump({"source": str(m["name"]), **report}, f, indent=1)
+    print(f"SFT stopped at step {report['steps']}, held-out accuracy {report['accuracy']}")
