@@ -5,7 +5,7 @@ import sys
 
 import pytest
 import yaml
-from jsonschema import ValidationError
+from snakemake.exceptions import WorkflowError
 
 from logra.config import ConfigError, validate_file
 
@@ -36,7 +36,7 @@ def test_default_and_smoke_configs_are_valid():
 def test_schema_rejects_with_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
     edit(config)
-    with pytest.raises(ValidationError, match=message):
+    with pytest.raises(WorkflowError, match=message):
         validate_file(_write(tmp_path, config))
 
 

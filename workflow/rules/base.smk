@@ -11,6 +11,8 @@ rule base:
         max_new_tokens=config["grpo"]["max_new_tokens"],
         seed=config["data"]["seed"],
     threads: config["threads"]
+    conda:
+        "../../environment.yml"
     log:
         "results/logs/base/{task}.log",
     script:

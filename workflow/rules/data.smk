@@ -7,6 +7,8 @@ rule data:
         task=lambda w: config["tasks"][w.task],
         data=config["data"],
         max_gen_toks=config["eval"]["max_gen_toks"],
+    conda:
+        "../../environment.yml"
     log:
         "results/logs/data/{task}.log",
     script:

@@ -7,6 +7,8 @@ rule eval_run:
     params:
         eval=config["eval"],
     threads: config["threads"]
+    conda:
+        "../../environment.yml"
     log:
         "results/logs/eval/{task}/{method}/seed{seed}.log",
     script:
@@ -22,6 +24,8 @@ rule eval_base:
     params:
         eval=config["eval"],
     threads: config["threads"]
+    conda:
+        "../../environment.yml"
     log:
         "results/logs/eval/{task}/base.log",
     script:

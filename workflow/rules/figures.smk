@@ -9,6 +9,8 @@ rule summary:
     output:
         summary="results/summary.csv",
         accuracy="results/accuracy.csv",
+    conda:
+        "../../environment.yml"
     log:
         "results/logs/summary.log",
     script:
@@ -22,6 +24,8 @@ rule reward_curves:
     output:
         png="figures/reward_curves.png",
         pdf="figures/reward_curves.pdf",
+    conda:
+        "../../environment.yml"
     log:
         "results/logs/figures/reward_curves.log",
     script:

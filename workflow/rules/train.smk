@@ -7,6 +7,8 @@ rule train:
         metrics="results/runs/{task}/{method}/seed{seed}/metrics.csv",
         model=directory("results/runs/{task}/{method}/seed{seed}/model"),
     threads: config["threads"]
+    conda:
+        "../../environment.yml"
     log:
         "results/logs/train/{task}/{method}/seed{seed}.log",
     script:
