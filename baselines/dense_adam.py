@@ -6,8 +6,14 @@ The update is textbook AdamW (decoupled weight decay, bias correction). The one 
 longer needed once the moments have it), so the split costs no extra memory; `apply(step, scale)`
 adds scale * step and frees the buffers. Peak memory is therefore that of AdamW itself:
 weights + gradients + two moments.
+
+`perturbed(step, eta)` lets the model compute with θ + η·step for a probe forward (predicted-KL
+control) and restores θ exactly from a saved copy of the weights: for dense Adam, KL control
+costs one transient copy of the trained weights.
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -17,7 +23,18 @@ from logra.memory import tensor_bytes
 class DenseAdam:
     def __init__(self, model: torch.nn.Module, lr: float = 1e-4, betas=(0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0):
-        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.init([(n, p) for n, p in model.named_parameters() if p.requires_grad],
+                  lr, betas, eps, weight_decay)
+
+    @classmethod
+    def for_params(cls, named: list[tuple[str, torch.nn.Parameter]], **options) -> "DenseAdam":
+        """Dense Adam on a subset of parameters (LoGRA uses it for the unsketched ones)."""
+        rule = cls.__new__(cls)
+        rule.init(named, **options)
+        return rule
+
+    def init(self, named, lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        self.named = list(named)
         self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
         self.m = [torch.zeros_like(p) for _, p in self.named]
         self.v = [torch.zeros_like(p) for _, p in self.named]
@@ -27,6 +44,9 @@ class DenseAdam:
     @torch.no_grad()
     def propose(self) -> list[torch.Tensor]:
         params = [p for _, p in self.named]
+        if not params:
+            self.grad_norm = 0.0
+            return []
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         self.grad_norm = torch.linalg.vector_norm(
             torch.stack(torch._foreach_norm(grads))).item()
@@ -50,6 +70,19 @@ class DenseAdam:
             p.add_(s, alpha=scale)
             p.grad = None
 
+    @contextlib.contextmanager
+    def perturbed(self, step: list[torch.Tensor], eta: float):
+        saved = [p.detach().clone() for _, p in self.named]
+        try:
+            with torch.no_grad():
+                for (_, p), s in zip(self.named, step):
+                    p.add_(s, alpha=eta)
+            yield
+        finally:
+            with torch.no_grad():
+                for (_, p), w in zip(self.named, saved):
+                    p.copy_(w)
+
     def sync_payload(self) -> dict:
         """Every trained tensor in full, as vLLM's `load_weights` would receive it."""
         return {"dense": {n: p.detach() for n, p in self.named}}
@@ -57,5 +90,12 @@ class DenseAdam:
     def state_tensors(self) -> list[torch.Tensor]:
         return self.m + self.v
 
+    def grad_buffers(self) -> list[torch.Tensor]:
+        return []  # gradients live in .grad, which the memory profiler labels itself
+
     def state_bytes(self) -> int:
         return tensor_bytes(self.state_tensors())
+
+    def peak_grad_bytes(self) -> int:
+        """Analytic: every trained parameter's gradient is alive at the end of backward."""
+        return tensor_bytes(p for _, p in self.named)

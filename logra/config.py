@@ -6,7 +6,6 @@ starts, with the key named. `validate_file` does both for use outside Snakemake.
 """
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import yaml
@@ -27,14 +26,7 @@ def check(config: dict) -> None:
         if name not in config["methods"]:
             raise ConfigError(f"run_methods[{i}]: {name!r} is not defined under methods "
                               f"(defined: {sorted(config['methods'])})")
-    for name, m in config["methods"].items():
-        rule = methods.RULES[m["rule"]]
-        module, cls = rule.split(":")
-        params = inspect.signature(getattr(__import__(module, fromlist=[cls]), cls)).parameters
-        for key in m.get("options", {}):
-            if key not in params or key == "model":
-                raise ConfigError(f"methods.{name}.options.{key}: not an option of rule "
-                                  f"{m['rule']!r} (options: {[p for p in params if p != 'model']})")
+    _check_rules_fit_model(config)
     for name, t in config["tasks"].items():
         try:
             get_task(t["type"], **t.get("options", {}))
@@ -44,6 +36,27 @@ def check(config: dict) -> None:
     if g["profile_step"] > g["steps"]:
         raise ConfigError(f"grpo.profile_step={g['profile_step']} is after the last step "
                           f"(grpo.steps={g['steps']})")
+
+
+def _check_rules_fit_model(config: dict) -> None:
+    """Build each update rule on the configured architecture (meta tensors: no memory, no
+    weights), so options that cannot work on this model, e.g. a rank above a weight's smaller
+    side, stop the workflow here with the rule's own message naming the module."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from logra.modeling import model_config
+    try:
+        hf_config = model_config(config["model"])
+    except OSError:  # a hub name while offline: the rule is checked when the run starts
+        return
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    for name, m in config["methods"].items():
+        try:
+            methods.build(m["rule"], model, m.get("options", {}))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"methods.{name}.options: {e}") from None
 
 
 def validate_file(path: str | Path) -> dict:
@@ -63,7 +76,8 @@ def run_config(config: dict, task: str, method: str, seed: int) -> dict:
         "task": {"type": config["tasks"][task]["type"],
                  "options": config["tasks"][task].get("options", {})},
         "method": {"rule": config["methods"][method]["rule"],
-                   "options": config["methods"][method].get("options", {})},
+                   "options": config["methods"][method].get("options", {}),
+                   "kl_control": config["methods"][method].get("kl_control")},
         "model_name": config["model"]["name"], "grpo": dict(config["grpo"]),
         "rollout": dict(config["rollout"]),
     }

@@ -5,10 +5,14 @@
     propose() -> step        candidate step from the gradients (or sketches) of this batch;
                              advances the optimizer's moments; gradients are consumed
     apply(step, scale)       W += scale * step, for every parameter the rule owns
+    perturbed(step, eta)     context in which forwards see θ + eta * step (KL prediction);
+                             θ is restored exactly on exit
     sync_payload() -> dict   what the rollout engine needs to match the trainer after the
                              last apply (see logra/sync.py)
     state_tensors() -> list  the optimizer state tensors (labelled "optimizer" when measured)
-    state_bytes() -> int     their bytes
+    grad_buffers() -> list   gradient buffers the rule owns besides .grad (labelled "grads")
+    state_bytes() -> int     bytes of the state tensors
+    peak_grad_bytes() -> int analytic bytes of gradients alive at the peak
     grad_norm: float         norm of the gradient consumed by the last propose()
 
 Rules install whatever hooks they need on the model in their constructor. The RL loop calls only
@@ -20,6 +24,7 @@ import importlib
 
 RULES = {
     "dense_adam": "baselines.dense_adam:DenseAdam",
+    "logra": "logra.logra:LoGRA",
 }
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedTokenizerFast,
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedTokenizerFast,
                           Qwen2Config)
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
@@ -38,26 +38,32 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
                                    model_max_length=1024)
 
 
-def build_tiny(out_dir: str | Path, *, architecture: str = "llama", hidden_size: int = 256,
-               intermediate_size: int = 512, num_hidden_layers: int = 2,
-               num_attention_heads: int = 4, num_key_value_heads: int | None = None,
-               max_position_embeddings: int = 256, tie_word_embeddings: bool = False,
-               seed: int = 0) -> Path:
-    """Create a randomly initialised decoder + char tokenizer and save both to `out_dir`."""
+def tiny_config(*, architecture: str = "llama", hidden_size: int = 256,
+                intermediate_size: int = 512, num_hidden_layers: int = 2,
+                num_attention_heads: int = 4, num_key_value_heads: int | None = None,
+                max_position_embeddings: int = 256, tie_word_embeddings: bool = False):
+    """The HF config of a tiny decoder over the character vocabulary."""
     if architecture not in ARCHITECTURES:
         raise ValueError(f"model.architecture: unknown {architecture!r}; "
                          f"known: {sorted(ARCHITECTURES)}")
     if hidden_size % num_attention_heads:
         raise ValueError(f"model.hidden_size={hidden_size} is not divisible by "
                          f"model.num_attention_heads={num_attention_heads}")
-    tokenizer = char_tokenizer()
-    config = ARCHITECTURES[architecture](
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
-        num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
+    pad, eos = SPECIAL_TOKENS.index("<pad>"), SPECIAL_TOKENS.index("<eos>")
+    return ARCHITECTURES[architecture](
+        vocab_size=len(SPECIAL_TOKENS) + len(CHARSET), hidden_size=hidden_size,
+        intermediate_size=intermediate_size, num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
         num_key_value_heads=num_key_value_heads or num_attention_heads,
         max_position_embeddings=max_position_embeddings, tie_word_embeddings=tie_word_embeddings,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id)
+        pad_token_id=pad, eos_token_id=eos, bos_token_id=eos)
+
+
+def build_tiny(out_dir: str | Path, *, seed: int = 0, **options) -> Path:
+    """Create a randomly initialised decoder (`tiny_config(**options)`) + char tokenizer and
+    save both to `out_dir`."""
+    config = tiny_config(**options)
+    tokenizer = char_tokenizer()
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -66,6 +72,13 @@ def build_tiny(out_dir: str | Path, *, architecture: str = "llama", hidden_size:
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
+
+
+def model_config(model: dict):
+    """The HF config the `model` section of the run config describes (no weights loaded)."""
+    if model["name"] == "tiny":
+        return tiny_config(**model.get("tiny", {}))
+    return AutoConfig.from_pretrained(model["name"])
 
 
 def load(name_or_path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):

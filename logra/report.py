@@ -30,7 +30,10 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
         row.update({f"mem_{k}": v for k, v in (s.get("mem_breakdown") or {}).items()})
         row.update({f"pred_{k}": v for k, v in (s.get("mem_analytic") or {}).items()})
         row["mean_step_time_s"] = s.get("mean_step_time_s")
-        row["sync_bytes_per_step"] = s.get("sync_bytes_per_step")
+        for key in ("sync_bytes_per_step", "sync_full_bytes", "sync_lowrank_fraction"):
+            row[key] = s.get(key)
+        kl_ratio = (s.get("kl") or {}).get("median_real_over_pred")
+        row["kl_median_real_over_pred"] = kl_ratio
         row["eval_accuracy"] = json.loads(Path(eval_path).read_text())["accuracy"]
         row["base_accuracy"] = base.get(s["task"])
         rows.append(row)

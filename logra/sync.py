@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from logra.sketch import lift_add_
+
 
 def payload_bytes(payload: dict) -> int:
     """Bytes of every tensor in the payload."""
@@ -32,16 +34,14 @@ def apply_payload(params: dict[str, torch.Tensor], payload: dict,
     """Apply `payload` in place to `params` (name -> tensor of the engine's model).
 
     `bases` is the engine's cache of the last basis received per low-rank weight; it is updated
-    when a payload carries a new one. Low-rank updates are computed in float32 and added in
-    the engine's dtype.
+    when a payload carries a new one. Low-rank steps are added with `lift_add_`, the same
+    function the trainer applies them with.
     """
     for name, tensor in payload.get("dense", {}).items():
         params[name].copy_(tensor)
     for name, entry in payload.get("lowrank", {}).items():
         if entry.get("basis") is not None:
-            bases[name] = entry["basis"].float()
+            bases[name] = entry["basis"]
         if name not in bases:
             raise KeyError(f"low-rank sync for {name} before any basis was sent")
-        q, c = bases[name], entry["coef"].float()
-        delta = q @ c if entry["side"] == "left" else c @ q.T
-        params[name].add_(delta.to(params[name].dtype))
+        lift_add_(params[name], bases[name], entry["coef"], entry["side"])

@@ -20,6 +20,7 @@ import contextlib
 import csv
 import math
 import random
+import statistics
 import time
 from pathlib import Path
 
@@ -28,9 +29,11 @@ from tqdm import tqdm
 
 from logra import methods
 from logra.grpo import group_advantages, kl_k3, policy_loss, token_logprobs
+from logra.kl_control import KLControl, mean_kl, probe_logprobs
 from logra.memory import MemoryMeter, activation_bytes_estimate, analytic_breakdown, tensor_bytes
 from logra.modeling import load, n_params
 from logra.rollout import make_engine
+from logra.sync import payload_bytes
 from logra.tasks import get_task, read_jsonl
 
 # Measured peak vs analytic breakdown: the analytic side leaves out gradients of activations
@@ -38,7 +41,8 @@ from logra.tasks import get_task, read_jsonl
 MEM_TOLERANCE = 0.15
 
 METRIC_COLUMNS = ["step", "reward_mean", "reward_std", "loss", "kl_pred", "kl_real",
-                  "step_scale", "grad_norm", "step_time_s", "sync_bytes", "peak_mem_bytes"]
+                  "step_scale", "grad_norm", "step_time_s", "sync_bytes", "peak_mem_bytes",
+                  "sync_drift"]
 
 
 def pad_batch(rollouts, pad_id: int):
@@ -80,12 +84,17 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         ref_model, _ = load(base_dir, device=cfg["device"])
         ref_model.eval().requires_grad_(False)
     rule = methods.build(cfg["method"]["rule"], model, cfg["method"]["options"])
-    engine = make_engine(cfg["rollout"]["engine"], str(base_dir),
-                         **cfg["rollout"].get("options", {}))
+    kl_control = KLControl(**cfg["method"]["kl_control"]) if cfg["method"]["kl_control"] else None
+    probe_gen = torch.Generator().manual_seed(seed)
+    engine = make_engine(cfg["rollout"]["engine"], str(base_dir), dtype=cfg["rollout"]["dtype"],
+                         threads=cfg["threads"])
+    full_sync_every = cfg["rollout"]["full_sync_every"]
 
     rng = random.Random(seed)
     n_prompts, group = g["prompts_per_step"], g["group_size"]
-    metrics, memory = [], None
+    metrics, memory, status = [], None, "ok"
+    params = dict(model.named_parameters())
+    lowrank_bytes = lowrank_full = 0  # low-rank sync bytes, and what those weights take in full
     t_start = time.time()
     try:
         for step in tqdm(range(1, g["steps"] + 1), desc=f"grpo {cfg['run_id']}", mininterval=5):
@@ -99,22 +108,35 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             adv = group_advantages(rewards, group, scale=g["scale_advantages"])
             ids, attn, mask = pad_batch(rollouts, tokenizer.pad_token_id)
             ids, attn, mask, adv = ids.to(device), attn.to(device), mask.to(device), adv.to(device)
-            meter = (MemoryMeter(device, labels={"optimizer": rule.state_tensors()})
+            probe_idx = torch.randperm(ids.shape[0], generator=probe_gen)[:g["probe_size"]]
+            probe = (ids[probe_idx], attn[probe_idx], mask[probe_idx])
+            meter = (MemoryMeter(device, labels={"optimizer": rule.state_tensors(),
+                                                 "grads": rule.grad_buffers()})
                      if step == g["profile_step"] else contextlib.nullcontext())
             with meter:
-                loss = _update(model, ref_model, ids, attn, mask, adv, g)
-                step_delta = rule.propose()
-                rule.apply(step_delta, 1.0)
-                del step_delta
+                loss, eta, kl_pred, kl_real = update_step(model, ref_model, rule, kl_control,
+                                                          (ids, attn, mask, adv), probe, g)
             if step == g["profile_step"]:
                 memory, memory_seq_len = meter.report, ids.shape[1]
-            sync_bytes = engine.sync(rule.sync_payload())
+            if not (math.isfinite(loss) and math.isfinite(rule.grad_norm)):
+                status = "diverged"
+                break
+            payload = rule.sync_payload()
+            sync_bytes = engine.sync(payload)
+            lowrank = payload.get("lowrank", {})
+            lowrank_bytes += payload_bytes({"lowrank": lowrank})
+            lowrank_full += sum(params[n].numel() * params[n].element_size() for n in lowrank)
+            drift = math.nan
+            if full_sync_every and step % full_sync_every == 0:
+                drift = sync_drift(engine.state_dict(), params)
+                sync_bytes += engine.sync({"dense": {n: p.detach() for n, p in params.items()}})
             metrics.append({
                 "step": step, "reward_mean": rewards.mean().item(),
-                "reward_std": rewards.std().item(), "loss": loss, "kl_pred": math.nan,
-                "kl_real": math.nan, "step_scale": 1.0, "grad_norm": rule.grad_norm,
+                "reward_std": rewards.std().item(), "loss": loss, "kl_pred": kl_pred,
+                "kl_real": kl_real, "step_scale": eta, "grad_norm": rule.grad_norm,
                 "step_time_s": time.time() - t0, "sync_bytes": sync_bytes,
-                "peak_mem_bytes": memory.peak_bytes if step == g["profile_step"] else math.nan})
+                "peak_mem_bytes": memory.peak_bytes if step == g["profile_step"] else math.nan,
+                "sync_drift": drift})
     finally:
         engine.close()
     _write_metrics(out_dir / "metrics.csv", metrics)
@@ -123,7 +145,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
 
     breakdown = analytic_breakdown(
         param_bytes=tensor_bytes(model.parameters()),
-        grad_bytes_at_peak=tensor_bytes(p for p in model.parameters() if p.requires_grad),
+        grad_bytes_at_peak=rule.peak_grad_bytes(),
         optimizer_bytes=rule.state_bytes(),
         activation_bytes=activation_bytes_estimate(
             model.config, batch=g["micro_batch_size"], seq_len=memory_seq_len,
@@ -135,8 +157,9 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         mem_check = {"measured_over_analytic": ratio, "tolerance": MEM_TOLERANCE,
                      "agree": abs(ratio - 1) <= MEM_TOLERANCE}
     last = metrics[-10:]
+    ratios = [m["kl_real"] / m["kl_pred"] for m in metrics if m["kl_pred"] > 0]
     return {
-        "status": "ok", "task": cfg["task_name"], "method": cfg["method_name"], "seed": seed,
+        "status": status, "task": cfg["task_name"], "method": cfg["method_name"], "seed": seed,
         "model": cfg["model_name"], "n_params": n_params(model), "device": str(device),
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "steps": len(metrics), "wall_s": time.time() - t_start,
@@ -147,12 +170,31 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         "mem_analytic": breakdown, "mem_check": mem_check,
         "mean_step_time_s": sum(m["step_time_s"] for m in metrics) / len(metrics),
         "sync_bytes_per_step": sum(m["sync_bytes"] for m in metrics) / len(metrics),
+        "sync_full_bytes": tensor_bytes(model.parameters()),
+        "sync_lowrank_fraction": lowrank_bytes / lowrank_full if lowrank_full else None,
         "optimizer_state_bytes": rule.state_bytes(),
         "final_reward": sum(m["reward_mean"] for m in last) / len(last),
+        "kl": {"median_real": statistics.median(m["kl_real"] for m in metrics),
+               "max_real": max(m["kl_real"] for m in metrics),
+               "median_real_over_pred": statistics.median(ratios) if ratios else None},
         "eval_accuracy": None, "config": cfg}
 
 
-def _update(model, ref_model, ids, attn, mask, adv, g) -> float:
+def update_step(model, ref_model, rule, kl_control, batch, probe, g) -> tuple[float, ...]:
+    """One update: gradients, propose, (KL-controlled) apply, realized KL on the probe.
+
+    Returns (loss, step scale η, predicted KL at η or nan, realized KL)."""
+    loss = accumulate_gradients(model, ref_model, *batch, g)
+    step_delta = rule.propose()
+    base = probe_logprobs(model, probe[0], probe[1])
+    eta, kl_pred = (kl_control.scale(model, rule, step_delta, probe, base)
+                    if kl_control else (1.0, math.nan))
+    rule.apply(step_delta, eta)
+    del step_delta
+    return loss, eta, kl_pred, mean_kl(base, probe_logprobs(model, probe[0], probe[1]), probe[2])
+
+
+def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
     """Forward/backward over micro-batches; gradients accumulate (or are consumed by the
     update rule's hooks). Returns the full-batch loss."""
     n = ids.shape[0]
@@ -170,6 +212,13 @@ def _update(model, ref_model, ids, attn, mask, adv, g) -> float:
         loss.backward()
         total += loss.item()
     return total
+
+
+def sync_drift(remote: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> float:
+    """max |W_engine - W_trainer| / max |W_trainer| over all weights (0 = in sync)."""
+    with torch.no_grad():
+        diff = max((remote[n].float() - p.float()).abs().max().item() for n, p in params.items())
+        return diff / max(p.abs().max().item() for p in params.values())
 
 
 def _write_metrics(path: Path, rows: list[dict]) -> None:

@@ -32,6 +32,11 @@ def test_default_and_smoke_configs_are_valid():
     (lambda c: c["grpo"].update(aggregation="sum"), "'sum' is not one of"),
     (lambda c: c["tasks"]["arithmetic"].update(type="chess"), "'chess' is not one of"),
     (lambda c: c.update(seed=[1]), "'seed' was unexpected"),
+    (lambda c: c["methods"]["dense_adam"]["options"].update(rank=4), "'rank' was unexpected"),
+    (lambda c: c["methods"].update(logra={"rule": "logra", "options": {"rank": "8"}}),
+     "'8' is not of type 'integer'"),
+    (lambda c: c["methods"].update(logra={"rule": "logra", "kl_control": {"target": -1}}),
+     "-1 is less than or equal to the minimum of 0"),
 ])
 def test_schema_rejects_with_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
@@ -42,11 +47,13 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda c: c["run_methods"].append("logra"), r"run_methods\[1\]: 'logra' is not defined"),
-    (lambda c: c["methods"]["dense_adam"]["options"].update(rank=4),
-     "methods.dense_adam.options.rank: not an option"),
     (lambda c: c["tasks"]["arithmetic"]["options"].update(digitz=3),
      "tasks.arithmetic.options: .*digitz"),
     (lambda c: c["grpo"].update(profile_step=9), "grpo.profile_step=9 is after the last step"),
+    (lambda c: c["methods"].update(logra={"rule": "logra", "options": {"rank": 200}}),
+     r"methods.logra.options: rank=200 exceeds min\(shape\)=128 of model.layers.0.self_attn"),
+    (lambda c: c["methods"].update(logra={"rule": "logra", "options": {"modules": "xyz"}}),
+     "methods.logra.options: modules: pattern 'xyz' matches no nn.Linear"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)

@@ -1,0 +1,207 @@
+"""LoGRA: Adam in the space of low-rank gradient sketches, with sketch-based policy sync.
+
+For every sketched weight W (m x n; by default every nn.Linear inside the transformer blocks)
+the rule keeps a basis Q on the smaller side (logra/sketch.py), an accumulator S for the
+gradient's sketch and Adam moments M, V of S's shape. Everything else (embeddings, lm_head,
+norms) is trained by dense AdamW (`baselines.dense_adam.DenseAdam` on those parameters).
+
+Gradients are sketched as they are produced: a post-accumulate-grad hook on each sketched weight
+adds sketch(G) to S and frees G at once, so full-size gradients of two sketched matrices never
+coexist, over micro-batches too (S = Σ sketch(G_i) is exact for a fixed Q).
+
+Update (propose): M, V ← Adam moments of S; the step's coefficient is
+C = -lr · α · (√(1-β₂ᵗ) / (1-β₁ᵗ)) · M / (√V + ε), and apply(step, η) does W += η · lift(C)
+with one fused addmm. Between refreshes every change of W is exactly rank ≤ r.
+
+Deviations from the textbook / galore-torch, stated:
+- Adam is written in galore-torch's form (ε added to √V, bias correction folded into the step
+  size), so that `basis="svd", transfer="none"` reproduces GaLoreAdamW's update exactly.
+- Refresh: every `refresh_every` updates (and before the first), the new basis is computed in
+  the hook from the first micro-batch's gradient of that step (the only full gradient the hook
+  ever holds), before it is sketched; with one micro-batch per step that is the step's
+  gradient, as in GaLore. GaLore instead needs the step's full gradient.
+- Moment transfer on refresh (`transfer="rotate"`, default): with R = Q_newᵀ Q_old (r x r),
+  M ← R M (left) / M Rᵀ (right), the first moment expressed in the new basis; the second
+  moment, a per-coordinate variance, is carried as V ← (R∘R) V / V (R∘R)ᵀ, which is exact when
+  coordinates are independent and keeps V ≥ 0. `transfer="none"` reuses M, V silently, as
+  GaLore does.
+- No weight decay on sketched weights: decay would make each update full rank and break both
+  the rank-r step and the sketch-based sync. Dense parameters use `weight_decay`.
+- `grad_norm` is the norm of the sketches plus dense gradients (full gradients are never kept).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from baselines.dense_adam import DenseAdam
+from logra.memory import tensor_bytes
+from logra.sketch import BASES, basis, lift_add_, side_of, sketch
+
+DEFAULT_MODULES = r"\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)$"
+TRANSFERS = ("rotate", "none")
+
+
+@dataclass
+class Sketched:
+    """Per-weight state: the weight, its module, side, basis, sketch accumulator, moments."""
+    name: str
+    param: torch.nn.Parameter
+    module: torch.nn.Linear
+    side: str
+    generator: torch.Generator
+    q: torch.Tensor | None = None
+    s: torch.Tensor | None = None
+    m: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+    pending_refresh: bool = True
+    basis_changed: bool = False
+    applied: torch.Tensor | None = field(default=None, repr=False)  # last η·C, for sync
+
+
+class LoGRA:
+    def __init__(self, model: torch.nn.Module, lr: float = 1e-4, rank: int = 8,
+                 refresh_every: int = 50, scale: float = 1.0, basis: str = "range",
+                 oversample: int = 8, power_iters: int = 1, transfer: str = "rotate",
+                 betas=(0.9, 0.999), eps: float = 1e-8, dense_lr: float | None = None,
+                 weight_decay: float = 0.0, modules: str = DEFAULT_MODULES, seed: int = 0):
+        if basis not in BASES:
+            raise ValueError(f"basis: unknown {basis!r}; known: {BASES}")
+        if transfer not in TRANSFERS:
+            raise ValueError(f"transfer: unknown {transfer!r}; known: {TRANSFERS}")
+        if rank < 1 or refresh_every < 1:
+            raise ValueError(f"rank={rank} and refresh_every={refresh_every} must be >= 1")
+        self.lr, self.rank, self.refresh_every, self.scale = lr, rank, refresh_every, scale
+        self.basis_method, self.oversample, self.power_iters = basis, oversample, power_iters
+        self.transfer, self.betas, self.eps = transfer, tuple(betas), eps
+        self.t = 0
+        self.grad_norm = float("nan")
+        pattern = re.compile(modules)
+        self.sketched: list[Sketched] = []
+        sketched_ids = set()
+        for mod_name, mod in model.named_modules():
+            if isinstance(mod, torch.nn.Linear) and pattern.search(mod_name) \
+                    and mod.weight.requires_grad:
+                w = mod.weight
+                if rank > min(w.shape):
+                    raise ValueError(f"rank={rank} exceeds min(shape)={min(w.shape)} of "
+                                     f"{mod_name}.weight {tuple(w.shape)}")
+                gen = torch.Generator().manual_seed(seed * 100_003 + len(self.sketched))
+                st = Sketched(f"{mod_name}.weight", w, mod, side_of(tuple(w.shape)), gen)
+                w.register_post_accumulate_grad_hook(self._hook(st))
+                self.sketched.append(st)
+                sketched_ids.add(id(w))
+        if not self.sketched:
+            raise ValueError(f"modules: pattern {modules!r} matches no nn.Linear in the model")
+        dense = [(n, p) for n, p in model.named_parameters()
+                 if p.requires_grad and id(p) not in sketched_ids]
+        self.dense = DenseAdam.for_params(dense, lr=dense_lr or lr, betas=betas, eps=eps,
+                                          weight_decay=weight_decay)
+
+    # -- gradients -> sketches ------------------------------------------------------------------
+    def _hook(self, st: Sketched):
+        @torch.no_grad()
+        def hook(p: torch.Tensor) -> None:
+            g = p.grad.float()
+            if st.pending_refresh:
+                self._refresh(st, g)
+            st.s.add_(sketch(g, st.q, st.side))
+            p.grad = None
+        return hook
+
+    def _refresh(self, st: Sketched, g: torch.Tensor) -> None:
+        q_new = basis(g, self.rank, st.side, self.basis_method, self.oversample,
+                      self.power_iters, st.generator)
+        if st.q is None:
+            shape = (self.rank, g.shape[1]) if st.side == "left" else (g.shape[0], self.rank)
+            st.s, st.m, st.v = (torch.zeros(shape, device=g.device) for _ in range(3))
+        elif self.transfer == "rotate":
+            r = q_new.T @ st.q
+            if st.side == "left":
+                st.m.copy_(r @ st.m)
+                st.v.copy_(r.square() @ st.v)
+            else:
+                st.m.copy_(st.m @ r.T)
+                st.v.copy_(st.v @ r.square().T)
+        st.q = q_new
+        st.pending_refresh = False
+        st.basis_changed = True
+
+    # -- the method interface -------------------------------------------------------------------
+    @torch.no_grad()
+    def propose(self) -> dict:
+        b1, b2 = self.betas
+        self.t += 1
+        step_size = self.lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
+        coefs, sq = [], 0.0
+        for st in self.sketched:
+            if st.s is None:
+                raise RuntimeError(f"{st.name}: propose() before any backward")
+            sq += st.s.square().sum().item()
+            st.m.mul_(b1).add_(st.s, alpha=1 - b1)
+            st.v.mul_(b2).addcmul_(st.s, st.s, value=1 - b2)
+            coefs.append((st.m / (st.v.sqrt() + self.eps)).mul_(-step_size * self.scale))
+            st.s.zero_()
+            st.pending_refresh = self.t % self.refresh_every == 0
+        dense = self.dense.propose()
+        self.grad_norm = math.sqrt(sq + self.dense.grad_norm ** 2)
+        return {"sketched": coefs, "dense": dense}
+
+    @torch.no_grad()
+    def apply(self, step: dict, scale: float = 1.0) -> None:
+        for st, c in zip(self.sketched, step["sketched"]):
+            st.applied = c * scale
+            lift_add_(st.param.data, st.q, st.applied, st.side)
+        self.dense.apply(step["dense"], scale)
+
+    @contextlib.contextmanager
+    def perturbed(self, step: dict, eta: float):
+        """Forward passes inside compute with θ + η·step: sketched weights through low-rank side
+        branches on their Linear outputs (x·lift(ηC)ᵀ, no weight copy), dense parameters
+        through the dense rule's exact save-and-restore."""
+        handles = []
+        for st, c in zip(self.sketched, step["sketched"]):
+            def branch(mod, args, out, q=st.q, c=c * eta, side=st.side):
+                x = args[0].to(q.dtype)
+                delta = (x @ c.T) @ q.T if side == "left" else (x @ q) @ c.T
+                return out + delta.to(out.dtype)
+            handles.append(st.module.register_forward_hook(branch))
+        try:
+            with self.dense.perturbed(step["dense"], eta):
+                yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def sync_payload(self) -> dict:
+        """Per sketched weight the factors of the step applied since the last sync (basis only
+        when it changed); dense parameters in full. Call once after each apply, before the
+        next backward (which may refresh the basis); a step is never sent twice."""
+        lowrank = {}
+        for st in self.sketched:
+            if st.applied is None:
+                continue
+            lowrank[st.name] = {"side": st.side, "coef": st.applied,
+                                "basis": st.q if st.basis_changed else None}
+            st.applied, st.basis_changed = None, False
+        return {"dense": self.dense.sync_payload()["dense"], "lowrank": lowrank}
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        return [t for st in self.sketched for t in (st.q, st.m, st.v)] + \
+            self.dense.state_tensors()
+
+    def grad_buffers(self) -> list[torch.Tensor]:
+        return [st.s for st in self.sketched]
+
+    def state_bytes(self) -> int:
+        return tensor_bytes(self.state_tensors())
+
+    def peak_grad_bytes(self) -> int:
+        """Analytic: dense gradients + the largest sketched gradient (freed in its hook) +
+        the sketch accumulators."""
+        largest = max(st.param.numel() * 4 for st in self.sketched)
+        return self.dense.peak_grad_bytes() + largest + tensor_bytes(self.grad_buffers())
