@@ -44,9 +44,12 @@ class KLControl:
             raise ValueError(f"kl_control.target must be > 0, got {target}")
         self.target, self.eta_max, self.refine = target, eta_max, refine
 
-    def scale(self, model, rule, step, probe: tuple, base: torch.Tensor) -> tuple[float, float]:
-        """(η, predicted KL at η) for `step` on `probe` = (ids, attn, mask)."""
+    def scale(self, model, rule, step, probe: tuple, base: torch.Tensor,
+              max_scale: float = 1.0) -> tuple[float, float]:
+        """(η, predicted KL at η) for `step` on `probe` = (ids, attn, mask); η ≤ η_max·max_scale
+        (`max_scale` < 1 during warmup)."""
         ids, attn, mask = probe
+        eta_max = self.eta_max * max_scale
 
         def kl_at(eta: float) -> float:
             with rule.perturbed(step, eta):
@@ -54,11 +57,11 @@ class KLControl:
 
         k1 = kl_at(1.0)
         if k1 <= 0 or not math.isfinite(k1):
-            return self.eta_max, 0.0 if k1 <= 0 else k1
-        eta = min(self.eta_max, math.sqrt(self.target / k1))
-        if self.refine and eta < self.eta_max:
+            return eta_max, 0.0 if k1 <= 0 else k1
+        eta = min(eta_max, math.sqrt(self.target / k1))
+        if self.refine and eta < eta_max:
             k_eta = kl_at(eta) / eta ** 2  # curvature at the chosen scale
             if k_eta > 0:
-                eta = min(self.eta_max, math.sqrt(self.target / k_eta))
+                eta = min(eta_max, math.sqrt(self.target / k_eta))
                 return eta, eta ** 2 * k_eta
         return eta, eta ** 2 * k1

@@ -114,8 +114,9 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                                                  "grads": rule.grad_buffers()})
                      if step == g["profile_step"] else contextlib.nullcontext())
             with meter:
-                loss, eta, kl_pred, kl_real = update_step(model, ref_model, rule, kl_control,
-                                                          (ids, attn, mask, adv), probe, g)
+                loss, eta, kl_pred, kl_real = update_step(
+                    model, ref_model, rule, kl_control, (ids, attn, mask, adv), probe, g,
+                    max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.0)
             if step == g["profile_step"]:
                 memory, memory_seq_len = meter.report, ids.shape[1]
             if not (math.isfinite(loss) and math.isfinite(rule.grad_norm)):
@@ -180,15 +181,17 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         "eval_accuracy": None, "config": cfg}
 
 
-def update_step(model, ref_model, rule, kl_control, batch, probe, g) -> tuple[float, ...]:
+def update_step(model, ref_model, rule, kl_control, batch, probe, g,
+                max_scale: float = 1.0) -> tuple[float, ...]:
     """One update: gradients, propose, (KL-controlled) apply, realized KL on the probe.
 
-    Returns (loss, step scale η, predicted KL at η or nan, realized KL)."""
+    `max_scale` caps the step scale (linear warmup). Returns (loss, step scale η, predicted KL
+    at η or nan, realized KL)."""
     loss = accumulate_gradients(model, ref_model, *batch, g)
     step_delta = rule.propose()
     base = probe_logprobs(model, probe[0], probe[1])
-    eta, kl_pred = (kl_control.scale(model, rule, step_delta, probe, base)
-                    if kl_control else (1.0, math.nan))
+    eta, kl_pred = (kl_control.scale(model, rule, step_delta, probe, base, max_scale)
+                    if kl_control else (max_scale, math.nan))
     rule.apply(step_delta, eta)
     del step_delta
     return loss, eta, kl_pred, mean_kl(base, probe_logprobs(model, probe[0], probe[1]), probe[2])
