@@ -60,14 +60,15 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 
 def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor,
-                   attention_mask: torch.Tensor) -> torch.Tensor:
-    """Log-prob of each next token: (batch, T-1), position t scores input_ids[:, t+1].
+                   attention_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Log-prob of each next token under the sampling policy (logits / temperature, as the
+    rollouts were drawn): (batch, T-1), position t scores input_ids[:, t+1].
 
     Uses gather - logsumexp rather than a full log_softmax, so only one (B, T, V) tensor
     (the logits) is alive, as large vocabularies require.
     """
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                   position_ids=position_ids).logits[:, :-1].float()
+                   position_ids=position_ids).logits[:, :-1].float() / temperature
     target = input_ids[:, 1:].unsqueeze(-1)
     return (logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1))

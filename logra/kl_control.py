@@ -24,12 +24,13 @@ import math
 import torch
 
 
-def probe_logprobs(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-    """Full-vocabulary next-token log-probs (B, T-1, V), float32, no grad."""
+def probe_logprobs(model, ids: torch.Tensor, attn: torch.Tensor,
+                   temperature: float = 1.0) -> torch.Tensor:
+    """Full-vocabulary next-token log-probs (B, T-1, V) of the sampling policy, float32."""
     position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids).logits
-    return torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    return torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
 
 
 def mean_kl(base: torch.Tensor, new: torch.Tensor, mask: torch.Tensor) -> float:
@@ -45,19 +46,21 @@ class KLControl:
         self.target, self.eta_max, self.refine = target, eta_max, refine
 
     def scale(self, model, rule, step, probe: tuple, base: torch.Tensor,
-              max_scale: float = 1.0) -> tuple[float, float]:
+              max_scale: float = 1.0, temperature: float = 1.0) -> tuple[float, float]:
         """(η, predicted KL at η) for `step` on `probe` = (ids, attn, mask); η ≤ η_max·max_scale
-        (`max_scale` < 1 during warmup)."""
+        (`max_scale` < 1 during warmup). A non-finite K₁ skips the step (η = 0)."""
         ids, attn, mask = probe
         eta_max = self.eta_max * max_scale
 
         def kl_at(eta: float) -> float:
             with rule.perturbed(step, eta):
-                return mean_kl(base, probe_logprobs(model, ids, attn), mask)
+                return mean_kl(base, probe_logprobs(model, ids, attn, temperature), mask)
 
         k1 = kl_at(1.0)
-        if k1 <= 0 or not math.isfinite(k1):
-            return eta_max, 0.0 if k1 <= 0 else k1
+        if not math.isfinite(k1):
+            return 0.0, 0.0
+        if k1 <= 0:
+            return eta_max, 0.0
         eta = min(eta_max, math.sqrt(self.target / k1))
         if self.refine and eta < eta_max:
             k_eta = kl_at(eta) / eta ** 2  # curvature at the chosen scale

@@ -19,7 +19,10 @@ Deviations from the textbook / galore-torch, stated:
 - Refresh: every `refresh_every` updates (and before the first), the new basis is computed in
   the hook from the first micro-batch's gradient of that step (the only full gradient the hook
   ever holds), before it is sketched; with one micro-batch per step that is the step's
-  gradient, as in GaLore. GaLore instead needs the step's full gradient.
+  gradient, as in GaLore. GaLore instead needs the step's full gradient. The RL loop shuffles
+  sequences across micro-batches, so that micro-batch is a random slice of the batch, not one
+  prompt's group; an all-zero gradient (a group with equal rewards) postpones the refresh to
+  the next micro-batch.
 - Moment transfer on refresh (`transfer="rotate"`, default): with R = Q_newᵀ Q_old (r x r),
   M ← R M (left) / M Rᵀ (right), the first moment expressed in the new basis; the second
   moment, a per-coordinate variance, is carried as V ← (R∘R) V / V (R∘R)ᵀ, which is exact when
@@ -107,10 +110,13 @@ class LoGRA:
         @torch.no_grad()
         def hook(p: torch.Tensor) -> None:
             g = p.grad.float()
-            if st.pending_refresh:
-                self._refresh(st, g)
-            st.s.add_(sketch(g, st.q, st.side))
             p.grad = None
+            if st.pending_refresh:
+                if not g.any():  # an all-zero gradient spans nothing: refresh on a later one
+                    return
+                self._refresh(st, g)
+            if st.q is not None:
+                st.s.add_(sketch(g, st.q, st.side))
         return hook
 
     def _refresh(self, st: Sketched, g: torch.Tensor) -> None:
@@ -139,8 +145,9 @@ class LoGRA:
         step_size = self.lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
         coefs, sq = [], 0.0
         for st in self.sketched:
-            if st.s is None:
-                raise RuntimeError(f"{st.name}: propose() before any backward")
+            if st.s is None:  # no non-zero gradient yet, so no basis: nothing to update
+                coefs.append(None)
+                continue
             sq += st.s.square().sum().item()
             st.m.mul_(b1).add_(st.s, alpha=1 - b1)
             st.v.mul_(b2).addcmul_(st.s, st.s, value=1 - b2)
@@ -154,8 +161,9 @@ class LoGRA:
     @torch.no_grad()
     def apply(self, step: dict, scale: float = 1.0) -> None:
         for st, c in zip(self.sketched, step["sketched"]):
-            st.applied = c * scale
-            lift_add_(st.param.data, st.q, st.applied, st.side)
+            if c is not None:
+                st.applied = c * scale
+                lift_add_(st.param.data, st.q, st.applied, st.side)
         self.dense.apply(step["dense"], scale)
 
     @contextlib.contextmanager
@@ -165,6 +173,9 @@ class LoGRA:
         through the dense rule's exact save-and-restore."""
         handles = []
         for st, c in zip(self.sketched, step["sketched"]):
+            if c is None:
+                continue
+
             def branch(mod, args, out, q=st.q, c=c * eta, side=st.side):
                 x = args[0].to(q.dtype)
                 delta = (x @ c.T) @ q.T if side == "left" else (x @ q) @ c.T

@@ -25,6 +25,7 @@ import importlib
 RULES = {
     "dense_adam": "baselines.dense_adam:DenseAdam",
     "logra": "logra.logra:LoGRA",
+    "galore": "baselines.galore:GaLore",
 }
 
 

@@ -5,7 +5,7 @@ memory by category (`mem_<category>`), the analytic prediction (`pred_<category>
 lm-eval accuracy of its final checkpoint beside its task's SFT base (`eval_accuracy`,
 `base_accuracy`). summary.json keeps `eval_accuracy: null`: evaluation runs after training, so
 the table is where the two meet. `results/accuracy.csv` has one row per (task, method): base
-accuracy and the mean ± sd over seeds after GRPO.
+accuracy and the mean ± sd over the seeds whose run finished with status ok.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
 
 def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Base vs after-GRPO lm-eval accuracy per (task, method), mean ± sd over seeds."""
-    g = summary.groupby(["task", "method"])
+    g = summary[summary["status"] == "ok"].groupby(["task", "method"])
     out = g.agg(base_accuracy=("base_accuracy", "first"), accuracy_mean=("eval_accuracy", "mean"),
                 accuracy_sd=("eval_accuracy", "std"), n_seeds=("seed", "nunique"),
                 peak_mem_bytes_mean=("peak_mem_bytes", "mean")).reset_index()

@@ -69,6 +69,10 @@ def _serve(conn, model_dir: str, dtype: str, threads: int) -> None:
     torch.set_num_threads(threads)
     model, tokenizer = load(model_dir, dtype=getattr(torch, dtype))
     model.eval()
+    # Sample from the policy itself: no processors from the checkpoint (repetition penalty,
+    # min length, top-k/p) that the trainer's log-probs would not include.
+    model.generation_config = GenerationConfig(pad_token_id=tokenizer.pad_token_id,
+                                               eos_token_id=tokenizer.eos_token_id)
     params = dict(model.named_parameters())
     bases: dict[str, torch.Tensor] = {}
     while True:

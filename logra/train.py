@@ -85,14 +85,14 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         ref_model.eval().requires_grad_(False)
     rule = methods.build(cfg["method"]["rule"], model, cfg["method"]["options"])
     kl_control = KLControl(**cfg["method"]["kl_control"]) if cfg["method"]["kl_control"] else None
-    probe_gen = torch.Generator().manual_seed(seed)
+    shuffle_gen = torch.Generator().manual_seed(seed)
     engine = make_engine(cfg["rollout"]["engine"], str(base_dir), dtype=cfg["rollout"]["dtype"],
                          threads=cfg["threads"])
     full_sync_every = cfg["rollout"]["full_sync_every"]
 
     rng = random.Random(seed)
     n_prompts, group = g["prompts_per_step"], g["group_size"]
-    metrics, memory, status = [], None, "ok"
+    metrics, memory, memory_seq_len, status = [], None, None, "ok"
     params = dict(model.named_parameters())
     lowrank_bytes = lowrank_full = 0  # low-rank sync bytes, and what those weights take in full
     t_start = time.time()
@@ -106,10 +106,13 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             rewards = torch.tensor([task.reward(r.text, examples[i // group])
                                     for i, r in enumerate(rollouts)])
             adv = group_advantages(rewards, group, scale=g["scale_advantages"])
-            ids, attn, mask = pad_batch(rollouts, tokenizer.pad_token_id)
-            ids, attn, mask, adv = ids.to(device), attn.to(device), mask.to(device), adv.to(device)
-            probe_idx = torch.randperm(ids.shape[0], generator=probe_gen)[:g["probe_size"]]
-            probe = (ids[probe_idx], attn[probe_idx], mask[probe_idx])
+            # shuffled, so each micro-batch (and the probe) mixes prompts instead of being one
+            # prompt's group; the loss does not depend on the order
+            perm = torch.randperm(len(rollouts), generator=shuffle_gen)
+            ids, attn, mask = (t[perm].to(device)
+                               for t in pad_batch(rollouts, tokenizer.pad_token_id))
+            adv = adv[perm].to(device)
+            probe = (ids[:g["probe_size"]], attn[:g["probe_size"]], mask[:g["probe_size"]])
             meter = (MemoryMeter(device, labels={"optimizer": rule.state_tensors(),
                                                  "grads": rule.grad_buffers()})
                      if step == g["profile_step"] else contextlib.nullcontext())
@@ -144,21 +147,25 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     model.save_pretrained(out_dir / "model")
     tokenizer.save_pretrained(out_dir / "model")
 
-    breakdown = analytic_breakdown(
-        param_bytes=tensor_bytes(model.parameters()),
-        grad_bytes_at_peak=rule.peak_grad_bytes(),
-        optimizer_bytes=rule.state_bytes(),
-        activation_bytes=activation_bytes_estimate(
-            model.config, batch=g["micro_batch_size"], seq_len=memory_seq_len,
-            checkpointing=g["gradient_checkpointing"], attention_mask=True,
-            attn_implementation=model.config._attn_implementation))
-    mem_check = None
+    breakdown = mem_check = None
     if memory:
+        breakdown = analytic_breakdown(
+            param_bytes=tensor_bytes(model.parameters()),
+            grad_bytes_at_peak=rule.peak_grad_bytes(),
+            optimizer_bytes=rule.state_bytes(),
+            activation_bytes=activation_bytes_estimate(
+                model.config, batch=g["micro_batch_size"], seq_len=memory_seq_len,
+                checkpointing=g["gradient_checkpointing"], attention_mask=True,
+                attn_implementation=model.config._attn_implementation))
         ratio = memory.peak_bytes / breakdown["total"]
         mem_check = {"measured_over_analytic": ratio, "tolerance": MEM_TOLERANCE,
                      "agree": abs(ratio - 1) <= MEM_TOLERANCE}
-    last = metrics[-10:]
+    def mean(values):
+        values = list(values)
+        return sum(values) / len(values) if values else None
+
     ratios = [m["kl_real"] / m["kl_pred"] for m in metrics if m["kl_pred"] > 0]
+    kl_real = [m["kl_real"] for m in metrics]
     return {
         "status": status, "task": cfg["task_name"], "method": cfg["method_name"], "seed": seed,
         "model": cfg["model_name"], "n_params": n_params(model), "device": str(device),
@@ -169,14 +176,16 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         "mem_measure": memory.method if memory else None,
         "mem_rss_peak_bytes": memory.rss_peak_bytes if memory else None,
         "mem_analytic": breakdown, "mem_check": mem_check,
-        "mean_step_time_s": sum(m["step_time_s"] for m in metrics) / len(metrics),
-        "sync_bytes_per_step": sum(m["sync_bytes"] for m in metrics) / len(metrics),
+        # the profiled step runs under the profiler (several times slower): left out
+        "mean_step_time_s": mean(m["step_time_s"] for m in metrics
+                                 if m["step"] != g["profile_step"]),
+        "sync_bytes_per_step": mean(m["sync_bytes"] for m in metrics),
         "sync_full_bytes": tensor_bytes(model.parameters()),
         "sync_lowrank_fraction": lowrank_bytes / lowrank_full if lowrank_full else None,
         "optimizer_state_bytes": rule.state_bytes(),
-        "final_reward": sum(m["reward_mean"] for m in last) / len(last),
-        "kl": {"median_real": statistics.median(m["kl_real"] for m in metrics),
-               "max_real": max(m["kl_real"] for m in metrics),
+        "final_reward": mean(m["reward_mean"] for m in metrics[-10:]),
+        "kl": {"median_real": statistics.median(kl_real) if kl_real else None,
+               "max_real": max(kl_real, default=None),
                "median_real_over_pred": statistics.median(ratios) if ratios else None},
         "eval_accuracy": None, "config": cfg}
 
@@ -187,14 +196,16 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, g,
 
     `max_scale` caps the step scale (linear warmup). Returns (loss, step scale η, predicted KL
     at η or nan, realized KL)."""
+    temperature = g["temperature"]
     loss = accumulate_gradients(model, ref_model, *batch, g)
+    base = probe_logprobs(model, probe[0], probe[1], temperature)
     step_delta = rule.propose()
-    base = probe_logprobs(model, probe[0], probe[1])
-    eta, kl_pred = (kl_control.scale(model, rule, step_delta, probe, base, max_scale)
+    eta, kl_pred = (kl_control.scale(model, rule, step_delta, probe, base, max_scale, temperature)
                     if kl_control else (max_scale, math.nan))
     rule.apply(step_delta, eta)
     del step_delta
-    return loss, eta, kl_pred, mean_kl(base, probe_logprobs(model, probe[0], probe[1]), probe[2])
+    after = probe_logprobs(model, probe[0], probe[1], temperature)
+    return loss, eta, kl_pred, mean_kl(base, after, probe[2])
 
 
 def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
@@ -205,12 +216,12 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
     chunks = [slice(i, i + g["micro_batch_size"]) for i in range(0, n, g["micro_batch_size"])]
     total = 0.0
     for c in chunks:
-        logp = token_logprobs(model, ids[c], attn[c])
+        logp = token_logprobs(model, ids[c], attn[c], g["temperature"])
         loss = policy_loss(logp, logp.detach(), adv[c], mask[c], g["clip_low"], g["clip_high"],
                            g["aggregation"], normalizer=normalizer)
         if ref_model is not None:
             with torch.no_grad():
-                ref = token_logprobs(ref_model, ids[c], attn[c])
+                ref = token_logprobs(ref_model, ids[c], attn[c], g["temperature"])
             loss = loss + g["beta"] * (kl_k3(logp, ref) * mask[c]).sum() / normalizer
         loss.backward()
         total += loss.item()

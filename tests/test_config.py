@@ -71,3 +71,10 @@ def test_snakemake_stops_before_any_job(tmp_path):
     assert out.returncode != 0
     assert "'micro_batch' was unexpected" in out.stdout + out.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_galore_with_kl_control_is_rejected(tmp_path):
+    config = copy.deepcopy(SMOKE)
+    config["methods"]["galore"] = {"rule": "galore", "kl_control": {"target": 0.01}}
+    with pytest.raises(WorkflowError, match="should not be valid"):
+        validate_file(_write(tmp_path, config))

@@ -1,0 +1,85 @@
+"""GaLore through the method interface: the official `galore_torch.GaLoreAdamW`, unmodified.
+
+The weights LoGRA would sketch (same `modules` regex) form GaLoreAdamW's projected parameter
+group `{'rank', 'update_proj_gap', 'scale', 'proj_type'}`, as its users configure it; every
+other trained parameter is a plain group of the same optimizer (lr `dense_lr`).
+
+GaLore's known limits stay visible rather than being worked around:
+- full gradients of every weight live until `step()` (GaLore projects inside the optimizer),
+  so `peak_grad_bytes` counts them all and the profiler measures them;
+- the update is applied inside `GaLoreAdamW.step()`, so `propose()` runs the step and
+  `apply()` accepts only scale 1: predicted-KL step control cannot scale a GaLore step
+  (`perturbed` says so);
+- the rollout engine receives every trained tensor in full.
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+from galore_torch import GaLoreAdamW
+
+from logra.logra import DEFAULT_MODULES
+from logra.memory import tensor_bytes
+
+
+class GaLore:
+    def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
+                 update_proj_gap: int = 20, scale: float = 1.0, proj_type: str = "std",
+                 betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0,
+                 dense_lr: float | None = None, modules: str = DEFAULT_MODULES):
+        pattern = re.compile(modules)
+        projected = [m.weight for name, m in model.named_modules()
+                     if isinstance(m, torch.nn.Linear) and pattern.search(name)
+                     and m.weight.requires_grad]
+        if not projected:
+            raise ValueError(f"modules: pattern {modules!r} matches no nn.Linear in the model")
+        ids = {id(p) for p in projected}
+        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        dense = [p for _, p in self.named if id(p) not in ids]
+        self.optimizer = GaLoreAdamW(
+            [{"params": dense, "lr": dense_lr or lr},
+             {"params": projected, "rank": rank, "update_proj_gap": update_proj_gap,
+              "scale": scale, "proj_type": proj_type}],
+            lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        self.grad_norm = float("nan")
+
+    @torch.no_grad()
+    def propose(self) -> None:
+        """Runs GaLoreAdamW.step(): the weights change here (see the module docstring)."""
+        grads = [p.grad for _, p in self.named if p.grad is not None]
+        self.grad_norm = torch.linalg.vector_norm(
+            torch.stack(torch._foreach_norm(grads))).item() if grads else 0.0
+        self.optimizer.step()
+        return None
+
+    def apply(self, step, scale: float = 1.0) -> None:
+        if scale != 1.0:
+            raise ValueError("galore: GaLoreAdamW applies its update inside step(); "
+                             f"the step cannot be scaled (got scale={scale})")
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def perturbed(self, step, eta):
+        raise NotImplementedError("galore: predicted-KL control needs a proposed step; "
+                                  "GaLoreAdamW applies its update inside step()")
+
+    def sync_payload(self) -> dict:
+        return {"dense": {n: p.detach() for n, p in self.named}}
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        out = []
+        for state in self.optimizer.state.values():
+            out += [state[k] for k in ("exp_avg", "exp_avg_sq") if k in state]
+            projector = state.get("projector")
+            if projector is not None and projector.ortho_matrix is not None:
+                out.append(projector.ortho_matrix)
+        return out
+
+    def grad_buffers(self) -> list[torch.Tensor]:
+        return []
+
+    def state_bytes(self) -> int:
+        return tensor_bytes(self.state_tensors())
+
+    def peak_grad_bytes(self) -> int:
+        return tensor_bytes(p for _, p in self.named)
