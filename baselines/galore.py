@@ -14,12 +14,10 @@ GaLore's known limits stay visible rather than being worked around:
 """
 from __future__ import annotations
 
-import re
-
 import torch
 from galore_torch import GaLoreAdamW
 
-from logra.logra import DEFAULT_MODULES
+from logra.logra import DEFAULT_MODULES, low_rank_linears
 from logra.memory import tensor_bytes
 
 
@@ -28,12 +26,7 @@ class GaLore:
                  update_proj_gap: int = 20, scale: float = 1.0, proj_type: str = "std",
                  betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0,
                  dense_lr: float | None = None, modules: str = DEFAULT_MODULES):
-        pattern = re.compile(modules)
-        projected = [m.weight for name, m in model.named_modules()
-                     if isinstance(m, torch.nn.Linear) and pattern.search(name)
-                     and m.weight.requires_grad]
-        if not projected:
-            raise ValueError(f"modules: pattern {modules!r} matches no nn.Linear in the model")
+        projected = [m.weight for _, m in low_rank_linears(model, modules)]
         ids = {id(p) for p in projected}
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         dense = [p for _, p in self.named if id(p) not in ids]
@@ -51,7 +44,6 @@ class GaLore:
         self.grad_norm = torch.linalg.vector_norm(
             torch.stack(torch._foreach_norm(grads))).item() if grads else 0.0
         self.optimizer.step()
-        return None
 
     def apply(self, step, scale: float = 1.0) -> None:
         if scale != 1.0:

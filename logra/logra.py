@@ -49,6 +49,17 @@ DEFAULT_MODULES = r"\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)$
 TRANSFERS = ("rotate", "none")
 
 
+def low_rank_linears(model: torch.nn.Module, modules: str) -> list[tuple[str, torch.nn.Linear]]:
+    """(name, module) of every trainable nn.Linear whose name matches the regex `modules`:
+    the weights LoGRA sketches and GaLore projects."""
+    pattern = re.compile(modules)
+    found = [(name, m) for name, m in model.named_modules()
+             if isinstance(m, torch.nn.Linear) and pattern.search(name) and m.weight.requires_grad]
+    if not found:
+        raise ValueError(f"modules: pattern {modules!r} matches no nn.Linear in the model")
+    return found
+
+
 @dataclass
 class Sketched:
     """Per-weight state: the weight, its module, side, basis, sketch accumulator, moments."""
@@ -83,23 +94,17 @@ class LoGRA:
         self.transfer, self.betas, self.eps = transfer, tuple(betas), eps
         self.t = 0
         self.grad_norm = float("nan")
-        pattern = re.compile(modules)
         self.sketched: list[Sketched] = []
-        sketched_ids = set()
-        for mod_name, mod in model.named_modules():
-            if isinstance(mod, torch.nn.Linear) and pattern.search(mod_name) \
-                    and mod.weight.requires_grad:
-                w = mod.weight
-                if rank > min(w.shape):
-                    raise ValueError(f"rank={rank} exceeds min(shape)={min(w.shape)} of "
-                                     f"{mod_name}.weight {tuple(w.shape)}")
-                gen = torch.Generator().manual_seed(seed * 100_003 + len(self.sketched))
-                st = Sketched(f"{mod_name}.weight", w, mod, side_of(tuple(w.shape)), gen)
-                w.register_post_accumulate_grad_hook(self._hook(st))
-                self.sketched.append(st)
-                sketched_ids.add(id(w))
-        if not self.sketched:
-            raise ValueError(f"modules: pattern {modules!r} matches no nn.Linear in the model")
+        for i, (mod_name, mod) in enumerate(low_rank_linears(model, modules)):
+            w = mod.weight
+            if rank > min(w.shape):
+                raise ValueError(f"rank={rank} exceeds min(shape)={min(w.shape)} of "
+                                 f"{mod_name}.weight {tuple(w.shape)}")
+            gen = torch.Generator().manual_seed(seed * 100_003 + i)
+            st = Sketched(f"{mod_name}.weight", w, mod, side_of(tuple(w.shape)), gen)
+            w.register_post_accumulate_grad_hook(self._hook(st))
+            self.sketched.append(st)
+        sketched_ids = {id(st.param) for st in self.sketched}
         dense = [(n, p) for n, p in model.named_parameters()
                  if p.requires_grad and id(p) not in sketched_ids]
         self.dense = DenseAdam.for_params(dense, lr=dense_lr or lr, betas=betas, eps=eps,
@@ -143,19 +148,20 @@ class LoGRA:
         b1, b2 = self.betas
         self.t += 1
         step_size = self.lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
-        coefs, sq = [], 0.0
+        coefs, sq = [], []
         for st in self.sketched:
             if st.s is None:  # no non-zero gradient yet, so no basis: nothing to update
                 coefs.append(None)
                 continue
-            sq += st.s.square().sum().item()
+            sq.append(st.s.square().sum())
             st.m.mul_(b1).add_(st.s, alpha=1 - b1)
             st.v.mul_(b2).addcmul_(st.s, st.s, value=1 - b2)
             coefs.append((st.m / (st.v.sqrt() + self.eps)).mul_(-step_size * self.scale))
             st.s.zero_()
             st.pending_refresh = self.t % self.refresh_every == 0
         dense = self.dense.propose()
-        self.grad_norm = math.sqrt(sq + self.dense.grad_norm ** 2)
+        sketch_sq = torch.stack(sq).sum().item() if sq else 0.0  # one host sync, not one per weight
+        self.grad_norm = math.sqrt(sketch_sq + self.dense.grad_norm ** 2)
         return {"sketched": coefs, "dense": dense}
 
     @torch.no_grad()

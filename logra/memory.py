@@ -95,7 +95,6 @@ __all__ = [
     "activation_bytes_estimate",
     "activation_breakdown",
     "saved_tensor_bytes",
-    "oom_error_types",
 ]
 
 CATEGORY_KEYS = ("weights", "grads", "optimizer", "activations", "other")
@@ -191,15 +190,6 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     return tensor_bytes(
         v for st in optimizer.state.values() for v in st.values() if isinstance(v, torch.Tensor)
     )
-
-
-def oom_error_types() -> tuple[type[BaseException], ...]:
-    """Exception types that signal an out-of-memory condition (CUDA OOM and host MemoryError)."""
-    types: list[type[BaseException]] = [MemoryError]
-    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
-    if oom is not None:
-        types.append(oom)
-    return tuple(types)
 
 
 def _read_rss_hwm_bytes() -> int:
