@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import tempfile
 from pathlib import Path
-from typing import Any
+
+from logra.io import atomic_path, write_json
 
 TASK_PREFIX = "logra_"
 
@@ -101,15 +100,16 @@ def write_lmeval_task(task_name: str, task_options: dict, test_jsonl: Path, out_
     out_dir.mkdir(parents=True, exist_ok=True)
 
     utils_module = f"{name}_utils"
-    (out_dir / f"{utils_module}.py").write_text(
-        _UTILS_TEMPLATE.format(name=task_type or task_name.removeprefix(TASK_PREFIX),
-                               options=options))
+    with atomic_path(out_dir / f"{utils_module}.py") as tmp:
+        tmp.write_text(_UTILS_TEMPLATE.format(
+            name=task_type or task_name.removeprefix(TASK_PREFIX), options=options))
     # JSON scalars are valid YAML, so paths and options are written with json.dumps.
     text = _YAML_TEMPLATE.format(
         name=name, data=json.dumps(str(test_jsonl)), max_gen_toks=int(max_gen_toks),
         utils=utils_module, options=json.dumps(options, default=str))
     yaml_path = out_dir / f"{name}.yaml"
-    yaml_path.write_text(text)
+    with atomic_path(yaml_path) as tmp:
+        tmp.write_text(text)
     return yaml_path
 
 
@@ -121,19 +121,6 @@ def _reduce_sample(sample: dict) -> dict:
         response = response[0]
     return {"doc_id": sample["doc_id"], "prompt": context, "response": response,
             "answer": sample["doc"].get("answer"), "acc": sample["acc"]}
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to a temporary file beside `path`, then rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, default=str)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Path, *,
@@ -178,5 +165,5 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
         "samples": samples,
     }
     summary = json.loads(json.dumps(summary, default=str))  # what is returned is what is stored
-    _write_json_atomic(Path(out_json), summary)
+    write_json(out_json, summary)
     return summary

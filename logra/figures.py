@@ -14,6 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from logra.io import atomic_path  # noqa: E402
+
 
 def scale_label(summary: pd.DataFrame) -> str:
     """'cpu, 1.36M params (tiny), 50 GRPO steps, 3 seeds' from the runs in `summary`."""
@@ -26,8 +28,8 @@ def scale_label(summary: pd.DataFrame) -> str:
 
 def _save(fig, outputs) -> None:
     for out in outputs:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, bbox_inches="tight", dpi=150)
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, format=Path(out).suffix[1:], bbox_inches="tight", dpi=150)
     plt.close(fig)
 
 

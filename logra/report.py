@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-SCALARS = ["status", "task", "method", "seed", "model", "n_params", "device", "dtype", "steps",
+from logra.io import atomic_path
+
+SCALARS = ["status", "diverged_at_step", "task", "method", "seed", "model", "n_params", "device", "dtype", "steps",
            "wall_s", "peak_mem_bytes", "mem_rss_peak_bytes", "optimizer_state_bytes",
            "final_reward", "mem_measure"]
 
@@ -52,7 +54,5 @@ def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def write_csv(df: pd.DataFrame, path: str | Path) -> None:
     """Atomic CSV write (temp file + rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)

@@ -32,12 +32,12 @@ import json
 import os
 import random
 import re
-import tempfile
 import unicodedata
 from collections import Counter
 from fractions import Fraction
-from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from logra.io import atomic_path
 
 Example = dict[str, Any]
 
@@ -505,29 +505,26 @@ def _iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
             yield lineno, row
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
+def read_jsonl(path: str | os.PathLike, required: Iterable[str] = ()) -> list[dict]:
     """Read a JSONL file of objects (blank lines skipped).
 
     Raises ValueError naming the file and 1-based line number for a malformed
-    line or a non-object, and naming the file when it holds no rows.
+    line, a non-object or a row without one of the ``required`` fields, and
+    naming the file when it holds no rows.
     """
-    rows = [row for _, row in _iter_jsonl(path)]
+    rows = []
+    for lineno, row in _iter_jsonl(path):
+        missing = [f for f in required if f not in row]
+        if missing:
+            raise ValueError(f"{path}:{lineno}: missing field {missing[0]!r}")
+        rows.append(row)
     if not rows:
         raise ValueError(f"{path}: empty JSONL file (no rows)")
     return rows
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
-    """Atomically write ``rows`` as JSONL: a temp file in the same directory
-    is written and then moved over ``path`` with os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Atomically write ``rows`` as JSONL (see logra/io.py)."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")

@@ -338,6 +338,14 @@ def test_read_jsonl_non_object(tmp_path):
         read_jsonl(path)
 
 
+def test_read_jsonl_missing_required_field(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"prompt": "Q: 1+1\\nA: ", "answer": "2"}\n{"prompt": "Q: 2+2\\nA: "}\n')
+    with pytest.raises(ValueError, match=r"train\.jsonl:2: missing field 'answer'"):
+        read_jsonl(path, required=("prompt", "answer"))
+    assert len(read_jsonl(path)) == 2
+
+
 def test_read_jsonl_empty_file(tmp_path):
     path = tmp_path / "nothing.jsonl"
     path.write_text("")

@@ -1,10 +1,10 @@
 """Build (or load) the base model and warm-start it by SFT on the task's train split."""
-import json
 import tempfile
 from contextlib import redirect_stderr, redirect_stdout
 
 import torch
 
+from logra.io import save_pretrained, write_json
 from logra.modeling import build_tiny, load
 from logra.sft import sft
 from logra.tasks import get_task, read_jsonl
@@ -19,13 +19,12 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     task = get_task(spec["type"], **spec.get("options", {}))
     report = {"steps": 0, "accuracy": None, "history": []}
     if s["steps"] > 0:
-        report = sft(model, tokenizer, task, read_jsonl(snakemake.input.train), steps=s["steps"],
+        rows = read_jsonl(snakemake.input.train, required=("prompt", "answer"))
+        report = sft(model, tokenizer, task, rows, steps=s["steps"],
                      batch_size=s["batch_size"], lr=s["lr"],
                      stop_at_accuracy=s["stop_at_accuracy"], eval_every=s["eval_every"],
                      eval_examples=s["eval_examples"],
                      max_new_tokens=snakemake.params.max_new_tokens, seed=snakemake.params.seed)
-    model.save_pretrained(snakemake.output.model)
-    tokenizer.save_pretrained(snakemake.output.model)
-    with open(snakemake.output.sft, "w") as f:
-        json.dump({"source": str(m["name"]), **report}, f, indent=1)
+    save_pretrained(model, tokenizer, snakemake.output.model)
+    write_json(snakemake.output.sft, {"source": str(m["name"]), **report})
     print(f"SFT stopped at step {report['steps']}, held-out accuracy {report['accuracy']}")

@@ -1,0 +1,53 @@
+"""Atomic outputs: every result is written under a temporary name beside its final path and
+renamed into place only once complete, so a job killed mid-write leaves nothing that Snakemake
+(or a reader) would take as a finished result.
+
+`atomic_path(path)` yields the temporary path (`.<name>.tmp` in the same directory) for a file
+or a directory; on success it is renamed over `path` (a directory replaces the old one), on any
+error it is removed. A leftover from a killed writer has the same name and is cleared by the next
+write. One writer per path is assumed (Snakemake runs one job per output).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling of `path` to write; rename it to `path` when the block ends."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    _remove(tmp)
+    try:
+        yield tmp
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)  # os.replace cannot rename a directory onto a non-empty one
+        os.replace(tmp, path)
+    finally:
+        _remove(tmp)  # nothing left after a successful rename
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Atomic JSON write; values JSON cannot hold are written as strings."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=1, default=str))
+
+
+def save_pretrained(model, tokenizer, out_dir: str | os.PathLike) -> None:
+    """Atomic HF checkpoint: model and tokenizer saved into one directory, renamed into place."""
+    with atomic_path(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
