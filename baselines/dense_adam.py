@@ -90,6 +90,15 @@ class DenseAdam:
     def state_tensors(self) -> list[torch.Tensor]:
         return self.m + self.v
 
+    def state_dict(self) -> dict:
+        return {"t": self.t, "m": self.m, "v": self.v}
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        """Copied into the existing moment tensors (shapes checked by logra/checkpoint.py)."""
+        self.t = state["t"]
+        torch._foreach_copy_(self.m + self.v, state["m"] + state["v"])
+
     def grad_buffers(self) -> list[torch.Tensor]:
         return []  # gradients live in .grad, which the memory profiler labels itself
 

@@ -70,6 +70,12 @@ class GaLore:
     def grad_buffers(self) -> list[torch.Tensor]:
         return []
 
+    def state_dict(self) -> dict:
+        return self.optimizer.state_dict()  # moments and galore-torch's projector objects
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)
+
     def state_bytes(self) -> int:
         return tensor_bytes(self.state_tensors())
 

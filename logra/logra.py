@@ -214,6 +214,25 @@ class LoGRA:
     def grad_buffers(self) -> list[torch.Tensor]:
         return [st.s for st in self.sketched]
 
+    def state_dict(self) -> dict:
+        """Bases, sketch accumulators, moments, refresh flags and basis-sampling generators.
+        Taken after a sync, so no applied step is pending."""
+        return {"t": self.t, "dense": self.dense.state_dict(), "sketched": {
+            st.name: {"q": st.q, "s": st.s, "m": st.m, "v": st.v,
+                      "pending_refresh": st.pending_refresh,
+                      "generator": st.generator.get_state()} for st in self.sketched}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.t = state["t"]
+        self.dense.load_state_dict(state["dense"])
+        for st in self.sketched:
+            s = state["sketched"][st.name]
+            st.q, st.s, st.m, st.v = (None if s[k] is None else s[k].to(st.param.device)
+                                      for k in ("q", "s", "m", "v"))
+            st.pending_refresh = s["pending_refresh"]
+            st.generator.set_state(s["generator"])
+            st.applied, st.basis_changed = None, False
+
     def state_bytes(self) -> int:
         return tensor_bytes(self.state_tensors())
 

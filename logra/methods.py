@@ -14,6 +14,8 @@
     state_bytes() -> int     bytes of the state tensors
     peak_grad_bytes() -> int analytic bytes of gradients alive at the peak
     grad_norm: float         norm of the gradient consumed by the last propose()
+    state_dict() -> dict     everything the rule needs to resume (logra/checkpoint.py)
+    load_state_dict(state)   restore it on the same model
 
 Rules install whatever hooks they need on the model in their constructor. The RL loop calls only
 these, so it never branches on a method's name; new rules register here by import path.

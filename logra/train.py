@@ -13,6 +13,13 @@ part of the trainer's peak on CPU.
 One update per rollout batch (TRL's default `num_iterations=1`): the old log-probs are the
 current ones detached, so the importance ratio is exactly 1 and clipping is inactive, as in
 TRL; the clipped loss is kept so that the objective is GRPO's and rollouts may be reused later.
+
+Reliability: every `grpo.checkpoint_every` steps the run's full state is checkpointed
+(logra/checkpoint.py) into `checkpoint_dir`; a rerun after a crash or `kill -9` resumes from it
+and ends with the same weights and metrics. Non-finite loss, gradient (LoGRA: sketch) norm or
+probe log-probs after the update stop the run with `status: diverged` and `diverged_at_step`;
+the saved model is then the last good checkpoint's (or the base model) and the checkpoint is
+kept. A finished run removes its checkpoint. Every output is written atomically (logra/io.py).
 """
 from __future__ import annotations
 
@@ -27,8 +34,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from logra import methods
+from logra import checkpoint, methods
 from logra.grpo import group_advantages, kl_k3, policy_loss, token_logprobs
+from logra.io import atomic_path, save_pretrained
 from logra.kl_control import KLControl, mean_kl, probe_logprobs
 from logra.memory import MemoryMeter, activation_bytes_estimate, analytic_breakdown, tensor_bytes
 from logra.modeling import load, n_params
@@ -62,8 +70,11 @@ def pad_batch(rollouts, pad_id: int):
     return ids, attn, loss_mask
 
 
-def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str | Path) -> dict:
-    """Run GRPO with the resolved run config `cfg` (see logra/config.py); returns summary."""
+def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str | Path,
+          checkpoint_dir: str | Path | None = None) -> dict:
+    """Run GRPO with the resolved run config `cfg` (see logra/config.py); returns summary.
+    Writes `out_dir/metrics.csv` and `out_dir/model`; resumes from `checkpoint_dir` if it holds
+    a checkpoint of this run."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     g, seed = cfg["grpo"], cfg["seed"]
@@ -73,7 +84,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     device = torch.device(cfg["device"])
 
     task = get_task(cfg["task"]["type"], **cfg["task"]["options"])
-    rows = read_jsonl(train_jsonl)
+    rows = read_jsonl(train_jsonl, required=("prompt", "answer"))
     model, tokenizer = load(base_dir, device=cfg["device"])
     model.train()
     if g["gradient_checkpointing"]:
@@ -86,18 +97,34 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     rule = methods.build(cfg["method"]["rule"], model, cfg["method"]["options"])
     kl_control = KLControl(**cfg["method"]["kl_control"]) if cfg["method"]["kl_control"] else None
     shuffle_gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    n_prompts, group = g["prompts_per_step"], g["group_size"]
+    params = dict(model.named_parameters())
+    # everything below but the weights and the rule is the loop's state, checkpointed as `run`
+    run = {"step": 0, "metrics": [], "memory": None, "memory_seq_len": None,
+           "lowrank_bytes": 0,  # low-rank sync bytes ...
+           "lowrank_full": 0,  # ... and what those weights take in full
+           "wall_s": 0.0, "resumed_from": []}
+    ckpt_path = Path(checkpoint_dir) / "state.pt" if checkpoint_dir else None
+    if ckpt_path and ckpt_path.exists():
+        state = checkpoint.load(ckpt_path, cfg, model)
+        model.load_state_dict(state["model"])
+        rule.load_state_dict(state["rule"])
+        checkpoint.set_rng_states(state["rng"], rng, shuffle_gen)
+        run = state["run"]
+        run["resumed_from"].append(run["step"])
+        del state
+        print(f"resumed from {ckpt_path} at step {run['step']}")
+    metrics, status, diverged_at = run["metrics"], "ok", None
+    t_start = time.time() - run["wall_s"]
     engine = make_engine(cfg["rollout"]["engine"], str(base_dir), dtype=cfg["rollout"]["dtype"],
                          threads=cfg["threads"])
     full_sync_every = cfg["rollout"]["full_sync_every"]
-
-    rng = random.Random(seed)
-    n_prompts, group = g["prompts_per_step"], g["group_size"]
-    metrics, memory, memory_seq_len, status = [], None, None, "ok"
-    params = dict(model.named_parameters())
-    lowrank_bytes = lowrank_full = 0  # low-rank sync bytes, and what those weights take in full
-    t_start = time.time()
     try:
-        for step in tqdm(range(1, g["steps"] + 1), desc=f"grpo {cfg['run_id']}", mininterval=5):
+        if run["step"]:  # the engine starts from the base weights: bring it level
+            engine.sync({"dense": {n: p.detach() for n, p in params.items()}})
+        for step in tqdm(range(run["step"] + 1, g["steps"] + 1), desc=f"grpo {cfg['run_id']}",
+                         mininterval=5):
             t0 = time.time()
             examples = rng.sample(rows, n_prompts)
             rollouts = engine.generate([ex["prompt"] for ex in examples], group,
@@ -121,15 +148,16 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                     model, ref_model, rule, kl_control, (ids, attn, mask, adv), probe, g,
                     max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.0)
             if step == g["profile_step"]:
-                memory, memory_seq_len = meter.report, ids.shape[1]
-            if not (math.isfinite(loss) and math.isfinite(rule.grad_norm)):
-                status = "diverged"
+                run["memory"], run["memory_seq_len"] = meter.report, ids.shape[1]
+            if not all(map(math.isfinite, (loss, rule.grad_norm, kl_real))):
+                status, diverged_at = "diverged", step
                 break
             payload = rule.sync_payload()
             sync_bytes = engine.sync(payload)
             lowrank = payload.get("lowrank", {})
-            lowrank_bytes += payload_bytes({"lowrank": lowrank})
-            lowrank_full += sum(params[n].numel() * params[n].element_size() for n in lowrank)
+            run["lowrank_bytes"] += payload_bytes({"lowrank": lowrank})
+            run["lowrank_full"] += sum(params[n].numel() * params[n].element_size()
+                                       for n in lowrank)
             drift = math.nan
             if full_sync_every and step % full_sync_every == 0:
                 drift = sync_drift(engine.state_dict(), params)
@@ -139,13 +167,27 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                 "reward_std": rewards.std().item(), "loss": loss, "kl_pred": kl_pred,
                 "kl_real": kl_real, "step_scale": eta, "grad_norm": rule.grad_norm,
                 "step_time_s": time.time() - t0, "sync_bytes": sync_bytes,
-                "peak_mem_bytes": memory.peak_bytes if step == g["profile_step"] else math.nan,
+                "peak_mem_bytes": (run["memory"].peak_bytes if step == g["profile_step"]
+                                   else math.nan),
                 "sync_drift": drift})
+            run["step"], run["wall_s"] = step, time.time() - t_start
+            if ckpt_path and g["checkpoint_every"] and step % g["checkpoint_every"] == 0 \
+                    and step < g["steps"]:
+                checkpoint.save(ckpt_path, {
+                    "cfg": cfg, "model": model.state_dict(), "rule": rule.state_dict(),
+                    "rng": checkpoint.rng_states(rng, shuffle_gen), "run": run})
     finally:
         engine.close()
+    if status == "diverged":  # keep the last good weights (and the checkpoint holding them)
+        if ckpt_path and ckpt_path.exists():
+            model.load_state_dict(checkpoint.load(ckpt_path, cfg, model)["model"])
+        else:
+            model.load_state_dict(load(base_dir, device=cfg["device"])[0].state_dict())
     _write_metrics(out_dir / "metrics.csv", metrics)
-    model.save_pretrained(out_dir / "model")
-    tokenizer.save_pretrained(out_dir / "model")
+    save_pretrained(model, tokenizer, out_dir / "model")
+    if ckpt_path and status == "ok":
+        ckpt_path.unlink(missing_ok=True)
+    memory, memory_seq_len = run["memory"], run["memory_seq_len"]
 
     breakdown = mem_check = None
     if memory:
@@ -167,7 +209,10 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     ratios = [m["kl_real"] / m["kl_pred"] for m in metrics if m["kl_pred"] > 0]
     kl_real = [m["kl_real"] for m in metrics]
     return {
-        "status": status, "task": cfg["task_name"], "method": cfg["method_name"], "seed": seed,
+        "status": status, "diverged_at_step": diverged_at,
+        "checkpoint": str(ckpt_path) if ckpt_path and ckpt_path.exists() else None,
+        "resumed_from_steps": run["resumed_from"],
+        "task": cfg["task_name"], "method": cfg["method_name"], "seed": seed,
         "model": cfg["model_name"], "n_params": n_params(model), "device": str(device),
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "steps": len(metrics), "wall_s": time.time() - t_start,
@@ -181,7 +226,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                                  if m["step"] != g["profile_step"]),
         "sync_bytes_per_step": mean(m["sync_bytes"] for m in metrics),
         "sync_full_bytes": tensor_bytes(model.parameters()),
-        "sync_lowrank_fraction": lowrank_bytes / lowrank_full if lowrank_full else None,
+        "sync_lowrank_fraction": (run["lowrank_bytes"] / run["lowrank_full"]
+                                  if run["lowrank_full"] else None),
         "optimizer_state_bytes": rule.state_bytes(),
         "final_reward": mean(m["reward_mean"] for m in metrics[-10:]),
         "kl": {"median_real": statistics.median(kl_real) if kl_real else None,
@@ -236,9 +282,7 @@ def sync_drift(remote: dict[str, torch.Tensor], params: dict[str, torch.Tensor])
 
 
 def _write_metrics(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
         w.writeheader()
         w.writerows(rows)
-    tmp.replace(path)

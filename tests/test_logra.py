@@ -111,6 +111,27 @@ def test_sketch_of_sum_is_sum_of_sketches(m, n, k, seed):
     assert S.side_of((m, n)) == ("left" if m < n else "right")
 
 
+@settings(max_examples=25, deadline=None)
+@given(m=hst.integers(2, 24), n=hst.integers(2, 24), method=hst.sampled_from(["range", "svd"]),
+       seed=hst.integers(0, 2**31 - 1))
+def test_sketch_lift_round_trip(m, n, method, seed):
+    """Q from `basis` is orthonormal, so sketch(lift(C)) = C, lift∘sketch is a projection
+    (applying it twice changes nothing), and lift_add_ adds exactly lift(C). fp32 (the bases
+    are fp32): 1e-5 relative to the largest entry."""
+    g = torch.Generator().manual_seed(seed)
+    grad = torch.randn(m, n, generator=g)
+    side, r = S.side_of((m, n)), max(1, min(m, n) // 2)
+    q = S.basis(grad, r, side, method, generator=g)
+    coef = torch.randn(*((r, n) if side == "left" else (m, r)), generator=g)
+    tol = dict(rtol=0, atol=1e-5 * max(coef.abs().max().item(), grad.abs().max().item()))
+    torch.testing.assert_close(S.sketch(S.lift(coef, q, side), q, side), coef, **tol)
+    once = S.lift(S.sketch(grad, q, side), q, side)
+    torch.testing.assert_close(S.lift(S.sketch(once, q, side), q, side), once, **tol)
+    w = torch.randn(m, n, generator=g)
+    expected = w + S.lift(coef, q, side)
+    S.lift_add_(w, q, coef, side)
+    torch.testing.assert_close(w, expected, **tol)
+
 @pytest.mark.parametrize("basis", ["svd", "range"])
 def test_accumulator_after_microbatches_equals_sketch_of_summed_gradient(basis):
     seed = _seed()

@@ -2,9 +2,9 @@
 import shutil
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
-from logra.modeling import CHARSET, build_tiny, char_tokenizer, load, n_params
+from logra.modeling import CHARSET, SPECIAL_TOKENS, build_tiny, char_tokenizer, load, n_params
 
 TOK = char_tokenizer()
 
@@ -12,9 +12,15 @@ TOK = char_tokenizer()
 @settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=CHARSET, max_size=200))
 def test_tokenizer_round_trip(text):
+    # a literal "<eos>" in the text is the special token, as in every HF tokenizer (below)
+    assume(not any(s in text for s in SPECIAL_TOKENS))
     ids = TOK(text)["input_ids"]
     assert len(ids) == len(text)  # one token per character
     assert TOK.decode(ids) == text
+
+
+def test_special_token_strings_in_text_are_special_tokens():
+    assert TOK("1<eos>")["input_ids"] == [TOK("1")["input_ids"][0], TOK.eos_token_id]
 
 
 def test_unknown_characters_become_unk_and_eos_is_special():

@@ -40,3 +40,51 @@ def test_smoke_run_end_to_end(tmp_path):
     assert ev["n"] == 6
     for ext in ("png", "pdf"):
         assert (tmp_path / f"figures/reward_curves.{ext}").stat().st_size > 1000
+
+
+def test_killed_workflow_resumes_and_records_divergence(tmp_path):
+    """kill -9 of the whole workflow mid-run (a preempted node), then the same command again:
+    the run resumes from its checkpoint; a diverging method is recorded and the workflow goes on."""
+    import os
+    import signal
+    import time
+
+    import yaml
+
+    config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
+    config.update(seeds=[0], tasks={"arithmetic": config["tasks"]["arithmetic"]})
+    config["grpo"].update(steps=8, checkpoint_every=2)
+    config["methods"]["diverges"] = {"rule": "dense_adam", "options": {"lr": 1.0e30}}
+    config["run_methods"] = ["dense_adam", "diverges"]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--configfile",
+           str(path), "--cores", "2", "--directory", str(tmp_path)]
+
+    ckpt = tmp_path / "results/checkpoints/arithmetic/dense_adam/seed0/state.pt"
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while not ckpt.exists():
+        assert proc.poll() is None, "the workflow ended before the first checkpoint"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    run = tmp_path / "results/runs/arithmetic/dense_adam/seed0"
+    assert not (run / "summary.json").exists()
+
+    subprocess.run(cmd + ["--unlock"], check=True, capture_output=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "ok" and s["steps"] == 8
+    assert s["resumed_from_steps"] and s["resumed_from_steps"][0] % 2 == 0
+    assert not ckpt.exists()
+    summary = pd.read_csv(tmp_path / "results/summary.csv").set_index("method")
+    assert summary.loc["dense_adam", "status"] == "ok"
+    assert summary.loc["diverges", "status"] == "diverged"
+    at = summary.loc["diverges", "diverged_at_step"]  # the first step with a non-zero gradient
+    assert 1 <= at <= 8 and summary.loc["diverges", "steps"] == at - 1
+    acc = pd.read_csv(tmp_path / "results/accuracy.csv")
+    assert list(acc["method"]) == ["dense_adam"]  # means over finished runs only

@@ -6,6 +6,9 @@ rule train:
         summary="results/runs/{task}/{method}/seed{seed}/summary.json",
         metrics="results/runs/{task}/{method}/seed{seed}/metrics.csv",
         model=directory("results/runs/{task}/{method}/seed{seed}/model"),
+    params:
+        # not an output: Snakemake must not delete it when a job dies (resume reads it)
+        checkpoint="results/checkpoints/{task}/{method}/seed{seed}",
     threads: config["threads"]
     conda:
         "../../environment.yml"

@@ -1,0 +1,149 @@
+"""Reliability of a run: kill -9 and resume, divergence, checkpoints that are not this run's.
+
+The runs use the tiny random model and a task whose reward is the fraction of digits in the
+completion, so a random policy already gets varied rewards (non-zero advantages, real updates).
+"""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from conftest import ROOT
+from logra.checkpoint import CheckpointError
+from logra.config import run_config, validate_file
+from logra.modeling import build_tiny
+from logra.tasks import TASKS, ArithmeticTask, register_task, write_jsonl
+from logra.train import METRIC_COLUMNS, train
+
+
+class DigitFraction(ArithmeticTask):
+    """Reward = fraction of digits in the completion; NaN from reward call `nan_after` on."""
+    name = "digit-fraction-test"
+
+    def __init__(self, *, nan_after: int = 0, **options):
+        super().__init__(**options)
+        self.nan_after, self.calls = nan_after, 0
+
+    def reward(self, completion, example):
+        self.calls += 1
+        if self.nan_after and self.calls > self.nan_after:
+            return math.nan
+        return sum(c.isdigit() for c in completion) / max(len(completion), 1)
+
+
+if DigitFraction.name not in TASKS:
+    register_task(DigitFraction)
+
+METHODS = {
+    "dense_adam": {"rule": "dense_adam", "options": {"lr": 1.0e-3}},
+    # refresh every 2 steps, so the resumed run crosses refreshes; KL control on
+    "logra": {"rule": "logra", "options": {"lr": 1.0e-2, "rank": 2, "refresh_every": 2},
+              "kl_control": {"target": 1.0e-2}},
+}
+
+
+def make_run(tmp_path, method, nan_after=0, **grpo):
+    """(config path, resolved run config, train JSONL) of a 6-step run checkpointing every 2."""
+    config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
+    config["tasks"] = {"digits": {"type": "arithmetic", "options": {"digits": 1}}}
+    config["grpo"].update(steps=6, checkpoint_every=2, profile_step=3, **grpo)
+    config["rollout"] = {"full_sync_every": 5}
+    config["methods"], config["run_methods"] = {method: METHODS[method]}, [method]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cfg = run_config(validate_file(path), "digits", method, 0)
+    cfg["task"] = {"type": DigitFraction.name, "options": {"digits": 1, "nan_after": nan_after}}
+    train_jsonl = tmp_path / "train.jsonl"
+    write_jsonl(train_jsonl, DigitFraction(digits=1).splits(0, 40, 0)["train"])
+    return cfg, train_jsonl
+
+
+def weights(run_dir):
+    return load_file(run_dir / "model" / "model.safetensors")
+
+
+def killed_run(cfg, base, train_jsonl, out, ckpt):
+    """Start the run in its own process group; SIGKILL the group once a checkpoint exists."""
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import test_resume; "
+            "from logra.train import train; "
+            "train(json.loads(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6])")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "tests"), json.dumps(cfg),
+                             str(base), str(train_jsonl), str(out), str(ckpt)],
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (ckpt / "state.pt").exists():
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.time() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL  # it was killed mid-run, not finished
+    assert not (out / "model").exists()
+
+
+@pytest.mark.parametrize("method", ["dense_adam", "logra"])
+def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, tiny_dir, method):
+    cfg, train_jsonl = make_run(tmp_path, method)
+    reference = train(cfg, tiny_dir, train_jsonl, tmp_path / "reference")
+
+    out, ckpt = tmp_path / "run", tmp_path / "ckpt"
+    killed_run(cfg, tiny_dir, train_jsonl, out, ckpt)
+    summary = train(cfg, tiny_dir, train_jsonl, out, ckpt)
+
+    assert summary["resumed_from_steps"] in ([2], [4])
+    assert summary["status"] == reference["status"] == "ok"
+    assert not (ckpt / "state.pt").exists()  # a finished run removes its checkpoint
+    ref_w, got_w = weights(tmp_path / "reference"), weights(out)
+    assert ref_w.keys() == got_w.keys()
+    changed = [n for n in ref_w if not torch.equal(ref_w[n], load_file(
+        tiny_dir / "model.safetensors")[n])]
+    assert changed  # the runs trained something
+    for n in ref_w:
+        assert torch.equal(ref_w[n], got_w[n]), n
+    # timings differ, and a memory peak measured twice differs by allocator noise (< 1%)
+    exact = [c for c in METRIC_COLUMNS if c not in ("step_time_s", "peak_mem_bytes")]
+    pd.testing.assert_frame_equal(pd.read_csv(out / "metrics.csv")[exact],
+                                  pd.read_csv(tmp_path / "reference/metrics.csv")[exact])
+    assert summary["steps"] == 6
+    assert summary["peak_mem_bytes"] == pytest.approx(reference["peak_mem_bytes"], rel=0.01)
+    for key in ("final_reward", "optimizer_state_bytes", "sync_lowrank_fraction", "kl"):
+        assert summary[key] == reference[key], key
+
+
+def test_divergence_stops_with_status_and_keeps_last_good_checkpoint(tmp_path, tiny_dir):
+    # the reward turns NaN from step 4 on (8 rewards per step)
+    cfg, train_jsonl = make_run(tmp_path, "dense_adam", nan_after=3 * 8)
+    ckpt = tmp_path / "ckpt"
+    summary = train(cfg, tiny_dir, train_jsonl, tmp_path / "run", ckpt)
+    assert summary["status"] == "diverged" and summary["diverged_at_step"] == 4
+    assert summary["checkpoint"] == str(ckpt / "state.pt")
+    state = torch.load(ckpt / "state.pt", weights_only=False)
+    assert state["run"]["step"] == 2
+    saved = weights(tmp_path / "run")  # the model saved is the last good checkpoint's
+    for n, w in saved.items():
+        assert torch.isfinite(w).all() and torch.equal(w, state["model"][n]), n
+    assert list(pd.read_csv(tmp_path / "run/metrics.csv")["step"]) == [1, 2, 3]
+
+    with pytest.raises(CheckpointError, match=r"different run config: method\.options\.lr is "
+                                              r"0\.001 in the checkpoint and 0\.002 now"):
+        other = json.loads(json.dumps(cfg))
+        other["method"]["options"]["lr"] = 2.0e-3
+        train(other, tiny_dir, train_jsonl, tmp_path / "other", ckpt)
+
+    wider = build_tiny(tmp_path / "wider", hidden_size=96, intermediate_size=128,
+                       num_hidden_layers=2, num_attention_heads=4)
+    with pytest.raises(CheckpointError, match=r"different architecture: parameter "
+                                              r"'model\.embed_tokens\.weight' has shape "
+                                              r"\(\d+, 64\) in the checkpoint and \(\d+, 96\)"):
+        train(cfg, wider, train_jsonl, tmp_path / "other", ckpt)
+    assert (ckpt / "state.pt").exists()  # refusing to resume loses nothing
