@@ -1,9 +1,14 @@
-"""logra-repro: tasks x methods x seeds GRPO runs, lm-eval, summary table and figures."""
+"""logra-repro: tasks x methods x seeds GRPO runs, lm-eval, summary table and figures.
+
+Targets: `all` (the default grid of run_methods, the memory sweep, the planner, the long
+stability runs and every figure), `ablations` (run_methods + ablation_methods,
+under results/ablations/ and figures/ablations/), `lr_sweep` (results/lr_sweep.csv).
+"""
 import os
 
 from snakemake.utils import min_version, validate
 
-from logra.config import check
+from logra.config import add_lr_sweep_methods, check, run_config
 
 min_version("9.0")
 
@@ -18,23 +23,44 @@ if config["model"]["name"] == "tiny":  # built locally: nothing may come from a 
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 TASKS, METHODS, SEEDS = list(config["tasks"]), config["run_methods"], config["seeds"]
+ABLATIONS = [m for m in config["ablation_methods"] if m not in METHODS]
+SWEEP = add_lr_sweep_methods(config)  # {method name: (method, lr)}
 
 
 wildcard_constraints:
     task=r"[a-z][a-z0-9_]*",
     method=r"[a-z][a-z0-9_]*",
     seed=r"\d+",
+    size=r"[a-z][a-z0-9_]*",
 
 
 include: "workflow/rules/data.smk"
 include: "workflow/rules/base.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
+include: "workflow/rules/memory.smk"
+include: "workflow/rules/sweep.smk"
 include: "workflow/rules/figures.smk"
+
+
+PAPER = {"memory_sweep", "planner", "stability"} <= set(config)  # the paper's figures
 
 
 rule all:
     input:
         "results/summary.csv",
         "results/accuracy.csv",
-        expand("figures/reward_curves.{ext}", ext=["png", "pdf"]),
+        ["results/memory/sweep.csv", "results/memory/planner.csv"] if PAPER else [],
+        expand(
+            "figures/{fig}.{ext}",
+            fig=["reward_curves"]
+            + (["memory_reduction", "stability_27b", "sync_bytes"] if PAPER else []),
+            ext=["png", "pdf"],
+        ),
+
+
+rule ablations:
+    input:
+        "results/ablations/summary.csv",
+        "results/ablations/accuracy.csv",
+        expand("figures/ablations/reward_curves.{ext}", ext=["png", "pdf"]),

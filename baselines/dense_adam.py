@@ -85,7 +85,13 @@ class DenseAdam:
 
     def sync_payload(self) -> dict:
         """Every trained tensor in full, as vLLM's `load_weights` would receive it."""
-        return {"dense": {n: p.detach() for n, p in self.named}}
+        return {"dense": self.engine_weights()}
+
+    def engine_weights(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach() for n, p in self.named}
+
+    def unwrap(self) -> None:
+        pass  # the model is the plain architecture already
 
     def state_tensors(self) -> list[torch.Tensor]:
         return self.m + self.v

@@ -56,7 +56,13 @@ class GaLore:
                                   "GaLoreAdamW applies its update inside step()")
 
     def sync_payload(self) -> dict:
-        return {"dense": {n: p.detach() for n, p in self.named}}
+        return {"dense": self.engine_weights()}
+
+    def engine_weights(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach() for n, p in self.named}
+
+    def unwrap(self) -> None:
+        pass
 
     def state_tensors(self) -> list[torch.Tensor]:
         out = []

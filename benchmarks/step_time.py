@@ -1,8 +1,8 @@
 """Step time of each method's update, side by side in one run, as ratios vs dense Adam.
 
-    python benchmarks/step_time.py [--config config/config.yaml] [--repeats 30]
+    python benchmarks/step_time.py [--config config/config.yaml] [--repeats 30] [--methods a,b]
 
-For every method in the config's `run_methods` it builds the configured model (random init, same
+For every method in the config's `run_methods` and `ablation_methods` (or `--methods`) it builds the configured model (random init, same
 seed), its update rule and KL control, and times `logra.train.update_step` (forward/backward over
 the micro-batches, propose, KL prediction when configured, apply, realized KL on the probe) on
 one fixed batch of the configured shape (prompts_per_step x group_size sequences, fixed prompt
@@ -37,6 +37,8 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=12)
     ap.add_argument("--completion-len", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--methods", help="comma-separated method names (default: run_methods + "
+                                      "ablation_methods of the config)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     config = validate_file(args.config)
@@ -53,12 +55,14 @@ def main() -> None:
     probe = (ids[:g["probe_size"]], attn[:g["probe_size"]], mask[:g["probe_size"]])
 
     runs = {}
-    for name in config["run_methods"]:
+    names = (args.methods.split(",") if args.methods
+             else dict.fromkeys(config["run_methods"] + config["ablation_methods"]))
+    for name in names:
         cfg = run_config(config, next(iter(config["tasks"])), name, 0)["method"]
         model = copy.deepcopy(base)
+        engine = {k: v.detach().clone() for k, v in model.named_parameters()}
         rule = methods.build(cfg["rule"], model, cfg["options"])
         kl = KLControl(**cfg["kl_control"]) if cfg["kl_control"] else None
-        engine = {k: v.detach().clone() for k, v in model.named_parameters()}
         runs[name] = dict(model=model, rule=rule, kl=kl, engine=engine, bases={},
                           update=[], sync=[], bytes=[])
     for _ in range(args.repeats + 1):  # first round warms up, dropped below

@@ -21,7 +21,7 @@ import torch
 from logra.io import atomic_path
 
 # keys of the run config that may change between the killed run and its resumption
-MAY_DIFFER = ("threads", "device")
+MAY_DIFFER = ("threads", "device", "memory_budget_bytes")
 
 
 class CheckpointError(ValueError):

@@ -6,6 +6,7 @@ starts, with the key named. `validate_file` does both for use outside Snakemake.
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import yaml
@@ -22,20 +23,36 @@ class ConfigError(ValueError):
 
 def check(config: dict) -> None:
     """Cross-key checks: references between sections, options accepted by the code."""
-    for i, name in enumerate(config["run_methods"]):
-        if name not in config["methods"]:
-            raise ConfigError(f"run_methods[{i}]: {name!r} is not defined under methods "
-                              f"(defined: {sorted(config['methods'])})")
+    sweep = config.get("lr_sweep") or {"lrs": {}}
+    for key, names in [("run_methods", config["run_methods"]),
+                       ("ablation_methods", config.get("ablation_methods", [])),
+                       ("lr_sweep.lrs", list(sweep["lrs"])),
+                       *[(f"{k}.methods", config[k]["methods"])
+                         for k in ("memory_sweep", "planner", "stability") if k in config]]:
+        for i, name in enumerate(names):
+            if name not in config["methods"]:
+                raise ConfigError(f"{key}[{i}]: {name!r} is not defined under methods "
+                                  f"(defined: {sorted(config['methods'])})")
+    for key in ("lr_sweep", "stability"):
+        task = (config.get(key) or {}).get("task")
+        if task is not None and task not in config["tasks"]:
+            raise ConfigError(f"{key}.task: {task!r} is not defined under tasks "
+                              f"(defined: {sorted(config['tasks'])})")
     _check_rules_fit_model(config)
     for name, t in config["tasks"].items():
         try:
             get_task(t["type"], **t.get("options", {}))
         except (TypeError, ValueError) as e:
             raise ConfigError(f"tasks.{name}.options: {e}") from None
-    g = config["grpo"]
-    if g["profile_step"] > g["steps"]:
-        raise ConfigError(f"grpo.profile_step={g['profile_step']} is after the last step "
-                          f"(grpo.steps={g['steps']})")
+    for name, m in config["methods"].items():
+        unknown = sorted(set(m.get("grpo", {})) - set(config["grpo"]))
+        if unknown:
+            raise ConfigError(f"methods.{name}.grpo: unknown key {unknown[0]!r} "
+                              f"(grpo keys: {sorted(config['grpo'])})")
+        g = config["grpo"] | m.get("grpo", {})
+        if g["profile_step"] > g["steps"]:
+            raise ConfigError(f"grpo.profile_step={g['profile_step']} is after the last step "
+                              f"(grpo.steps={g['steps']} for method {name})")
 
 
 def _check_rules_fit_model(config: dict) -> None:
@@ -50,13 +67,31 @@ def _check_rules_fit_model(config: dict) -> None:
         hf_config = model_config(config["model"])
     except OSError:  # a hub name while offline: the rule is checked when the run starts
         return
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(hf_config)
     for name, m in config["methods"].items():
+        with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA adapters)
+            model = AutoModelForCausalLM.from_config(hf_config)
         try:
             methods.build(m["rule"], model, m.get("options", {}))
         except (TypeError, ValueError) as e:
             raise ConfigError(f"methods.{name}.options: {e}") from None
+
+
+def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
+    """Add one method per (method, lr) of `lr_sweep` to config["methods"], a copy with `lr`
+    replaced, named `<method>_lr<lr>` (`dense_adam_lr5em05`); the configured lr keeps the
+    method's own name, so those runs are shared with the grid. Returns {name: (method, lr)}."""
+    sweep = {}
+    for method, lrs in (config.get("lr_sweep") or {"lrs": {}})["lrs"].items():
+        spec = config["methods"][method]
+        for lr in lrs:
+            if lr == spec.get("options", {}).get("lr"):
+                sweep[method] = (method, lr)
+                continue
+            name = f"{method}_lr{lr:.0e}".replace("-", "m").replace("+", "")
+            config["methods"][name] = {**copy.deepcopy(spec),
+                                       "options": {**spec.get("options", {}), "lr": lr}}
+            sweep[name] = (method, lr)
+    return sweep
 
 
 def validate_file(path: str | Path) -> dict:
@@ -73,11 +108,14 @@ def run_config(config: dict, task: str, method: str, seed: int) -> dict:
     return {
         "run_id": f"{task}/{method}/seed{seed}", "task_name": task, "method_name": method,
         "seed": int(seed), "device": config["device"], "threads": config["threads"],
+        "memory_budget_bytes": (int(config["memory_budget_gb"] * 2**30)
+                                if config.get("memory_budget_gb") else None),
         "task": {"type": config["tasks"][task]["type"],
                  "options": config["tasks"][task].get("options", {})},
         "method": {"rule": config["methods"][method]["rule"],
                    "options": config["methods"][method].get("options", {}),
                    "kl_control": config["methods"][method].get("kl_control")},
-        "model_name": config["model"]["name"], "grpo": dict(config["grpo"]),
+        "model_name": config["model"]["name"],
+        "grpo": config["grpo"] | config["methods"][method].get("grpo", {}),
         "rollout": dict(config["rollout"]),
     }

@@ -60,3 +60,114 @@ def reward_curves(summary: pd.DataFrame, metrics_paths: list[str | Path], output
     axes[0][-1].legend(title=f"moving avg {window}", fontsize=8)
     fig.suptitle(f"Training reward — measured on {scale_label(summary)}", fontsize=10)
     _save(fig, outputs)
+
+
+PAPER_REDUCTION = 0.457  # the paper's reported LoGRA peak-memory reduction vs dense Adam
+MB, GB = 2**20, 1e9
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "ok"]
+
+
+def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[str]) -> None:
+    """(a) measured peak training memory per task and method (the run grid, mean over seeds),
+    LoGRA's reduction vs dense Adam annotated; (b) peak / dense Adam's per model size (the
+    sweep), with the paper's -45.7% as a reference line."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2))
+    grid = _ok(summary).groupby(["task", "method"])["peak_mem_bytes"].mean().unstack() / MB
+    grid.plot.bar(ax=ax, rot=0)
+    for i, task in enumerate(grid.index):
+        if {"logra", "dense_adam"} <= set(grid.columns):
+            ratio = grid.loc[task, "logra"] / grid.loc[task, "dense_adam"]
+            ax.annotate(f"LoGRA {ratio - 1:+.0%}", (i, grid.loc[task].max()), ha="center",
+                        va="bottom", fontsize=8)
+    ax.set_ylabel("measured peak training memory (MB)")
+    ax.set_xlabel("")
+    ax.set_title(f"(a) GRPO runs, measured: {scale_label(summary)}", fontsize=9)
+    ax.legend(fontsize=7)
+    points = _ok(sweep)
+    for method, d in points.groupby("method"):
+        bx.plot(d["n_params"], d["peak_mem_bytes_vs_dense"], marker="o", label=method)
+    bx.axhline(1 - PAPER_REDUCTION, color="gray", ls="--", label="paper: LoGRA -45.7%")
+    bx.set_xscale("log")
+    bx.set_xlabel("parameters")
+    bx.set_ylabel("peak memory / dense Adam's (measured)")
+    shape = points.iloc[0]
+    bx.set_title(f"(b) one GRPO step per size, measured: {shape['device']}, batch "
+                 f"{shape.get('batch', '')}", fontsize=9)
+    bx.legend(fontsize=7)
+    bx.grid(alpha=0.3)
+    _save(fig, outputs)
+
+
+def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: pd.DataFrame,
+                  sweep: pd.DataFrame, outputs: list[str], window: int = 25) -> None:
+    """(a) planner: per-GPU memory at ~27B by method and category (PREDICTION) with the GPU
+    line; (b) long runs: reward and realized KL per step, mean ± sd over seeds (measured);
+    (c) planner vs measured peak at every sweep point."""
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4.4))
+    model = planner["model"].iloc[0]
+    p = planner[planner["model"] == model].set_index("method")
+    cats = ["weights", "master", "grads", "optimizer", "activations", "probe", "fsdp", "rollout"]
+    (p[cats] / GB).plot.bar(stacked=True, ax=axes[0], rot=0)
+    gpu = p["gpu_bytes"].iloc[0] / GB
+    axes[0].axhline(gpu, color="red", ls="--", label=f"{gpu:.0f} GB GPU")
+    axes[0].set_ylabel("GB per GPU (PREDICTION)")
+    axes[0].set_title(f"(a) PREDICTION, planner: {model}, {p['gpus'].iloc[0]} GPUs, "
+                      f"{p['sharding'].iloc[0]}, {p['policy'].iloc[0]}", fontsize=9)
+    axes[0].legend(fontsize=6)
+    data = long_runs.copy()
+    data["reward"] = data.groupby(["method", "seed"])["reward_mean"].transform(
+        lambda r: r.rolling(window, min_periods=1).mean())
+    for method, d in data.groupby("method"):
+        for ax, col in ((axes[1], "reward"), (axes[2], "kl_real")):
+            stats = d.groupby("step")[col].agg(["mean", "std"]).fillna(0)
+            ax.plot(stats.index, stats["mean"], label=method, lw=1)
+            if col == "reward":
+                ax.fill_between(stats.index, stats["mean"] - stats["std"],
+                                stats["mean"] + stats["std"], alpha=0.2)
+    s = long_summary.iloc[0]
+    scale = (f"{s['device']}, {s['n_params'] / 1e6:.2f}M params, {long_summary['steps'].max()} "
+             f"steps, {long_summary['seed'].nunique()} seeds, lr "
+             f"{'/'.join(sorted(set(long_summary['lr'].astype(str))))}")
+    axes[1].set_title(f"(b) training reward (moving avg {window}), measured: {scale}", fontsize=8)
+    axes[1].set_xlabel("GRPO step")
+    axes[1].legend(fontsize=7)
+    axes[2].set_yscale("log")
+    axes[2].set_title("(b) realized KL(π_old ‖ π_new) per step, mean over seeds", fontsize=9)
+    axes[2].set_xlabel("GRPO step")
+    points = _ok(sweep)
+    axes[3].scatter(points["peak_mem_bytes"] / MB, points["planned_total"] / MB, s=12)
+    lim = [points["peak_mem_bytes"].min() / MB / 1.5, points["peak_mem_bytes"].max() / MB * 1.5]
+    axes[3].plot(lim, lim, color="gray")
+    axes[3].fill_between(lim, [v * 0.9 for v in lim], [v * 1.1 for v in lim], alpha=0.15,
+                         color="gray", label="±10%")
+    axes[3].set(xscale="log", yscale="log", xlabel="measured peak (MB)",
+                ylabel="planner PREDICTION (MB)")
+    worst = points["planned_error"].abs().max()
+    axes[3].set_title(f"(c) planner vs measured, memory sweep ({points['device'].iloc[0]}, "
+                      f"{len(points)} points, worst |error| {worst:.1%})", fontsize=9)
+    axes[3].legend(fontsize=7)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    _save(fig, outputs)
+
+
+def sync_bytes(sweep: pd.DataFrame, planner: pd.DataFrame, outputs: list[str]) -> None:
+    """(a) measured bytes per policy sync by method and model size; (b) PREDICTION at scale."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    points = _ok(sweep)
+    for method, d in points.groupby("method"):
+        ax.plot(d["n_params"], d["sync_bytes_per_step"] / MB, marker="o", label=method)
+    ax.set(xscale="log", yscale="log", xlabel="parameters", ylabel="MB per sync (measured)")
+    ax.set_title(f"(a) measured, memory sweep ({points['device'].iloc[0]}, fp32 payloads)",
+                 fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    table = planner.pivot(index="method", columns="model", values="sync_bytes") / GB
+    table.plot.bar(ax=bx, rot=0, logy=True)
+    bx.set_ylabel("GB per sync (PREDICTION)")
+    bx.set_title(f"(b) PREDICTION, planner: {planner['policy'].iloc[0]} weights", fontsize=9)
+    bx.grid(alpha=0.3)
+    _save(fig, outputs)

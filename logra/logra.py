@@ -207,6 +207,12 @@ class LoGRA:
             st.applied, st.basis_changed = None, False
         return {"dense": self.dense.sync_payload()["dense"], "lowrank": lowrank}
 
+    def engine_weights(self) -> dict[str, torch.Tensor]:
+        return {st.name: st.param.detach() for st in self.sketched} | self.dense.engine_weights()
+
+    def unwrap(self) -> None:
+        pass
+
     def state_tensors(self) -> list[torch.Tensor]:
         return [t for st in self.sketched for t in (st.q, st.m, st.v)] + \
             self.dense.state_tensors()

@@ -9,6 +9,10 @@
                              θ is restored exactly on exit
     sync_payload() -> dict   what the rollout engine needs to match the trainer after the
                              last apply (see logra/sync.py)
+    engine_weights() -> dict every trained weight in full, as the rollout engine names it
+                             (full resync, drift check, resume)
+    unwrap()                 leave the model as the plain architecture with the training
+                             merged in (LoRA merges its adapters); called once, at the end
     state_tensors() -> list  the optimizer state tensors (labelled "optimizer" when measured)
     grad_buffers() -> list   gradient buffers the rule owns besides .grad (labelled "grads")
     state_bytes() -> int     bytes of the state tensors
@@ -28,6 +32,7 @@ RULES = {
     "dense_adam": "baselines.dense_adam:DenseAdam",
     "logra": "logra.logra:LoGRA",
     "galore": "baselines.galore:GaLore",
+    "lora": "baselines.lora:LoRA",
 }
 
 

@@ -16,9 +16,10 @@ import pandas as pd
 
 from logra.io import atomic_path
 
-SCALARS = ["status", "diverged_at_step", "task", "method", "seed", "model", "n_params", "device", "dtype", "steps",
-           "wall_s", "peak_mem_bytes", "mem_rss_peak_bytes", "optimizer_state_bytes",
-           "final_reward", "mem_measure"]
+SCALARS = ["status", "diverged_at_step", "oom_needed_bytes", "memory_budget_bytes", "task",
+           "method", "seed", "model", "n_params", "device", "dtype", "steps", "wall_s",
+           "peak_mem_bytes", "mem_rss_peak_bytes", "optimizer_state_bytes", "final_reward",
+           "mem_measure"]
 
 
 def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
@@ -47,9 +48,55 @@ def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
     g = summary[summary["status"] == "ok"].groupby(["task", "method"])
     out = g.agg(base_accuracy=("base_accuracy", "first"), accuracy_mean=("eval_accuracy", "mean"),
                 accuracy_sd=("eval_accuracy", "std"), n_seeds=("seed", "nunique"),
-                peak_mem_bytes_mean=("peak_mem_bytes", "mean")).reset_index()
+                peak_mem_bytes_mean=("peak_mem_bytes", "mean"),
+                step_time_s_mean=("mean_step_time_s", "mean"),
+                sync_bytes_per_step_mean=("sync_bytes_per_step", "mean")).reset_index()
     out["gain_mean"] = out["accuracy_mean"] - out["base_accuracy"]
     return out
+
+
+def lr_sweep_table(run_jsons: list[str | Path], sweep: dict[str, tuple[str, float]]
+                   ) -> pd.DataFrame:
+    """One row per (method, lr): final training reward (mean of the last 10 steps) mean ± sd
+    over seeds, and `chosen` for the best lr per method. Training reward only: the test split
+    is never used to choose."""
+    rows = []
+    for path in run_jsons:
+        s = json.loads(Path(path).read_text())
+        method, lr = sweep[s["method"]]
+        ok = s["status"] == "ok"
+        rows.append({"method": method, "lr": lr, "seed": s["seed"], "status": s["status"],
+                     "final_reward": s["final_reward"] if ok else float("nan")})
+    runs = pd.DataFrame(rows)
+    out = runs.groupby(["method", "lr"]).agg(
+        final_reward_mean=("final_reward", "mean"), final_reward_sd=("final_reward", "std"),
+        n_ok=("final_reward", "count"), n_seeds=("seed", "nunique")).reset_index()
+    best = out.groupby("method")["final_reward_mean"].transform("max")
+    out["chosen"] = out["final_reward_mean"] == best
+    return out
+
+
+def memory_sweep_table(points: dict[tuple[str, str], dict]) -> pd.DataFrame:
+    """One row per (size, method) sweep point (logra/memory_sweep.py): measured peak, planner
+    prediction and error, times, state and sync bytes, and ratios vs dense_adam at that size."""
+    rows = []
+    for (size, method), p in points.items():
+        rows.append({
+            "size": size, "method": method, "rule": p["rule"], "n_params": p["n_params"],
+            "device": p["device"], "status": p["status"], "peak_mem_bytes": p["peak_mem_bytes"],
+            **{f"mem_{k}": v for k, v in (p.get("mem_breakdown") or {}).items()},
+            "planned_total": p["planned"]["total"],
+            **{f"planned_{k}": v for k, v in p["planned"].items() if k != "total"},
+            "planned_error": p.get("planned_error"),
+            "optimizer_state_bytes": p.get("optimizer_state_bytes"),
+            "update_time_s": p.get("update_time_s"), "rollout_time_s": p.get("rollout_time_s"),
+            "sync_bytes_per_step": p.get("sync_bytes_per_step"),
+            "oom_needed_bytes": p.get("oom_needed_bytes")})
+    df = pd.DataFrame(rows).sort_values(["n_params", "method"], kind="stable")
+    dense = df[df["method"] == "dense_adam"].set_index("size")
+    for col in ("peak_mem_bytes", "update_time_s", "sync_bytes_per_step"):
+        df[f"{col}_vs_dense"] = df[col] / df["size"].map(dense[col]) if len(dense) else None
+    return df.reset_index(drop=True)
 
 
 def write_csv(df: pd.DataFrame, path: str | Path) -> None:

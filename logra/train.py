@@ -20,6 +20,12 @@ and ends with the same weights and metrics. Non-finite loss, gradient (LoGRA: sk
 probe log-probs after the update stop the run with `status: diverged` and `diverged_at_step`;
 the saved model is then the last good checkpoint's (or the base model) and the checkpoint is
 kept. A finished run removes its checkpoint. Every output is written atomically (logra/io.py).
+
+Out-of-memory is a result: with `memory_budget_gb` set, a run that needs more stops with
+`status: oom` and `oom_needed_bytes` (kept like a divergence). On CUDA the allocator is capped
+at the budget and `torch.OutOfMemoryError` is caught; on CPU, where exceeding memory kills the
+process, the measured peak of the profiled step is compared with the budget (`oom_check` says
+which).
 """
 from __future__ import annotations
 
@@ -100,6 +106,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     rng = random.Random(seed)
     n_prompts, group = g["prompts_per_step"], g["group_size"]
     params = dict(model.named_parameters())
+    param_bytes = tensor_bytes(model.parameters())  # LoRA: adapters included
     # everything below but the weights and the rule is the loop's state, checkpointed as `run`
     run = {"step": 0, "metrics": [], "memory": None, "memory_seq_len": None,
            "lowrank_bytes": 0,  # low-rank sync bytes ...
@@ -115,14 +122,18 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         run["resumed_from"].append(run["step"])
         del state
         print(f"resumed from {ckpt_path} at step {run['step']}")
-    metrics, status, diverged_at = run["metrics"], "ok", None
+    metrics, status, diverged_at, oom = run["metrics"], "ok", None, {}
+    budget = cfg.get("memory_budget_bytes")
+    if budget and device.type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(
+            min(1.0, budget / torch.cuda.get_device_properties(device).total_memory), device)
     t_start = time.time() - run["wall_s"]
     engine = make_engine(cfg["rollout"]["engine"], str(base_dir), dtype=cfg["rollout"]["dtype"],
                          threads=cfg["threads"])
     full_sync_every = cfg["rollout"]["full_sync_every"]
     try:
         if run["step"]:  # the engine starts from the base weights: bring it level
-            engine.sync({"dense": {n: p.detach() for n, p in params.items()}})
+            engine.sync({"dense": rule.engine_weights()})
         for step in tqdm(range(run["step"] + 1, g["steps"] + 1), desc=f"grpo {cfg['run_id']}",
                          mininterval=5):
             t0 = time.time()
@@ -143,12 +154,22 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             meter = (MemoryMeter(device, labels={"optimizer": rule.state_tensors(),
                                                  "grads": rule.grad_buffers()})
                      if step == g["profile_step"] else contextlib.nullcontext())
-            with meter:
-                loss, eta, kl_pred, kl_real = update_step(
-                    model, ref_model, rule, kl_control, (ids, attn, mask, adv), probe, g,
-                    max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.0)
+            try:
+                with meter:
+                    loss, eta, kl_pred, kl_real = update_step(
+                        model, ref_model, rule, kl_control, (ids, attn, mask, adv), probe, g,
+                        max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.)
+            except torch.OutOfMemoryError:
+                status, oom = "oom", {"oom_at_step": step, "oom_check": "CUDA allocator capped",
+                                      "oom_needed_bytes": torch.cuda.max_memory_allocated(device)}
+                break
             if step == g["profile_step"]:
                 run["memory"], run["memory_seq_len"] = meter.report, ids.shape[1]
+                if budget and meter.report.peak_bytes > budget:
+                    status, oom = "oom", {"oom_at_step": step,
+                                          "oom_check": "measured peak vs budget, after the step",
+                                          "oom_needed_bytes": meter.report.peak_bytes}
+                    break
             if not all(map(math.isfinite, (loss, rule.grad_norm, kl_real))):
                 status, diverged_at = "diverged", step
                 break
@@ -160,8 +181,10 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                                        for n in lowrank)
             drift = math.nan
             if full_sync_every and step % full_sync_every == 0:
-                drift = sync_drift(engine.state_dict(), params)
-                sync_bytes += engine.sync({"dense": {n: p.detach() for n, p in params.items()}})
+                weights = rule.engine_weights()
+                drift = sync_drift(engine.state_dict(), weights)
+                sync_bytes += engine.sync({"dense": weights})
+                del weights
             metrics.append({
                 "step": step, "reward_mean": rewards.mean().item(),
                 "reward_std": rewards.std().item(), "loss": loss, "kl_pred": kl_pred,
@@ -178,21 +201,25 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                     "rng": checkpoint.rng_states(rng, shuffle_gen), "run": run})
     finally:
         engine.close()
-    if status == "diverged":  # keep the last good weights (and the checkpoint holding them)
-        if ckpt_path and ckpt_path.exists():
-            model.load_state_dict(checkpoint.load(ckpt_path, cfg, model)["model"])
-        else:
-            model.load_state_dict(load(base_dir, device=cfg["device"])[0].state_dict())
+    # diverged / oom: keep the last good weights (and the checkpoint holding them), else the base
+    good_ckpt = status != "ok" and ckpt_path and ckpt_path.exists()
+    if good_ckpt:
+        model.load_state_dict(checkpoint.load(ckpt_path, cfg, model)["model"])
+    rule.unwrap()
+    if status != "ok" and not good_ckpt:
+        model.load_state_dict(load(base_dir, device=cfg["device"])[0].state_dict())
     _write_metrics(out_dir / "metrics.csv", metrics)
     save_pretrained(model, tokenizer, out_dir / "model")
     if ckpt_path and status == "ok":
         ckpt_path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the directory too, when nothing else is in it
+            ckpt_path.parent.rmdir()
     memory, memory_seq_len = run["memory"], run["memory_seq_len"]
 
     breakdown = mem_check = None
     if memory:
         breakdown = analytic_breakdown(
-            param_bytes=tensor_bytes(model.parameters()),
+            param_bytes=param_bytes,
             grad_bytes_at_peak=rule.peak_grad_bytes(),
             optimizer_bytes=rule.state_bytes(),
             activation_bytes=activation_bytes_estimate(
@@ -209,7 +236,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     ratios = [m["kl_real"] / m["kl_pred"] for m in metrics if m["kl_pred"] > 0]
     kl_real = [m["kl_real"] for m in metrics]
     return {
-        "status": status, "diverged_at_step": diverged_at,
+        "status": status, "diverged_at_step": diverged_at, "memory_budget_bytes": budget, **oom,
         "checkpoint": str(ckpt_path) if ckpt_path and ckpt_path.exists() else None,
         "resumed_from_steps": run["resumed_from"],
         "task": cfg["task_name"], "method": cfg["method_name"], "seed": seed,

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from snakemake.exceptions import WorkflowError
 
-from logra.config import ConfigError, validate_file
+from logra.config import ConfigError, add_lr_sweep_methods, validate_file
 
 from conftest import ROOT
 
@@ -46,7 +46,7 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda c: c["run_methods"].append("logra"), r"run_methods\[1\]: 'logra' is not defined"),
+    (lambda c: c["run_methods"].append("galore"), r"run_methods\[1\]: 'galore' is not defined"),
     (lambda c: c["tasks"]["arithmetic"]["options"].update(digitz=3),
      "tasks.arithmetic.options: .*digitz"),
     (lambda c: c["grpo"].update(profile_step=9), "grpo.profile_step=9 is after the last step"),
@@ -54,6 +54,16 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"methods.logra.options: rank=200 exceeds min\(shape\)=128 of model.layers.0.self_attn"),
     (lambda c: c["methods"].update(logra={"rule": "logra", "options": {"modules": "xyz"}}),
      "methods.logra.options: modules: pattern 'xyz' matches no nn.Linear"),
+    (lambda c: c["methods"].update(lora={"rule": "lora", "options": {"rank": 129}}),
+     r"methods.lora.options: rank=129 exceeds min\(shape\)=128 of model.layers.0.self_attn"),
+    (lambda c: c["methods"]["dense_adam"].update(grpo={"step": 10}),
+     "methods.dense_adam.grpo: unknown key 'step'"),
+    (lambda c: c.update(ablation_methods=["lora"]),
+     r"ablation_methods\[0\]: 'lora' is not defined"),
+    (lambda c: c.update(lr_sweep={"task": "arithmetic", "lrs": {"galore": [1e-3]}}),
+     r"lr_sweep.lrs\[0\]: 'galore' is not defined"),
+    (lambda c: c.update(lr_sweep={"task": "gsm8k", "lrs": {"dense_adam": [1e-3]}}),
+     "lr_sweep.task: 'gsm8k' is not defined under tasks"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
@@ -78,3 +88,16 @@ def test_galore_with_kl_control_is_rejected(tmp_path):
     config["methods"]["galore"] = {"rule": "galore", "kl_control": {"target": 0.01}}
     with pytest.raises(WorkflowError, match="should not be valid"):
         validate_file(_write(tmp_path, config))
+
+
+def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
+    config = validate_file(ROOT / "config/config.yaml")
+    configured = config["methods"]["dense_adam"]["options"]["lr"]
+    sweep = add_lr_sweep_methods(config)
+    assert len(sweep) == sum(len(lrs) for lrs in config["lr_sweep"]["lrs"].values())
+    assert sweep["dense_adam"] == ("dense_adam", configured)  # shared with the grid's runs
+    assert sweep["dense_adam_lr5em05"] == ("dense_adam", 5e-05)
+    derived = config["methods"]["logra_lr2em03"]
+    assert derived["options"]["lr"] == 2e-3
+    assert derived["kl_control"] == config["methods"]["logra"]["kl_control"]
+    assert config["methods"]["logra"]["options"]["lr"] == 1e-3  # the original is untouched

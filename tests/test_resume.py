@@ -55,6 +55,8 @@ def make_run(tmp_path, method, nan_after=0, **grpo):
     """(config path, resolved run config, train JSONL) of a 6-step run checkpointing every 2."""
     config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
     config["tasks"] = {"digits": {"type": "arithmetic", "options": {"digits": 1}}}
+    for paper_only in ("memory_sweep", "planner", "stability"):
+        del config[paper_only]
     config["grpo"].update(steps=6, checkpoint_every=2, profile_step=3, **grpo)
     config["rollout"] = {"full_sync_every": 5}
     config["methods"], config["run_methods"] = {method: METHODS[method]}, [method]
@@ -147,3 +149,16 @@ def test_divergence_stops_with_status_and_keeps_last_good_checkpoint(tmp_path, t
                                               r"\(\d+, 64\) in the checkpoint and \(\d+, 96\)"):
         train(cfg, wider, train_jsonl, tmp_path / "other", ckpt)
     assert (ckpt / "state.pt").exists()  # refusing to resume loses nothing
+
+
+def test_run_over_its_memory_budget_records_oom(tmp_path, tiny_dir):
+    cfg, train_jsonl = make_run(tmp_path, "dense_adam")
+    cfg["memory_budget_bytes"] = 10**6  # far below what the profiled step (step 3) needs
+    summary = train(cfg, tiny_dir, train_jsonl, tmp_path / "run", tmp_path / "ckpt")
+    assert summary["status"] == "oom" and summary["oom_at_step"] == 3
+    assert summary["oom_needed_bytes"] > 10**6 and "after the step" in summary["oom_check"]
+    assert summary["steps"] == 2 and (tmp_path / "run/model/config.json").exists()
+    # kept like a divergence: the model is the last good checkpoint's (step 2)
+    state = torch.load(tmp_path / "ckpt/state.pt", weights_only=False)
+    for n, w in weights(tmp_path / "run").items():
+        assert torch.equal(w, state["model"][n]), n

@@ -381,3 +381,21 @@ def test_extract_number_never_raises(text):
 def test_extract_number_is_exact(a, frac):
     assert extract_number(f"x = {a}.{frac}") == extract_number(f"x = {a}.{frac}000")
     assert extract_number(f"#### {a:,}") == str(a)
+
+
+@PROPERTY
+@given(name=st.sampled_from(SYNTHETIC), seed=st.integers(0, 2**32 - 1))
+def test_gold_always_scores_one(name, seed):
+    task = get_task(name)
+    for ex in sum(task.splits(seed=seed, n_train=2, n_test=2).values(), []):
+        assert task.reward(task.target(ex), ex) == 1.0
+
+
+@PROPERTY
+@given(a=st.integers(-(10**12), 10**12), cents=st.integers(0, 99), style=st.integers(0, 3))
+def test_gsm8k_gold_number_always_scores_one(a, cents, style):
+    gold = f"{a}.{cents:02d}" if cents else str(a)
+    ex = {"question": "q", "answer": extract_number(gold), "solution": f"#### {gold}"}
+    text = [f"#### {gold}", f"A: {gold}.", f"so the answer is {a:,}" + (f".{cents:02d}" if cents else ""),
+            f"${gold}"][style]
+    assert get_task("gsm8k").reward(text, ex) == 1.0

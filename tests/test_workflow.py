@@ -1,9 +1,11 @@
 """End to end: the real Snakefile on the smoke config (every stage, real lm-eval)."""
 import json
+import re
 import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from conftest import ROOT
 
@@ -16,6 +18,23 @@ def test_lint_is_clean(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Lints for" not in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("target, jobs", [
+    ("all", {"train": 3 * 3 * 3, "eval_run": 27}),
+    # the three run_methods are shared; the six ablation methods add 3 tasks x 3 seeds each
+    ("ablations", {"train": 9 * 3 * 3, "eval_run": 81, "ablation_summary": 1}),
+    # 4 methods x 3 lrs x 2 seeds on one task, no lm-eval (chosen by training reward)
+    ("lr_sweep", {"train": 24, "lr_sweep": 1}),
+])
+def test_default_config_targets_resolve(tmp_path, target, jobs):
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+                          "--configfile", str(ROOT / "config/config.yaml"), "-n", target,
+                          "--directory", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    stats = out.stdout[out.stdout.index("Job stats"):]
+    for rule, count in jobs.items():
+        assert re.search(rf"^{rule}\s+{count}$", stats, re.M), (rule, stats)
 
 
 def test_smoke_run_end_to_end(tmp_path):
@@ -38,8 +57,14 @@ def test_smoke_run_end_to_end(tmp_path):
     assert (run / "model/config.json").exists()
     ev = json.loads((tmp_path / "results/eval/countdown/dense_adam/seed1.json").read_text())
     assert ev["n"] == 6
-    for ext in ("png", "pdf"):
-        assert (tmp_path / f"figures/reward_curves.{ext}").stat().st_size > 1000
+    for fig in ("reward_curves", "memory_reduction", "stability_27b", "sync_bytes"):
+        for ext in ("png", "pdf"):
+            assert (tmp_path / f"figures/{fig}.{ext}").stat().st_size > 1000
+    sweep = pd.read_csv(tmp_path / "results/memory/sweep.csv")
+    assert set(sweep["method"]) == {"dense_adam", "logra"} and (sweep["status"] == "ok").all()
+    assert (sweep["planned_error"].abs() < 0.25).all()  # tiny shapes: allocator slack shows
+    planner = pd.read_csv(tmp_path / "results/memory/planner.csv")
+    assert set(planner["kind"]) == {"prediction"} and len(planner) == 2
 
 
 def test_killed_workflow_resumes_and_records_divergence(tmp_path):
@@ -53,6 +78,8 @@ def test_killed_workflow_resumes_and_records_divergence(tmp_path):
 
     config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
     config.update(seeds=[0], tasks={"arithmetic": config["tasks"]["arithmetic"]})
+    for paper_only in ("memory_sweep", "planner", "stability"):
+        del config[paper_only]
     config["grpo"].update(steps=8, checkpoint_every=2)
     config["methods"]["diverges"] = {"rule": "dense_adam", "options": {"lr": 1.0e30}}
     config["run_methods"] = ["dense_adam", "diverges"]

@@ -1,4 +1,7 @@
 RUNS = expand("{task}/{method}/seed{seed}", task=TASKS, method=METHODS, seed=SEEDS)
+ABLATION_RUNS = RUNS + expand(
+    "{task}/{method}/seed{seed}", task=TASKS, method=ABLATIONS, seed=SEEDS
+)
 
 
 rule summary:
@@ -30,3 +33,73 @@ rule reward_curves:
         "results/logs/figures/reward_curves.log",
     script:
         "../scripts/reward_curves.py"
+
+
+use rule summary as ablation_summary with:
+    input:
+        runs=expand("results/runs/{run}/summary.json", run=ABLATION_RUNS),
+        evals=expand("results/eval/{run}.json", run=ABLATION_RUNS),
+        base=expand("results/eval/{task}/base.json", task=TASKS),
+    output:
+        summary="results/ablations/summary.csv",
+        accuracy="results/ablations/accuracy.csv",
+    log:
+        "results/logs/ablations/summary.log",
+
+
+use rule reward_curves as ablation_reward_curves with:
+    input:
+        summary="results/ablations/summary.csv",
+        metrics=expand("results/runs/{run}/metrics.csv", run=ABLATION_RUNS),
+    output:
+        png="figures/ablations/reward_curves.png",
+        pdf="figures/ablations/reward_curves.pdf",
+    log:
+        "results/logs/figures/ablations/reward_curves.log",
+
+
+rule memory_reduction:
+    input:
+        summary="results/summary.csv",
+        sweep="results/memory/sweep.csv",
+    output:
+        png="figures/memory_reduction.png",
+        pdf="figures/memory_reduction.pdf",
+    conda:
+        "../../environment.yml"
+    log:
+        "results/logs/figures/memory_reduction.log",
+    script:
+        "../scripts/memory_reduction.py"
+
+
+rule stability_27b:
+    input:
+        planner="results/memory/planner.csv",
+        sweep="results/memory/sweep.csv",
+        metrics=STABILITY_RUNS,
+        summaries=[p.replace("metrics.csv", "summary.json") for p in STABILITY_RUNS],
+    output:
+        png="figures/stability_27b.png",
+        pdf="figures/stability_27b.pdf",
+    conda:
+        "../../environment.yml"
+    log:
+        "results/logs/figures/stability_27b.log",
+    script:
+        "../scripts/stability_27b.py"
+
+
+rule sync_bytes:
+    input:
+        planner="results/memory/planner.csv",
+        sweep="results/memory/sweep.csv",
+    output:
+        png="figures/sync_bytes.png",
+        pdf="figures/sync_bytes.pdf",
+    conda:
+        "../../environment.yml"
+    log:
+        "results/logs/figures/sync_bytes.log",
+    script:
+        "../scripts/sync_bytes.py"

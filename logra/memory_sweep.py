@@ -1,0 +1,103 @@
+"""One point of the memory and speed sweep: the same GRPO step, one method, one model size.
+
+`measure(size_options, method, shape)` builds a randomly initialised tiny-config decoder of the
+given size (character vocabulary), a fixed batch of `batch` sequences (prompt_len prompt tokens
++ completion_len completion tokens, random advantages) and runs the GRPO step as the trainer
+does: a rollout (`generate` of completion_len tokens for the batch's prompts, timed; on CPU the
+engine lives in another process, so its memory is not part of the trainer's peak) and the update
+(`logra.train.update_step`: forward/backward over micro-batches, propose, KL control when
+configured, apply, realized KL on the probe), then the sync payload. Step 1 warms up (LoGRA
+builds its bases, GaLore its projections), step 2 is measured with `MemoryMeter` (peak and
+breakdown), steps 3.. are timed (median). Beside the measurement: the planner's prediction
+(`logra.planner.plan`, fp32, one device) and its relative error.
+
+With a memory budget the point records `status: oom` and what it needed instead of failing:
+on CUDA the allocator is capped at the budget (`torch.OutOfMemoryError` is caught); on CPU the
+measured peak is compared with the budget after the fact (labelled `oom_check: measured peak
+vs budget`).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from logra import methods
+from logra.kl_control import KLControl
+from logra.memory import MemoryMeter
+from logra.modeling import n_params, tiny_config
+from logra.planner import plan
+from logra.sync import payload_bytes
+from logra.train import update_step
+
+
+def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4,
+            device: str = "cpu", budget_bytes: int | None = None, seed: int = 0) -> dict:
+    """`size`: tiny_config options; `method`: {rule, options, kl_control}; `shape`: batch,
+    micro_batch, prompt_len, completion_len; `grpo`: the run config's grpo section (loss
+    settings; batch sizes are taken from `shape`)."""
+    if steps < 3:
+        raise ValueError(f"memory_sweep.steps={steps}: needs >= 3 (warm-up, measured, timed)")
+    torch.manual_seed(seed)
+    dev = torch.device(device)
+    hf_config = tiny_config(**size)
+    model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32).to(dev)
+    g = dict(grpo, micro_batch_size=shape["micro_batch"])
+    n, p_len, c_len = shape["batch"], shape["prompt_len"], shape["completion_len"]
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, hf_config.vocab_size, (n, p_len + c_len), generator=gen).to(dev)
+    attn = torch.ones_like(ids)
+    mask = torch.zeros(n, p_len + c_len - 1, dtype=torch.long, device=dev)
+    mask[:, p_len - 1:] = 1
+    adv = torch.randn(n, generator=gen).to(dev)
+    probe = (ids[:g["probe_size"]], attn[:g["probe_size"]], mask[:g["probe_size"]])
+    if dev.type == "cuda" and budget_bytes:
+        total = torch.cuda.get_device_properties(dev).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, budget_bytes / total), dev)
+
+    point = {"n_params": n_params(model), "rule": method["rule"], "device": str(dev),
+             "batch": n, "micro_batch": shape["micro_batch"], "seq_len": p_len + c_len,
+             "memory_budget_bytes": budget_bytes, "status": "ok"}
+    point["planned"] = plan(hf_config, method["rule"], method["options"],
+                            micro_batch=shape["micro_batch"], seq_len=p_len + c_len,
+                            probe_size=g["probe_size"])
+    rule = methods.build(method["rule"], model, method["options"])
+    kl = KLControl(**method["kl_control"]) if method.get("kl_control") else None
+    times, rollout_times, sync = [], [], []
+    try:
+        for step in range(1, steps + 1):
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                model.generate(input_ids=ids[:, :p_len], attention_mask=attn[:, :p_len],
+                               min_new_tokens=c_len, max_new_tokens=c_len, do_sample=True,
+                               top_k=0, top_p=1.0, pad_token_id=0)
+            t1 = time.perf_counter()
+            meter = MemoryMeter(dev, labels={"optimizer": rule.state_tensors(),
+                                             "grads": rule.grad_buffers()}) if step == 2 else None
+            if meter:
+                with meter:
+                    update_step(model, None, rule, kl, (ids, attn, mask, adv), probe, g)
+                report = meter.report
+            else:
+                update_step(model, None, rule, kl, (ids, attn, mask, adv), probe, g)
+            t2 = time.perf_counter()
+            sync.append(payload_bytes(rule.sync_payload()))
+            if step > 2:
+                times.append(t2 - t1)
+                rollout_times.append(t1 - t0)
+    except torch.OutOfMemoryError:
+        point.update(status="oom", oom_check="CUDA allocator capped at the budget",
+                     peak_mem_bytes=None, oom_needed_bytes=torch.cuda.max_memory_allocated(dev))
+        return point
+    point.update(
+        peak_mem_bytes=report.peak_bytes, mem_breakdown=report.by_category,
+        mem_measure=report.method, optimizer_state_bytes=rule.state_bytes(),
+        update_time_s=statistics.median(times), rollout_time_s=statistics.median(rollout_times),
+        sync_bytes_per_step=statistics.mean(sync[1:]),
+        planned_error=point["planned"]["total"] / report.peak_bytes - 1)
+    if budget_bytes and report.peak_bytes > budget_bytes:
+        point.update(status="oom", oom_check="measured peak vs budget (CPU: after the fact)",
+                     oom_needed_bytes=report.peak_bytes)
+    return point

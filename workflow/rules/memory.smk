@@ -1,0 +1,61 @@
+MEMORY = config.get("memory_sweep", {"sizes": {}, "methods": []})
+PLANNER = config.get("planner")
+STABILITY_RUNS = expand(
+    "results/runs/{task}/{method}/seed{seed}/metrics.csv",
+    task=config.get("stability", {}).get("task", TASKS[0]),
+    method=config.get("stability", {}).get("methods", []),
+    seed=SEEDS,
+)
+
+
+rule memory_point:
+    output:
+        "results/memory/{size}/{method}.json",
+    params:
+        size=lambda w: MEMORY["sizes"][w.size],
+        method=lambda w: run_config(config, TASKS[0], w.method, 0),
+        sweep=MEMORY,
+    threads: config["threads"]
+    conda:
+        "../../environment.yml"
+    log:
+        "results/logs/memory/{size}/{method}.log",
+    script:
+        "../scripts/memory_point.py"
+
+
+rule memory_sweep:
+    input:
+        expand(
+            "results/memory/{size}/{method}.json",
+            size=list(MEMORY["sizes"]),
+            method=MEMORY["methods"],
+        ),
+    output:
+        "results/memory/sweep.csv",
+    conda:
+        "../../environment.yml"
+    log:
+        "results/logs/memory/sweep.log",
+    script:
+        "../scripts/memory_sweep.py"
+
+
+rule planner:
+    output:
+        "results/memory/planner.csv",
+    params:
+        planner=PLANNER,
+        methods={m: config["methods"][m] for m in (PLANNER or {}).get("methods", [])},
+        # config.json paths are relative to the repository, not the working directory
+        models={
+            name: os.path.join(workflow.basedir, path)
+            for name, path in (PLANNER or {}).get("models", {}).items()
+        },
+        probe_size=config["grpo"]["probe_size"],
+    conda:
+        "../../environment.yml"
+    log:
+        "results/logs/memory/planner.log",
+    script:
+        "../scripts/planner.py"

@@ -1,0 +1,18 @@
+"""One memory/speed sweep point: results/memory/{size}/{method}.json."""
+from contextlib import redirect_stderr, redirect_stdout
+
+import torch
+
+from logra.io import write_json
+from logra.memory_sweep import measure
+
+with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
+    torch.set_num_threads(snakemake.threads)
+    cfg, sweep = snakemake.params.method, snakemake.params.sweep
+    point = measure(snakemake.params.size, cfg["method"], sweep["shape"], cfg["grpo"],
+                    steps=sweep["steps"], device=cfg["device"],
+                    budget_bytes=cfg["memory_budget_bytes"])
+    point.update(size=snakemake.wildcards.size, method=snakemake.wildcards.method,
+                 threads=snakemake.threads)
+    write_json(snakemake.output[0], point)
+    print({k: point.get(k) for k in ("status", "n_params", "peak_mem_bytes", "planned_error")})

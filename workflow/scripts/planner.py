@@ -1,0 +1,31 @@
+"""results/memory/planner.csv: predicted per-GPU bytes by category at scale (predictions)."""
+from contextlib import redirect_stderr, redirect_stdout
+
+import pandas as pd
+from transformers import AutoConfig
+
+from logra.planner import plan, sync_bytes
+from logra.report import write_csv
+
+with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
+    p = snakemake.params.planner
+    rows = []
+    for model, path in snakemake.params.models.items():
+        hf_config = AutoConfig.from_pretrained(path)
+        for method, spec in snakemake.params.methods.items():
+            bytes_ = plan(hf_config, spec["rule"], spec.get("options", {}),
+                          micro_batch=p["micro_batch"], seq_len=p["seq_len"], policy=p["policy"],
+                          gpus=p["gpus"], sharding=p["sharding"],
+                          probe_size=snakemake.params.probe_size,
+                          rollout_share=p["rollout_share"], gpu_bytes=p["gpu_gb"] * 1e9,
+                          checkpointing=p["checkpointing"])
+            rows.append({"model": model, "method": method, "gpus": p["gpus"],
+                         "gpu_bytes": p["gpu_gb"] * 1e9, "policy": p["policy"],
+                         "sharding": p["sharding"], **bytes_,
+                         "fits": bytes_["total"] <= p["gpu_gb"] * 1e9,
+                         "sync_bytes": sync_bytes(hf_config, spec["rule"],
+                                                  spec.get("options", {}), p["policy"]),
+                         "kind": "prediction"})
+    table = pd.DataFrame(rows)
+    write_csv(table, snakemake.output[0])
+    print(table.to_string())

@@ -1,0 +1,10 @@
+"""figures/sync_bytes.{png,pdf}: bytes per policy sync, measured and predicted at scale."""
+from contextlib import redirect_stderr, redirect_stdout
+
+import pandas as pd
+
+from logra.figures import sync_bytes
+
+with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
+    sync_bytes(pd.read_csv(snakemake.input.sweep), pd.read_csv(snakemake.input.planner),
+               [snakemake.output.png, snakemake.output.pdf])
