@@ -7,6 +7,8 @@ rule train:
         metrics="results/runs/{task}/{method}/seed{seed}/metrics.csv",
         model=directory("results/runs/{task}/{method}/seed{seed}/model"),
     params:
+        # the resolved run config: editing a method's options reruns its runs
+        run=lambda w: run_config(config, w.task, w.method, int(w.seed)),
         # not an output: Snakemake must not delete it when a job dies (resume reads it)
         checkpoint="results/checkpoints/{task}/{method}/seed{seed}",
     threads: config["threads"]

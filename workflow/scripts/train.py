@@ -3,14 +3,11 @@ import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from logra.config import run_config
 from logra.io import write_json
 from logra.train import train
 
 with open(snakemake.log[0], "a") as log, redirect_stdout(log), redirect_stderr(log):
-    w = snakemake.wildcards
-    cfg = run_config(snakemake.config, w.task, w.method, int(w.seed))
-    cfg["threads"] = snakemake.threads
+    cfg = dict(snakemake.params.run, threads=snakemake.threads)
     summary = train(cfg, snakemake.input.base, snakemake.input.train,
                     Path(snakemake.output.summary).parent, snakemake.params.checkpoint)
     write_json(snakemake.output.summary, summary)
