@@ -103,7 +103,8 @@ class DenseAdam:
     def load_state_dict(self, state: dict) -> None:
         """Copied into the existing moment tensors (shapes checked by logra/checkpoint.py)."""
         self.t = state["t"]
-        torch._foreach_copy_(self.m + self.v, state["m"] + state["v"])
+        for dst, src in zip(self.m + self.v, state["m"] + state["v"], strict=True):
+            dst.copy_(src)
 
     def grad_buffers(self) -> list[torch.Tensor]:
         return []  # gradients live in .grad, which the memory profiler labels itself

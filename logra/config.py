@@ -78,8 +78,9 @@ def _check_rules_fit_model(config: dict) -> None:
 
 def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
     """Add one method per (method, lr) of `lr_sweep` to config["methods"], a copy with `lr`
-    replaced, named `<method>_lr<lr>` (`dense_adam_lr5em05`); the configured lr keeps the
-    method's own name, so those runs are shared with the grid. Returns {name: (method, lr)}."""
+    replaced, named `<method>_lr<lr>` (`dense_adam_lr0p0001`, `dense_adam_lr2p5em05`); the
+    configured lr keeps the method's own name, so those runs are shared with the grid.
+    Returns {name: (method, lr)}."""
     sweep = {}
     for method, lrs in (config.get("lr_sweep") or {"lrs": {}})["lrs"].items():
         spec = config["methods"][method]
@@ -87,7 +88,10 @@ def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
             if lr == spec.get("options", {}).get("lr"):
                 sweep[method] = (method, lr)
                 continue
-            name = f"{method}_lr{lr:.0e}".replace("-", "m").replace("+", "")
+            name = f"{method}_lr{lr:g}".replace("-", "m").replace("+", "").replace(".", "p")
+            if name in config["methods"]:
+                raise ConfigError(f"lr_sweep.lrs.{method}: the run name {name!r} for lr={lr} "
+                                  "is already a method")
             config["methods"][name] = {**copy.deepcopy(spec),
                                        "options": {**spec.get("options", {}), "lr": lr}}
             sweep[name] = (method, lr)

@@ -66,8 +66,12 @@ PAPER_REDUCTION = 0.457  # the paper's reported LoGRA peak-memory reduction vs d
 MB, GB = 2**20, 1e9
 
 
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["status"] == "ok"]
+def _ok(df: pd.DataFrame, what: str) -> pd.DataFrame:
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        raise ValueError(f"{what}: no row with status ok to draw (statuses: "
+                         f"{sorted(set(df['status']))})")
+    return ok
 
 
 def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[str]) -> None:
@@ -75,7 +79,7 @@ def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[s
     LoGRA's reduction vs dense Adam annotated; (b) peak / dense Adam's per model size (the
     sweep), with the paper's -45.7% as a reference line."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2))
-    grid = _ok(summary).groupby(["task", "method"])["peak_mem_bytes"].mean().unstack() / MB
+    grid = _ok(summary, "summary.csv").groupby(["task", "method"])["peak_mem_bytes"].mean().unstack() / MB
     grid.plot.bar(ax=ax, rot=0)
     for i, task in enumerate(grid.index):
         if {"logra", "dense_adam"} <= set(grid.columns):
@@ -86,7 +90,7 @@ def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[s
     ax.set_xlabel("")
     ax.set_title(f"(a) GRPO runs, measured: {scale_label(summary)}", fontsize=9)
     ax.legend(fontsize=7)
-    points = _ok(sweep)
+    points = _ok(sweep, "memory sweep")
     for method, d in points.groupby("method"):
         bx.plot(d["n_params"], d["peak_mem_bytes_vs_dense"], marker="o", label=method)
     bx.axhline(1 - PAPER_REDUCTION, color="gray", ls="--", label="paper: LoGRA -45.7%")
@@ -95,7 +99,7 @@ def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[s
     bx.set_ylabel("peak memory / dense Adam's (measured)")
     shape = points.iloc[0]
     bx.set_title(f"(b) one GRPO step per size, measured: {shape['device']}, batch "
-                 f"{shape.get('batch', '')}", fontsize=9)
+                 f"{shape['batch']} x {shape['seq_len']} tokens", fontsize=9)
     bx.legend(fontsize=7)
     bx.grid(alpha=0.3)
     _save(fig, outputs)
@@ -137,7 +141,7 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
     axes[2].set_yscale("log")
     axes[2].set_title("(b) realized KL(π_old ‖ π_new) per step, mean over seeds", fontsize=9)
     axes[2].set_xlabel("GRPO step")
-    points = _ok(sweep)
+    points = _ok(sweep, "memory sweep")
     axes[3].scatter(points["peak_mem_bytes"] / MB, points["planned_total"] / MB, s=12)
     lim = [points["peak_mem_bytes"].min() / MB / 1.5, points["peak_mem_bytes"].max() / MB * 1.5]
     axes[3].plot(lim, lim, color="gray")
@@ -157,7 +161,7 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
 def sync_bytes(sweep: pd.DataFrame, planner: pd.DataFrame, outputs: list[str]) -> None:
     """(a) measured bytes per policy sync by method and model size; (b) PREDICTION at scale."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
-    points = _ok(sweep)
+    points = _ok(sweep, "memory sweep")
     for method, d in points.groupby("method"):
         ax.plot(d["n_params"], d["sync_bytes_per_step"] / MB, marker="o", label=method)
     ax.set(xscale="log", yscale="log", xlabel="parameters", ylabel="MB per sync (measured)")

@@ -33,8 +33,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     _remove(tmp)
     try:
         yield tmp
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)  # os.replace cannot rename a directory onto a non-empty one
+        if path.is_symlink() or (path.exists() and (path.is_dir() or tmp.is_dir())):
+            _remove(path)  # os.replace cannot put a directory over a file or a non-empty one
         os.replace(tmp, path)
     finally:
         _remove(tmp)  # nothing left after a successful rename

@@ -237,7 +237,8 @@ class LoGRA:
                                       for k in ("q", "s", "m", "v"))
             st.pending_refresh = s["pending_refresh"]
             st.generator.set_state(s["generator"])
-            st.applied, st.basis_changed = None, False
+            # a fresh rollout engine has no bases: the next low-rank sync must carry them
+            st.applied, st.basis_changed = None, st.q is not None
 
     def state_bytes(self) -> int:
         return tensor_bytes(self.state_tensors())

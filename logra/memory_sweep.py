@@ -30,7 +30,7 @@ from logra.memory import MemoryMeter
 from logra.modeling import n_params, tiny_config
 from logra.planner import plan
 from logra.sync import payload_bytes
-from logra.train import update_step
+from logra.train import cuda_oom, update_step
 
 
 def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4,
@@ -58,6 +58,7 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
         torch.cuda.set_per_process_memory_fraction(min(1.0, budget_bytes / total), dev)
 
     point = {"n_params": n_params(model), "rule": method["rule"], "device": str(dev),
+             "threads": torch.get_num_threads(),
              "batch": n, "micro_batch": shape["micro_batch"], "seq_len": p_len + c_len,
              "memory_budget_bytes": budget_bytes, "status": "ok"}
     point["planned"] = plan(hf_config, method["rule"], method["options"],
@@ -87,9 +88,8 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
             if step > 2:
                 times.append(t2 - t1)
                 rollout_times.append(t1 - t0)
-    except torch.OutOfMemoryError:
-        point.update(status="oom", oom_check="CUDA allocator capped at the budget",
-                     peak_mem_bytes=None, oom_needed_bytes=torch.cuda.max_memory_allocated(dev))
+    except torch.OutOfMemoryError as e:
+        point.update(status="oom", peak_mem_bytes=None, **cuda_oom(e, dev))
         return point
     point.update(
         peak_mem_bytes=report.peak_bytes, mem_breakdown=report.by_category,

@@ -18,7 +18,8 @@ Categories (bytes per GPU):
 - optimizer: Adam moments in fp32, / gpus. dense_adam: 2 per weight. logra: per sketched
   weight 2·r·max(m, n) (moments of the sketch) + r·min(m, n) (basis). galore: per projected
   weight 2·r·max(m, n) + min(m, n)² (galore-torch keeps the projection as a slice of the full
-  SVD factor; GaLore's paper formula has r·min(m, n)). lora: 2 per adapter weight;
+  SVD factor; GaLore's paper formula has r·min(m, n)). lora: 2 per adapter weight, adapters
+  kept in fp32 (as PeftModel's autocast does; peft's bare injection keeps the base dtype);
 - activations: saved for backward by one micro-batch (`logra.memory.activation_bytes_estimate`,
   derived for Llama/Qwen2 decoders; for other architectures, e.g. Gemma-3, an approximation);
 - probe: the KL probe's full-vocabulary log-probs kept across the update (every method logs
@@ -120,7 +121,9 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
             checkpointing=checkpointing, attention_mask=attention_mask,
             attn_implementation=attn_implementation),
         "probe": probe_size * seq_len * hf_config.vocab_size * f,
-        "fsdp": (2 * layer_numel * b + layer_numel * b) if shard > 1 else 0,
+        # two layers' weights all-gathered; one layer's unsharded grads (LoRA: adapters only)
+        "fsdp": (2 * layer_numel * b + (layer_numel * b if rule != "lora" else 0)
+                 if shard > 1 else 0),
         "rollout": int(rollout_share * gpu_bytes) if rollout_share else 0,
     }
     out["total"] = sum(out.values())

@@ -83,7 +83,9 @@ def memory_sweep_table(points: dict[tuple[str, str], dict]) -> pd.DataFrame:
     for (size, method), p in points.items():
         rows.append({
             "size": size, "method": method, "rule": p["rule"], "n_params": p["n_params"],
-            "device": p["device"], "status": p["status"], "peak_mem_bytes": p["peak_mem_bytes"],
+            "device": p["device"], "threads": p.get("threads"), "batch": p["batch"],
+            "micro_batch": p["micro_batch"], "seq_len": p["seq_len"], "status": p["status"],
+            "peak_mem_bytes": p["peak_mem_bytes"],
             **{f"mem_{k}": v for k, v in (p.get("mem_breakdown") or {}).items()},
             "planned_total": p["planned"]["total"],
             **{f"planned_{k}": v for k, v in p["planned"].items() if k != "total"},
@@ -95,7 +97,9 @@ def memory_sweep_table(points: dict[tuple[str, str], dict]) -> pd.DataFrame:
     df = pd.DataFrame(rows).sort_values(["n_params", "method"], kind="stable")
     dense = df[df["method"] == "dense_adam"].set_index("size")
     for col in ("peak_mem_bytes", "update_time_s", "sync_bytes_per_step"):
-        df[f"{col}_vs_dense"] = df[col] / df["size"].map(dense[col]) if len(dense) else None
+        df[col] = pd.to_numeric(df[col])  # None (an oom point) -> NaN
+        df[f"{col}_vs_dense"] = (df[col] / df["size"].map(pd.to_numeric(dense[col]))
+                                 if len(dense) else float("nan"))
     return df.reset_index(drop=True)
 
 

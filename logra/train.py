@@ -18,8 +18,8 @@ Reliability: every `grpo.checkpoint_every` steps the run's full state is checkpo
 (logra/checkpoint.py) into `checkpoint_dir`; a rerun after a crash or `kill -9` resumes from it
 and ends with the same weights and metrics. Non-finite loss, gradient (LoGRA: sketch) norm or
 probe log-probs after the update stop the run with `status: diverged` and `diverged_at_step`;
-the saved model is then the last good checkpoint's (or the base model) and the checkpoint is
-kept. A finished run removes its checkpoint. Every output is written atomically (logra/io.py).
+the saved model is then the last good checkpoint's (or the base model; `model_step` says which)
+and the checkpoint is kept. A finished run removes its checkpoint. Every output is written atomically (logra/io.py).
 
 Out-of-memory is a result: with `memory_budget_gb` set, a run that needs more stops with
 `status: oom` and `oom_needed_bytes` (kept like a divergence). On CUDA the allocator is capped
@@ -33,6 +33,7 @@ import contextlib
 import csv
 import math
 import random
+import re
 import statistics
 import time
 from pathlib import Path
@@ -112,13 +113,14 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
            "lowrank_bytes": 0,  # low-rank sync bytes ...
            "lowrank_full": 0,  # ... and what those weights take in full
            "wall_s": 0.0, "resumed_from": []}
-    ckpt_path = Path(checkpoint_dir) / "state.pt" if checkpoint_dir else None
+    ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir else None
+    engine_weights = None  # the engine's weights at the checkpoint, on resume
     if ckpt_path and ckpt_path.exists():
         state = checkpoint.load(ckpt_path, cfg, model)
         model.load_state_dict(state["model"])
         rule.load_state_dict(state["rule"])
         checkpoint.set_rng_states(state["rng"], rng, shuffle_gen)
-        run = state["run"]
+        run, engine_weights = state["run"], state["engine"]
         run["resumed_from"].append(run["step"])
         del state
         print(f"resumed from {ckpt_path} at step {run['step']}")
@@ -132,8 +134,9 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                          threads=cfg["threads"])
     full_sync_every = cfg["rollout"]["full_sync_every"]
     try:
-        if run["step"]:  # the engine starts from the base weights: bring it level
-            engine.sync({"dense": rule.engine_weights()})
+        if engine_weights is not None:  # the engine starts from the base weights: restore its own
+            engine.sync({"dense": engine_weights})
+            del engine_weights
         for step in tqdm(range(run["step"] + 1, g["steps"] + 1), desc=f"grpo {cfg['run_id']}",
                          mininterval=5):
             t0 = time.time()
@@ -159,9 +162,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                     loss, eta, kl_pred, kl_real = update_step(
                         model, ref_model, rule, kl_control, (ids, attn, mask, adv), probe, g,
                         max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.)
-            except torch.OutOfMemoryError:
-                status, oom = "oom", {"oom_at_step": step, "oom_check": "CUDA allocator capped",
-                                      "oom_needed_bytes": torch.cuda.max_memory_allocated(device)}
+            except torch.OutOfMemoryError as e:
+                status, oom = "oom", {"oom_at_step": step, **cuda_oom(e, device)}
                 break
             if step == g["profile_step"]:
                 run["memory"], run["memory_seq_len"] = meter.report, ids.shape[1]
@@ -198,22 +200,34 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                     and step < g["steps"]:
                 checkpoint.save(ckpt_path, {
                     "cfg": cfg, "model": model.state_dict(), "rule": rule.state_dict(),
+                    "engine": engine.state_dict(),
                     "rng": checkpoint.rng_states(rng, shuffle_gen), "run": run})
     finally:
         engine.close()
     # diverged / oom: keep the last good weights (and the checkpoint holding them), else the base
+    model_step = len(metrics)
+    if status != "ok":
+        model.zero_grad(set_to_none=True)
+        if device.type == "cuda":  # lift the budget cap: saving must not fail for lack of memory
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+            torch.cuda.empty_cache()
     good_ckpt = status != "ok" and ckpt_path and ckpt_path.exists()
     if good_ckpt:
-        model.load_state_dict(checkpoint.load(ckpt_path, cfg, model)["model"])
+        state = checkpoint.load(ckpt_path, cfg, model)
+        model.load_state_dict(state["model"])
+        model_step = state["run"]["step"]
+        del state
     rule.unwrap()
     if status != "ok" and not good_ckpt:
-        model.load_state_dict(load(base_dir, device=cfg["device"])[0].state_dict())
+        model.load_state_dict(load(base_dir)[0].state_dict())  # on the CPU, copied to device
+        model_step = 0
     _write_metrics(out_dir / "metrics.csv", metrics)
     save_pretrained(model, tokenizer, out_dir / "model")
     if ckpt_path and status == "ok":
         ckpt_path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # the directory too, when nothing else is in it
+        with contextlib.suppress(OSError):  # the directories too, when nothing else is in them
             ckpt_path.parent.rmdir()
+            ckpt_path.parent.parent.rmdir()
     memory, memory_seq_len = run["memory"], run["memory_seq_len"]
 
     breakdown = mem_check = None
@@ -237,6 +251,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     kl_real = [m["kl_real"] for m in metrics]
     return {
         "status": status, "diverged_at_step": diverged_at, "memory_budget_bytes": budget, **oom,
+        "model_step": model_step,  # the step whose weights were saved (0 = the base model)
         "checkpoint": str(ckpt_path) if ckpt_path and ckpt_path.exists() else None,
         "resumed_from_steps": run["resumed_from"],
         "task": cfg["task_name"], "method": cfg["method_name"], "seed": seed,
@@ -299,6 +314,16 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
         loss.backward()
         total += loss.item()
     return total
+
+
+def cuda_oom(error: torch.OutOfMemoryError, device: torch.device) -> dict:
+    """What a capped CUDA run needed: bytes allocated at the failure + the failed request
+    (parsed from the message), a lower bound of the true peak."""
+    sizes = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+    hit = re.search(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)", str(error))
+    request = int(float(hit.group(1)) * sizes[hit.group(2)]) if hit else 0
+    return {"oom_check": "CUDA allocator capped at the budget (needed: a lower bound)",
+            "oom_needed_bytes": torch.cuda.memory_allocated(device) + request}
 
 
 def sync_drift(remote: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> float:

@@ -96,8 +96,9 @@ def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
     sweep = add_lr_sweep_methods(config)
     assert len(sweep) == sum(len(lrs) for lrs in config["lr_sweep"]["lrs"].values())
     assert sweep["dense_adam"] == ("dense_adam", configured)  # shared with the grid's runs
-    assert sweep["dense_adam_lr5em05"] == ("dense_adam", 5e-05)
-    derived = config["methods"]["logra_lr2em03"]
+    assert sweep["dense_adam_lr2p5em05"] == ("dense_adam", 2.5e-05)
+    assert sweep["dense_adam_lr0p0001"] == ("dense_adam", 1e-04)
+    derived = config["methods"]["logra_lr0p002"]
     assert derived["options"]["lr"] == 2e-3
     assert derived["kl_control"] == config["methods"]["logra"]["kl_control"]
-    assert config["methods"]["logra"]["options"]["lr"] == 1e-3  # the original is untouched
+    assert config["methods"]["logra"]["options"]["lr"] == 5e-4  # the original is untouched

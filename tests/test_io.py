@@ -32,3 +32,19 @@ def test_directory_replaces_the_old_one_and_clears_a_stale_temp(tmp_path):
     assert [p.name for p in out.iterdir()] == ["weights.txt"]
     assert (out / "weights.txt").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_directory_replaces_a_file_and_a_symlink_is_replaced_not_followed(tmp_path):
+    out, target = tmp_path / "model", tmp_path / "elsewhere"
+    out.write_text("an old file")
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        (tmp / "w").write_text("dir")
+    assert (out / "w").read_text() == "dir"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    write_json(link, {"a": 1})
+    assert not link.is_symlink() and link.read_text() == '{\n "a": 1\n}'
+    assert (target / "keep").exists()  # what the symlink pointed to is untouched

@@ -18,9 +18,10 @@ import yaml
 from safetensors.torch import load_file
 
 from conftest import ROOT
+from logra import checkpoint
 from logra.checkpoint import CheckpointError
 from logra.config import run_config, validate_file
-from logra.modeling import build_tiny
+from logra.modeling import build_tiny, load
 from logra.tasks import TASKS, ArithmeticTask, register_task, write_jsonl
 from logra.train import METRIC_COLUMNS, train
 
@@ -45,8 +46,9 @@ if DigitFraction.name not in TASKS:
 
 METHODS = {
     "dense_adam": {"rule": "dense_adam", "options": {"lr": 1.0e-3}},
-    # refresh every 2 steps, so the resumed run crosses refreshes; KL control on
-    "logra": {"rule": "logra", "options": {"lr": 1.0e-2, "rank": 2, "refresh_every": 2},
+    # refresh every 3 steps (checkpoints every 2): a resume between refreshes must still send
+    # the engine its bases; KL control on
+    "logra": {"rule": "logra", "options": {"lr": 1.0e-2, "rank": 2, "refresh_every": 3},
               "kl_control": {"target": 1.0e-2}},
 }
 
@@ -83,7 +85,7 @@ def killed_run(cfg, base, train_jsonl, out, ckpt):
                             start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
-    while not (ckpt / "state.pt").exists():
+    while not list(ckpt.glob("*/state.pt")):
         assert proc.poll() is None, proc.stderr.read()[-3000:]
         assert time.time() < deadline, "no checkpoint within 300 s"
         time.sleep(0.05)
@@ -104,7 +106,7 @@ def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, tiny_dir, 
 
     assert summary["resumed_from_steps"] in ([2], [4])
     assert summary["status"] == reference["status"] == "ok"
-    assert not (ckpt / "state.pt").exists()  # a finished run removes its checkpoint
+    assert not ckpt.exists()  # a finished run removes its checkpoint
     ref_w, got_w = weights(tmp_path / "reference"), weights(out)
     assert ref_w.keys() == got_w.keys()
     changed = [n for n in ref_w if not torch.equal(ref_w[n], load_file(
@@ -112,13 +114,18 @@ def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, tiny_dir, 
     assert changed  # the runs trained something
     for n in ref_w:
         assert torch.equal(ref_w[n], got_w[n]), n
-    # timings differ, and a memory peak measured twice differs by allocator noise (< 1%)
-    exact = [c for c in METRIC_COLUMNS if c not in ("step_time_s", "peak_mem_bytes")]
-    pd.testing.assert_frame_equal(pd.read_csv(out / "metrics.csv")[exact],
-                                  pd.read_csv(tmp_path / "reference/metrics.csv")[exact])
+    # timings differ, a memory peak measured twice differs by allocator noise (< 1%), and the
+    # first sync after the resume also carries LoGRA's bases (the new engine has none)
+    got, ref = pd.read_csv(out / "metrics.csv"), pd.read_csv(tmp_path / "reference/metrics.csv")
+    exact = [c for c in METRIC_COLUMNS if c not in ("step_time_s", "peak_mem_bytes", "sync_bytes")]
+    pd.testing.assert_frame_equal(got[exact], ref[exact])
+    first = summary["resumed_from_steps"][0]  # rows before it are the first step's index
+    resync = got["sync_bytes"] != ref["sync_bytes"]
+    assert (got["sync_bytes"] >= ref["sync_bytes"]).all() and set(got[resync].index) <= {first}
+    assert resync.any() == (method == "logra")
     assert summary["steps"] == 6
     assert summary["peak_mem_bytes"] == pytest.approx(reference["peak_mem_bytes"], rel=0.01)
-    for key in ("final_reward", "optimizer_state_bytes", "sync_lowrank_fraction", "kl"):
+    for key in ("final_reward", "optimizer_state_bytes", "kl"):
         assert summary[key] == reference[key], key
 
 
@@ -128,19 +135,22 @@ def test_divergence_stops_with_status_and_keeps_last_good_checkpoint(tmp_path, t
     ckpt = tmp_path / "ckpt"
     summary = train(cfg, tiny_dir, train_jsonl, tmp_path / "run", ckpt)
     assert summary["status"] == "diverged" and summary["diverged_at_step"] == 4
-    assert summary["checkpoint"] == str(ckpt / "state.pt")
-    state = torch.load(ckpt / "state.pt", weights_only=False)
+    ckpt_path = checkpoint.path(ckpt, cfg)
+    assert summary["checkpoint"] == str(ckpt_path) and summary["model_step"] == 2
+    state = torch.load(ckpt_path, weights_only=False)
     assert state["run"]["step"] == 2
     saved = weights(tmp_path / "run")  # the model saved is the last good checkpoint's
     for n, w in saved.items():
         assert torch.isfinite(w).all() and torch.equal(w, state["model"][n]), n
     assert list(pd.read_csv(tmp_path / "run/metrics.csv")["step"]) == [1, 2, 3]
 
+    other = json.loads(json.dumps(cfg))
+    other["method"]["options"]["lr"] = 2.0e-3
+    assert checkpoint.path(ckpt, other) != ckpt_path  # an edited config starts fresh
+    model, _ = load(tiny_dir)
     with pytest.raises(CheckpointError, match=r"different run config: method\.options\.lr is "
                                               r"0\.001 in the checkpoint and 0\.002 now"):
-        other = json.loads(json.dumps(cfg))
-        other["method"]["options"]["lr"] = 2.0e-3
-        train(other, tiny_dir, train_jsonl, tmp_path / "other", ckpt)
+        checkpoint.load(ckpt_path, other, model)
 
     wider = build_tiny(tmp_path / "wider", hidden_size=96, intermediate_size=128,
                        num_hidden_layers=2, num_attention_heads=4)
@@ -148,7 +158,7 @@ def test_divergence_stops_with_status_and_keeps_last_good_checkpoint(tmp_path, t
                                               r"'model\.embed_tokens\.weight' has shape "
                                               r"\(\d+, 64\) in the checkpoint and \(\d+, 96\)"):
         train(cfg, wider, train_jsonl, tmp_path / "other", ckpt)
-    assert (ckpt / "state.pt").exists()  # refusing to resume loses nothing
+    assert ckpt_path.exists()  # refusing to resume loses nothing
 
 
 def test_run_over_its_memory_budget_records_oom(tmp_path, tiny_dir):
@@ -159,6 +169,6 @@ def test_run_over_its_memory_budget_records_oom(tmp_path, tiny_dir):
     assert summary["oom_needed_bytes"] > 10**6 and "after the step" in summary["oom_check"]
     assert summary["steps"] == 2 and (tmp_path / "run/model/config.json").exists()
     # kept like a divergence: the model is the last good checkpoint's (step 2)
-    state = torch.load(tmp_path / "ckpt/state.pt", weights_only=False)
+    state = torch.load(checkpoint.path(tmp_path / "ckpt", cfg), weights_only=False)
     for n, w in weights(tmp_path / "run").items():
         assert torch.equal(w, state["model"][n]), n

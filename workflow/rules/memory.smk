@@ -14,7 +14,8 @@ rule memory_point:
     params:
         size=lambda w: MEMORY["sizes"][w.size],
         method=lambda w: run_config(config, TASKS[0], w.method, 0),
-        sweep=MEMORY,
+        shape=MEMORY.get("shape"),
+        steps=MEMORY.get("steps"),
     threads: config["threads"]
     conda:
         "../../environment.yml"
@@ -47,11 +48,8 @@ rule planner:
     params:
         planner=PLANNER,
         methods={m: config["methods"][m] for m in (PLANNER or {}).get("methods", [])},
-        # config.json paths are relative to the repository, not the working directory
-        models={
-            name: os.path.join(workflow.basedir, path)
-            for name, path in (PLANNER or {}).get("models", {}).items()
-        },
+        # config.json paths, relative to the repository (not the working directory)
+        models=(PLANNER or {}).get("models", {}),
         probe_size=config["grpo"]["probe_size"],
     conda:
         "../../environment.yml"

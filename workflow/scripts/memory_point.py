@@ -8,9 +8,9 @@ from logra.memory_sweep import measure
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     torch.set_num_threads(snakemake.threads)
-    cfg, sweep = snakemake.params.method, snakemake.params.sweep
-    point = measure(snakemake.params.size, cfg["method"], sweep["shape"], cfg["grpo"],
-                    steps=sweep["steps"], device=cfg["device"],
+    cfg = snakemake.params.method
+    point = measure(snakemake.params.size, cfg["method"], snakemake.params.shape, cfg["grpo"],
+                    steps=snakemake.params.steps, device=cfg["device"],
                     budget_bytes=cfg["memory_budget_bytes"])
     point.update(size=snakemake.wildcards.size, method=snakemake.wildcards.method,
                  threads=snakemake.threads)
