@@ -102,6 +102,7 @@ def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[s
                  f"{shape['batch']} x {shape['seq_len']} tokens", fontsize=9)
     bx.legend(fontsize=7)
     bx.grid(alpha=0.3)
+    fig.tight_layout()
     _save(fig, outputs)
 
 
@@ -110,7 +111,8 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
     """(a) planner: per-GPU memory at ~27B by method and category (PREDICTION) with the GPU
     line; (b) long runs: reward and realized KL per step, mean ± sd over seeds (measured);
     (c) planner vs measured peak at every sweep point."""
-    fig, axes = plt.subplots(1, 4, figsize=(19, 4.4))
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    axes = axes.ravel()
     model = planner["model"].iloc[0]
     p = planner[planner["model"] == model].set_index("method")
     cats = ["weights", "master", "grads", "optimizer", "activations", "probe", "fsdp", "rollout"]
@@ -118,8 +120,9 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
     gpu = p["gpu_bytes"].iloc[0] / GB
     axes[0].axhline(gpu, color="red", ls="--", label=f"{gpu:.0f} GB GPU")
     axes[0].set_ylabel("GB per GPU (PREDICTION)")
-    axes[0].set_title(f"(a) PREDICTION, planner: {model}, {p['gpus'].iloc[0]} GPUs, "
-                      f"{p['sharding'].iloc[0]}, {p['policy'].iloc[0]}", fontsize=9)
+    axes[0].set_title(f"(a) PREDICTION (planner): {model}, {p['gpus'].iloc[0]} GPUs x {gpu:.0f} "
+                      f"GB,\n{p['sharding'].iloc[0]}, {p['policy'].iloc[0]} weights + fp32 "
+                      "master and moments", fontsize=9)
     axes[0].legend(fontsize=6)
     data = long_runs.copy()
     data["reward"] = data.groupby(["method", "seed"])["reward_mean"].transform(
@@ -135,12 +138,15 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
     scale = (f"{s['device']}, {s['n_params'] / 1e6:.2f}M params, {long_summary['steps'].max()} "
              f"steps, {long_summary['seed'].nunique()} seeds, lr "
              f"{'/'.join(sorted(set(long_summary['lr'].astype(str))))}")
-    axes[1].set_title(f"(b) training reward (moving avg {window}), measured: {scale}", fontsize=8)
+    axes[1].set_title(f"(b) training reward (moving avg {window}, ± sd over seeds), measured:"
+                      f"\n{scale}", fontsize=9)
     axes[1].set_xlabel("GRPO step")
     axes[1].legend(fontsize=7)
-    axes[2].set_yscale("log")
-    axes[2].set_title("(b) realized KL(π_old ‖ π_new) per step, mean over seeds", fontsize=9)
+    axes[2].set_yscale("symlog", linthresh=1e-4)
+    axes[2].set_title("(b) realized KL(π_old ‖ π_new) per update on the probe, mean over seeds,"
+                      "\nmeasured (same runs)", fontsize=9)
     axes[2].set_xlabel("GRPO step")
+    axes[2].legend(fontsize=7)
     points = _ok(sweep, "memory sweep")
     axes[3].scatter(points["peak_mem_bytes"] / MB, points["planned_total"] / MB, s=12)
     lim = [points["peak_mem_bytes"].min() / MB / 1.5, points["peak_mem_bytes"].max() / MB * 1.5]
@@ -150,11 +156,13 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
     axes[3].set(xscale="log", yscale="log", xlabel="measured peak (MB)",
                 ylabel="planner PREDICTION (MB)")
     worst = points["planned_error"].abs().max()
-    axes[3].set_title(f"(c) planner vs measured, memory sweep ({points['device'].iloc[0]}, "
-                      f"{len(points)} points, worst |error| {worst:.1%})", fontsize=9)
+    axes[3].set_title(f"(c) planner PREDICTION vs measured peak, memory sweep\n"
+                      f"({points['device'].iloc[0]}, fp32, {len(points)} points, worst |error| "
+                      f"{worst:.1%})", fontsize=9)
     axes[3].legend(fontsize=7)
     for ax in axes:
         ax.grid(alpha=0.3)
+    fig.tight_layout()
     _save(fig, outputs)
 
 
@@ -173,5 +181,7 @@ def sync_bytes(sweep: pd.DataFrame, planner: pd.DataFrame, outputs: list[str]) -
     table.plot.bar(ax=bx, rot=0, logy=True)
     bx.set_ylabel("GB per sync (PREDICTION)")
     bx.set_title(f"(b) PREDICTION, planner: {planner['policy'].iloc[0]} weights", fontsize=9)
+    bx.legend(fontsize=7, loc="lower left")
     bx.grid(alpha=0.3)
+    fig.tight_layout()
     _save(fig, outputs)
