@@ -48,8 +48,11 @@ rule planner:
     params:
         planner=PLANNER,
         methods={m: config["methods"][m] for m in (PLANNER or {}).get("methods", [])},
-        # config.json paths, relative to the repository (not the working directory)
-        models=(PLANNER or {}).get("models", {}),
+        # config.json paths are relative to the repository, not the working directory
+        models={
+            name: os.path.join(workflow.basedir, path)
+            for name, path in (PLANNER or {}).get("models", {}).items()
+        },
         probe_size=config["grpo"]["probe_size"],
     conda:
         "../../environment.yml"

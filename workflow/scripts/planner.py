@@ -1,6 +1,5 @@
 """results/memory/planner.csv: predicted per-GPU bytes by category at scale (predictions)."""
 from contextlib import redirect_stderr, redirect_stdout
-from pathlib import Path
 
 import pandas as pd
 from transformers import AutoConfig
@@ -10,9 +9,9 @@ from logra.report import write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     p = snakemake.params.planner
-    rows, repo = [], Path(snakemake.scriptdir).parents[1]
+    rows = []
     for model, path in snakemake.params.models.items():
-        hf_config = AutoConfig.from_pretrained(repo / path)
+        hf_config = AutoConfig.from_pretrained(path)
         for method, spec in snakemake.params.methods.items():
             bytes_ = plan(hf_config, spec["rule"], spec.get("options", {}),
                           micro_batch=p["micro_batch"], seq_len=p["seq_len"], policy=p["policy"],
