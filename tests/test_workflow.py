@@ -21,11 +21,13 @@ def test_lint_is_clean(tmp_path):
 
 
 @pytest.mark.parametrize("target, jobs", [
-    ("all", {"train": 3 * 3 * 3, "eval_run": 27}),
+    # 3 tasks x 3 run_methods x 3 seeds + 2 stability methods x 3 seeds; 4 sizes x 4 methods
+    ("all", {"train": 27 + 6, "eval_run": 27, "memory_point": 16, "planner": 1,
+             "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
     # the three run_methods are shared; the six ablation methods add 3 tasks x 3 seeds each
     ("ablations", {"train": 9 * 3 * 3, "eval_run": 81, "ablation_summary": 1}),
-    # 4 methods x 3 lrs x 2 seeds on one task, no lm-eval (chosen by training reward)
-    ("lr_sweep", {"train": 24, "lr_sweep": 1}),
+    # 4 methods x 4 lrs x 2 seeds on one task, no lm-eval (chosen by training reward)
+    ("lr_sweep", {"train": 32, "lr_sweep": 1}),
 ])
 def test_default_config_targets_resolve(tmp_path, target, jobs):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
