@@ -49,7 +49,8 @@ class LoRA(DenseAdam):
     def engine_weights(self) -> dict[str, torch.Tensor]:
         """Merged W + (α/r)·BA of each adapted module, under the base model's names."""
         with torch.no_grad():
-            return {f"{name}.weight": layer.get_base_layer().weight + layer.get_delta_weight(ADAPTER)
+            return {f"{name}.weight":
+                    layer.get_base_layer().weight + layer.get_delta_weight(ADAPTER)
                     for name, layer in self.layers.items()}
 
     def unwrap(self) -> None:

@@ -2,14 +2,15 @@
 
     python benchmarks/step_time.py [--config config/config.yaml] [--repeats 30] [--methods a,b]
 
-For every method in the config's `run_methods` and `ablation_methods` (or `--methods`) it builds the configured model (random init, same
-seed), its update rule and KL control, and times `logra.train.update_step` (forward/backward over
-the micro-batches, propose, KL prediction when configured, apply, realized KL on the probe) on
-one fixed batch of the configured shape (prompts_per_step x group_size sequences, fixed prompt
-and completion lengths), then the sync: the payload pickled and unpickled (the transport) and
-applied to a separate copy of the weights (what the rollout engine does). Rollout generation is
-the same for every method and left out. Methods run interleaved round by round, so machine
-noise hits them alike; medians are reported. Prints one table; nothing is written.
+For every method in the config's `run_methods` and `ablation_methods` (or `--methods`) it builds
+the configured model (random init, same seed), its update rule and KL control, and times
+`logra.train.update_step` (forward/backward over the micro-batches, propose, KL prediction when
+configured, apply, realized KL on the probe) on one fixed batch of the configured shape
+(prompts_per_step x group_size sequences, fixed prompt and completion lengths), then the sync:
+the payload pickled and unpickled (the transport) and applied to a separate copy of the weights
+(what the rollout engine does). Rollout generation is the same for every method and left out.
+Methods run interleaved round by round, so machine noise hits them alike; medians are reported.
+Prints one table; nothing is written.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from transformers import AutoModelForCausalLM
 from logra import methods
 from logra.config import run_config, validate_file
 from logra.kl_control import KLControl
+from logra.memory_sweep import fixed_batch
 from logra.modeling import model_config, n_params
 from logra.sync import apply_payload, payload_bytes
 from logra.train import update_step
@@ -47,12 +49,8 @@ def main() -> None:
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_config(hf_config)
     n, width = g["prompts_per_step"] * g["group_size"], args.prompt_len + args.completion_len
-    ids = torch.randint(3, hf_config.vocab_size, (n, width))
-    attn = torch.ones_like(ids)
-    mask = torch.zeros(n, width - 1, dtype=torch.long)
-    mask[:, args.prompt_len - 1:] = 1
-    adv = torch.randn(n)
-    probe = (ids[:g["probe_size"]], attn[:g["probe_size"]], mask[:g["probe_size"]])
+    batch, probe = fixed_batch(hf_config.vocab_size, n, args.prompt_len, args.completion_len,
+                               g["probe_size"])
 
     runs = {}
     names = (args.methods.split(",") if args.methods
@@ -68,7 +66,7 @@ def main() -> None:
     for _ in range(args.repeats + 1):  # first round warms up, dropped below
         for r in runs.values():
             t0 = time.perf_counter()
-            update_step(r["model"], None, r["rule"], r["kl"], (ids, attn, mask, adv), probe, g)
+            update_step(r["model"], None, r["rule"], r["kl"], batch, probe, g)
             t1 = time.perf_counter()
             payload = pickle.loads(pickle.dumps(r["rule"].sync_payload()))
             apply_payload(r["engine"], payload, r["bases"])

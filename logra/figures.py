@@ -79,7 +79,8 @@ def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[s
     LoGRA's reduction vs dense Adam annotated; (b) peak / dense Adam's per model size (the
     sweep), with the paper's -45.7% as a reference line."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2))
-    grid = _ok(summary, "summary.csv").groupby(["task", "method"])["peak_mem_bytes"].mean().unstack() / MB
+    runs = _ok(summary, "summary.csv")
+    grid = runs.groupby(["task", "method"])["peak_mem_bytes"].mean().unstack() / MB
     grid.plot.bar(ax=ax, rot=0)
     for i, task in enumerate(grid.index):
         if {"logra", "dense_adam"} <= set(grid.columns):

@@ -18,6 +18,7 @@ vs budget`).
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 
@@ -30,7 +31,21 @@ from logra.memory import MemoryMeter
 from logra.modeling import n_params, tiny_config
 from logra.planner import plan
 from logra.sync import payload_bytes
-from logra.train import cuda_oom, update_step
+from logra.train import cap_cuda_memory, cuda_oom, update_step
+
+
+def fixed_batch(vocab_size: int, n: int, prompt_len: int, completion_len: int,
+                probe_size: int, generator: torch.Generator | None = None,
+                device: str | torch.device = "cpu") -> tuple[tuple, tuple]:
+    """A GRPO batch of fixed shape: (ids, attn, loss mask over the completion, advantages) of
+    `n` random sequences, and the probe (its first `probe_size` sequences)."""
+    gen = generator or torch.Generator().manual_seed(0)
+    ids = torch.randint(3, vocab_size, (n, prompt_len + completion_len), generator=gen).to(device)
+    attn = torch.ones_like(ids)
+    mask = torch.zeros(n, prompt_len + completion_len - 1, dtype=torch.long, device=device)
+    mask[:, prompt_len - 1:] = 1
+    adv = torch.randn(n, generator=gen).to(device)
+    return (ids, attn, mask, adv), (ids[:probe_size], attn[:probe_size], mask[:probe_size])
 
 
 def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4,
@@ -46,16 +61,10 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
     model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32).to(dev)
     g = dict(grpo, micro_batch_size=shape["micro_batch"])
     n, p_len, c_len = shape["batch"], shape["prompt_len"], shape["completion_len"]
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, hf_config.vocab_size, (n, p_len + c_len), generator=gen).to(dev)
-    attn = torch.ones_like(ids)
-    mask = torch.zeros(n, p_len + c_len - 1, dtype=torch.long, device=dev)
-    mask[:, p_len - 1:] = 1
-    adv = torch.randn(n, generator=gen).to(dev)
-    probe = (ids[:g["probe_size"]], attn[:g["probe_size"]], mask[:g["probe_size"]])
-    if dev.type == "cuda" and budget_bytes:
-        total = torch.cuda.get_device_properties(dev).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, budget_bytes / total), dev)
+    batch, probe = fixed_batch(hf_config.vocab_size, n, p_len, c_len, g["probe_size"],
+                               torch.Generator().manual_seed(seed), dev)
+    ids, attn = batch[0], batch[1]
+    cap_cuda_memory(budget_bytes, dev)
 
     point = {"n_params": n_params(model), "rule": method["rule"], "device": str(dev),
              "threads": torch.get_num_threads(),
@@ -75,14 +84,13 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
                                min_new_tokens=c_len, max_new_tokens=c_len, do_sample=True,
                                top_k=0, top_p=1.0, pad_token_id=0)
             t1 = time.perf_counter()
-            meter = MemoryMeter(dev, labels={"optimizer": rule.state_tensors(),
-                                             "grads": rule.grad_buffers()}) if step == 2 else None
-            if meter:
-                with meter:
-                    update_step(model, None, rule, kl, (ids, attn, mask, adv), probe, g)
+            meter = (MemoryMeter(dev, labels={"optimizer": rule.state_tensors(),
+                                              "grads": rule.grad_buffers()})
+                     if step == 2 else contextlib.nullcontext())
+            with meter:
+                update_step(model, None, rule, kl, batch, probe, g)
+            if step == 2:
                 report = meter.report
-            else:
-                update_step(model, None, rule, kl, (ids, attn, mask, adv), probe, g)
             t2 = time.perf_counter()
             sync.append(payload_bytes(rule.sync_payload()))
             if step > 2:

@@ -38,6 +38,7 @@ Total = the sum: it is how the measured CPU peak decomposes at the tiny scale (t
 """
 from __future__ import annotations
 
+import math
 import re
 
 import torch
@@ -62,15 +63,8 @@ def shapes(hf_config, modules: str = DEFAULT_MODULES):
     per_layer: dict[str, int] = {}
     for n, s in params.items():
         if (hit := layer.search(n)):
-            per_layer[hit.group(1)] = per_layer.get(hit.group(1), 0) + _numel(s)
+            per_layer[hit.group(1)] = per_layer.get(hit.group(1), 0) + math.prod(s)
     return params, low_rank, max(per_layer.values(), default=0)
-
-
-def _numel(shape) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out
 
 
 def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int, seq_len: int,
@@ -91,7 +85,7 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     params, low_rank, layer_numel = shapes(hf_config, options.get("modules", DEFAULT_MODULES))
     b, f = POLICIES[policy], 4
     shard = gpus if sharding == "fsdp" else 1
-    n_all = sum(_numel(s) for s in params.values())
+    n_all = sum(math.prod(s) for s in params.values())
     n_low = sum(m * n for m, n in low_rank)
     r = options.get("rank", 8)
 
@@ -135,7 +129,7 @@ def sync_bytes(hf_config, rule: str, options: dict | None = None, policy: str = 
     options = dict(options or {})
     params, low_rank, _ = shapes(hf_config, options.get("modules", DEFAULT_MODULES))
     b, f, r = POLICIES[policy], 4, options.get("rank", 8)
-    n_all = sum(_numel(s) for s in params.values())
+    n_all = sum(math.prod(s) for s in params.values())
     n_low = sum(m * n for m, n in low_rank)
     if rule == "lora":
         return n_low * b

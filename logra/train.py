@@ -19,7 +19,8 @@ Reliability: every `grpo.checkpoint_every` steps the run's full state is checkpo
 and ends with the same weights and metrics. Non-finite loss, gradient (LoGRA: sketch) norm or
 probe log-probs after the update stop the run with `status: diverged` and `diverged_at_step`;
 the saved model is then the last good checkpoint's (or the base model; `model_step` says which)
-and the checkpoint is kept. A finished run removes its checkpoint. Every output is written atomically (logra/io.py).
+and the checkpoint is kept. A finished run removes its checkpoint. Every output is written
+atomically (logra/io.py).
 
 Out-of-memory is a result: with `memory_budget_gb` set, a run that needs more stops with
 `status: oom` and `oom_needed_bytes` (kept like a divergence). On CUDA the allocator is capped
@@ -126,9 +127,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         print(f"resumed from {ckpt_path} at step {run['step']}")
     metrics, status, diverged_at, oom = run["metrics"], "ok", None, {}
     budget = cfg.get("memory_budget_bytes")
-    if budget and device.type == "cuda":
-        torch.cuda.set_per_process_memory_fraction(
-            min(1.0, budget / torch.cuda.get_device_properties(device).total_memory), device)
+    cap_cuda_memory(budget, device)
     t_start = time.time() - run["wall_s"]
     engine = make_engine(cfg["rollout"]["engine"], str(base_dir), dtype=cfg["rollout"]["dtype"],
                          threads=cfg["threads"])
@@ -208,19 +207,16 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     model_step = len(metrics)
     if status != "ok":
         model.zero_grad(set_to_none=True)
-        if device.type == "cuda":  # lift the budget cap: saving must not fail for lack of memory
-            torch.cuda.set_per_process_memory_fraction(1.0, device)
-            torch.cuda.empty_cache()
-    good_ckpt = status != "ok" and ckpt_path and ckpt_path.exists()
-    if good_ckpt:
-        state = checkpoint.load(ckpt_path, cfg, model)
-        model.load_state_dict(state["model"])
-        model_step = state["run"]["step"]
-        del state
-    rule.unwrap()
-    if status != "ok" and not good_ckpt:
-        model.load_state_dict(load(base_dir)[0].state_dict())  # on the CPU, copied to device
+        cap_cuda_memory(None, device)  # lift the budget cap: saving must not fail for lack of it
         model_step = 0
+        if ckpt_path and ckpt_path.exists():  # loaded before unwrap: LoRA's names match then
+            state = checkpoint.load(ckpt_path, cfg, model)
+            model.load_state_dict(state["model"])
+            model_step = state["run"]["step"]
+            del state
+    rule.unwrap()
+    if model_step == 0 and status != "ok":  # the base model has the unwrapped names
+        model.load_state_dict(load(base_dir)[0].state_dict())  # on the CPU, copied to device
     _write_metrics(out_dir / "metrics.csv", metrics)
     save_pretrained(model, tokenizer, out_dir / "model")
     if ckpt_path and status == "ok":
@@ -314,6 +310,16 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
         loss.backward()
         total += loss.item()
     return total
+
+
+def cap_cuda_memory(budget_bytes: int | None, device: torch.device) -> None:
+    """Cap the CUDA allocator at `budget_bytes` (None: lift the cap and free the cache)."""
+    if device.type != "cuda":
+        return
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (budget_bytes or total) / total), device)
+    if budget_bytes is None:
+        torch.cuda.empty_cache()
 
 
 def cuda_oom(error: torch.OutOfMemoryError, device: torch.device) -> dict:

@@ -396,6 +396,6 @@ def test_gold_always_scores_one(name, seed):
 def test_gsm8k_gold_number_always_scores_one(a, cents, style):
     gold = f"{a}.{cents:02d}" if cents else str(a)
     ex = {"question": "q", "answer": extract_number(gold), "solution": f"#### {gold}"}
-    text = [f"#### {gold}", f"A: {gold}.", f"so the answer is {a:,}" + (f".{cents:02d}" if cents else ""),
-            f"${gold}"][style]
+    with_commas = f"{a:,}" + (f".{cents:02d}" if cents else "")
+    text = [f"#### {gold}", f"A: {gold}.", f"so the answer is {with_commas}", f"${gold}"][style]
     assert get_task("gsm8k").reward(text, ex) == 1.0
