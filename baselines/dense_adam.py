@@ -17,6 +17,7 @@ import contextlib
 
 import torch
 
+from logra.distributed import full
 from logra.memory import tensor_bytes
 
 
@@ -88,7 +89,7 @@ class DenseAdam:
         return {"dense": self.engine_weights()}
 
     def engine_weights(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach() for n, p in self.named}
+        return {n: full(p.detach()) for n, p in self.named}  # FSDP: gathered (collective)
 
     def unwrap(self) -> None:
         pass  # the model is the plain architecture already

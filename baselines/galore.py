@@ -10,13 +10,17 @@ GaLore's known limits stay visible rather than being worked around:
 - the update is applied inside `GaLoreAdamW.step()`, so `propose()` runs the step and
   `apply()` accepts only scale 1: predicted-KL step control cannot scale a GaLore step
   (`perturbed` says so);
-- the rollout engine receives every trained tensor in full.
+- the rollout engine receives every trained tensor in full;
+- under FSDP (tests/test_distributed.py) it runs and matches the single-process run, but only
+  because DTensor has no sharded SVD: at every projection refresh, each projected weight's
+  whole gradient is all-gathered to every rank and every rank computes the same SVD.
 """
 from __future__ import annotations
 
 import torch
 from galore_torch import GaLoreAdamW
 
+from logra.distributed import full
 from logra.logra import DEFAULT_MODULES, low_rank_linears
 from logra.memory import tensor_bytes
 
@@ -59,7 +63,7 @@ class GaLore:
         return {"dense": self.engine_weights()}
 
     def engine_weights(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach() for n, p in self.named}
+        return {n: full(p.detach()) for n, p in self.named}  # FSDP: gathered (collective)
 
     def unwrap(self) -> None:
         pass

@@ -17,6 +17,11 @@ from logra.tasks import get_task
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
 
+# update rules that run under FSDP (grpo.nproc_per_node > 1); LoRA's merged-weight sync is not
+# written for sharded weights. GaLore runs, but gathers whole gradients (baselines/galore.py).
+SHARDABLE_RULES = ("dense_adam", "logra", "galore")
+
+
 class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the key."""
 
@@ -44,6 +49,8 @@ def check(config: dict) -> None:
             get_task(t["type"], **t.get("options", {}))
         except (TypeError, ValueError) as e:
             raise ConfigError(f"tasks.{name}.options: {e}") from None
+    trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["lrs"],
+               *(config.get("stability") or {"methods": []})["methods"]}
     for name, m in config["methods"].items():
         unknown = sorted(set(m.get("grpo", {})) - set(config["grpo"]))
         if unknown:
@@ -53,6 +60,18 @@ def check(config: dict) -> None:
         if g["profile_step"] > g["steps"]:
             raise ConfigError(f"grpo.profile_step={g['profile_step']} is after the last step "
                               f"(grpo.steps={g['steps']} for method {name})")
+        world = g["nproc_per_node"]
+        if world > 1 and name in trained:
+            if m["rule"] not in SHARDABLE_RULES:
+                raise ConfigError(f"methods.{name}.rule: {m['rule']!r} cannot run sharded "
+                                  f"(grpo.nproc_per_node={world}); rules that can: "
+                                  f"{SHARDABLE_RULES}")
+            batch = g["prompts_per_step"] * g["group_size"]
+            if batch % (g["micro_batch_size"] * world):
+                raise ConfigError(
+                    f"grpo: a batch of prompts_per_step x group_size = {batch} sequences does "
+                    f"not split into global micro-batches of micro_batch_size x nproc_per_node "
+                    f"= {g['micro_batch_size']} x {world} (method {name})")
 
 
 def _check_rules_fit_model(config: dict) -> None:

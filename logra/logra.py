@@ -31,6 +31,12 @@ Deviations from the textbook / galore-torch, stated:
 - No weight decay on sketched weights: decay would make each update full rank and break both
   the rank-r step and the sketch-based sync. Dense parameters use `weight_decay`.
 - `grad_norm` is the norm of the sketches plus dense gradients (full gradients are never kept).
+- FSDP (logra/distributed.py): each rank holds a row block of W and of its gradient. The basis
+  then goes on the column side (`side="right"` whatever the shape): the sketch G_i Q, the moments
+  and the step C_i Qᵀ are local to the block, and only the basis needs the other ranks, through
+  the range finder's two small all-reduces (logra/sketch.py); every rank gets the same Q, no
+  gradient is gathered. Per rank the state is Q (replicated) plus 1/world of S, M, V. The probe's
+  side branches and the sync payload gather C (m x r), never W.
 """
 from __future__ import annotations
 
@@ -42,11 +48,13 @@ from dataclasses import dataclass, field
 import torch
 
 from baselines.dense_adam import DenseAdam
+from logra.distributed import all_reduce, full, gather_rows, is_sharded, local, row_block
 from logra.memory import tensor_bytes
 from logra.sketch import BASES, basis, lift_add_, side_of, sketch
 
 DEFAULT_MODULES = r"\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)$"
 TRANSFERS = ("rotate", "none")
+SIDES = ("auto", "left", "right")
 
 
 def low_rank_linears(model: torch.nn.Module, modules: str) -> list[tuple[str, torch.nn.Linear]]:
@@ -82,11 +90,14 @@ class LoGRA:
                  refresh_every: int = 50, scale: float = 1.0, basis: str = "range",
                  oversample: int = 8, power_iters: int = 1, transfer: str = "rotate",
                  betas=(0.9, 0.999), eps: float = 1e-8, dense_lr: float | None = None,
-                 weight_decay: float = 0.0, modules: str = DEFAULT_MODULES, seed: int = 0):
+                 weight_decay: float = 0.0, modules: str = DEFAULT_MODULES, seed: int = 0,
+                 side: str = "auto"):
         if basis not in BASES:
             raise ValueError(f"basis: unknown {basis!r}; known: {BASES}")
         if transfer not in TRANSFERS:
             raise ValueError(f"transfer: unknown {transfer!r}; known: {TRANSFERS}")
+        if side not in SIDES:
+            raise ValueError(f"side: unknown {side!r}; known: {SIDES}")
         if rank < 1 or refresh_every < 1:
             raise ValueError(f"rank={rank} and refresh_every={refresh_every} must be >= 1")
         self.lr, self.rank, self.refresh_every, self.scale = lr, rank, refresh_every, scale
@@ -101,7 +112,14 @@ class LoGRA:
                 raise ValueError(f"rank={rank} exceeds min(shape)={min(w.shape)} of "
                                  f"{mod_name}.weight {tuple(w.shape)}")
             gen = torch.Generator().manual_seed(seed * 100_003 + i)
-            st = Sketched(f"{mod_name}.weight", w, mod, side_of(tuple(w.shape)), gen)
+            w_side = side if side != "auto" else side_of(tuple(w.shape))
+            if is_sharded(w):
+                if side == "left" or basis != "range":
+                    raise ValueError(f"{mod_name}.weight is sharded (FSDP): LoGRA needs "
+                                     f"side right and basis range, got side={side!r}, "
+                                     f"basis={basis!r}")
+                w_side = "right"
+            st = Sketched(f"{mod_name}.weight", w, mod, w_side, gen)
             w.register_post_accumulate_grad_hook(self._hook(st))
             self.sketched.append(st)
         sketched_ids = {id(st.param) for st in self.sketched}
@@ -114,10 +132,11 @@ class LoGRA:
     def _hook(self, st: Sketched):
         @torch.no_grad()
         def hook(p: torch.Tensor) -> None:
-            g = p.grad.float()
+            g = local(p.grad).float()
             p.grad = None
             if st.pending_refresh:
-                if not g.any():  # an all-zero gradient spans nothing: refresh on a later one
+                nonzero = all_reduce(g.any().float()) if is_sharded(p) else g.any()
+                if not nonzero:  # an all-zero gradient spans nothing: refresh on a later one
                     return
                 self._refresh(st, g)
             if st.q is not None:
@@ -125,8 +144,9 @@ class LoGRA:
         return hook
 
     def _refresh(self, st: Sketched, g: torch.Tensor) -> None:
+        rows = (row_block(st.param)[0], st.param.shape[0]) if is_sharded(st.param) else None
         q_new = basis(g, self.rank, st.side, self.basis_method, self.oversample,
-                      self.power_iters, st.generator)
+                      self.power_iters, st.generator, rows)
         if st.q is None:
             shape = (self.rank, g.shape[1]) if st.side == "left" else (g.shape[0], self.rank)
             st.s, st.m, st.v = (torch.zeros(shape, device=g.device) for _ in range(3))
@@ -160,7 +180,8 @@ class LoGRA:
             st.s.zero_()
             st.pending_refresh = self.t % self.refresh_every == 0
         dense = self.dense.propose()
-        sketch_sq = torch.stack(sq).sum().item() if sq else 0.0  # one host sync, not one per weight
+        # one host sync, not one per weight; summed over the ranks' row blocks under FSDP
+        sketch_sq = all_reduce(torch.stack(sq).sum()).item() if sq else 0.0
         self.grad_norm = math.sqrt(sketch_sq + self.dense.grad_norm ** 2)
         return {"sketched": coefs, "dense": dense}
 
@@ -169,7 +190,7 @@ class LoGRA:
         for st, c in zip(self.sketched, step["sketched"]):
             if c is not None:
                 st.applied = c * scale
-                lift_add_(st.param.data, st.q, st.applied, st.side)
+                lift_add_(local(st.param.data), st.q, st.applied, st.side)
         self.dense.apply(step["dense"], scale)
 
     @contextlib.contextmanager
@@ -181,6 +202,9 @@ class LoGRA:
         for st, c in zip(self.sketched, step["sketched"]):
             if c is None:
                 continue
+
+            if is_sharded(st.param):
+                c = gather_rows(c, st.param)
 
             def branch(mod, args, out, q=st.q, c=c * eta, side=st.side):
                 x = args[0].to(q.dtype)
@@ -202,13 +226,15 @@ class LoGRA:
         for st in self.sketched:
             if st.applied is None:
                 continue
-            lowrank[st.name] = {"side": st.side, "coef": st.applied,
+            coef = gather_rows(st.applied, st.param) if is_sharded(st.param) else st.applied
+            lowrank[st.name] = {"side": st.side, "coef": coef,
                                 "basis": st.q if st.basis_changed else None}
             st.applied, st.basis_changed = None, False
         return {"dense": self.dense.sync_payload()["dense"], "lowrank": lowrank}
 
     def engine_weights(self) -> dict[str, torch.Tensor]:
-        return {st.name: st.param.detach() for st in self.sketched} | self.dense.engine_weights()
+        return {st.name: full(st.param.detach()) for st in self.sketched} | \
+            self.dense.engine_weights()
 
     def unwrap(self) -> None:
         pass
@@ -246,5 +272,5 @@ class LoGRA:
     def peak_grad_bytes(self) -> int:
         """Analytic: dense gradients + the largest sketched gradient (freed in its hook) +
         the sketch accumulators."""
-        largest = max(st.param.numel() * 4 for st in self.sketched)
+        largest = max(local(st.param).numel() * 4 for st in self.sketched)
         return self.dense.peak_grad_bytes() + largest + tensor_bytes(self.grad_buffers())

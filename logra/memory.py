@@ -86,6 +86,8 @@ from typing import Any
 
 import torch
 
+from logra.distributed import local
+
 __all__ = [
     "MemoryReport",
     "MemoryMeter",
@@ -158,7 +160,7 @@ def tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
     """Sum of the ``nbytes`` of the *unique* storages behind ``tensors``.
 
     Tensors sharing a storage (tied embeddings, views) are counted once; a view counts its whole
-    storage.  ``None`` entries are skipped.  Tensors without a regular storage (sparse, nested,
+    storage; a sharded DTensor counts this rank's shard.  ``None`` entries are skipped.  Tensors without a regular storage (sparse, nested,
     ...) fall back to ``numel * element_size``.
     """
     seen: set[tuple[str, int]] = set()
@@ -166,6 +168,7 @@ def tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
     for t in tensors:
         if t is None:
             continue
+        t = local(t)  # FSDP: the bytes this rank holds
         try:
             st = t.untyped_storage()
             key = (str(st.device), st.data_ptr())
@@ -436,7 +439,7 @@ class MemoryMeter:
         update rule that is not a `torch.optim.Optimizer`: {"optimizer": tensors}. They must
         stay alive through the region (they are matched by storage address)."""
         self.device = torch.device(device)
-        self._labels = {t.untyped_storage().data_ptr(): name
+        self._labels = {local(t).untyped_storage().data_ptr(): name
                         for name, ts in (labels or {}).items() for t in ts if t is not None}
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())

@@ -7,12 +7,18 @@ Square matrices take the right side, as galore-torch does, so the two can be com
 Basis: a randomized range finder (Halko, Martinsson & Tropp 2011, Alg. 4.4 + 5.1): Y = GΩ with
 a seeded Gaussian Ω of r + p columns, optional power iterations (re-orthonormalised), then the
 top-r left singular vectors of the small projection QₖᵀG rotate Qₖ = orth(Y) onto G's top-r
-subspace. Cost O(mn(r + p)). `basis="svd"` takes the top-r singular vectors of a full SVD as
-galore-torch does (U[:, :r] on the left, Vh[:r].T on the right), for comparisons on equal terms.
+subspace. Cost O(mn(r + p)). Deviation, so that the same code runs on a row-sharded gradient
+(FSDP): a power iteration orthonormalises (GGᵀ)Q once rather than GᵀQ and then G(·), and the
+final rotation takes the eigenvectors of the k x k Gram matrix (QₖᵀG)(QₖᵀG)ᵀ (float64) rather
+than an SVD of QₖᵀG; both span the same subspaces. `basis="svd"` takes the top-r singular
+vectors of a full SVD as galore-torch does (U[:, :r] on the left, Vh[:r].T on the right), for
+comparisons on equal terms.
 """
 from __future__ import annotations
 
 import torch
+
+from logra.distributed import all_reduce
 
 BASES = ("range", "svd")
 
@@ -23,22 +29,38 @@ def side_of(shape: tuple[int, int]) -> str:
 
 
 def range_finder(a: torch.Tensor, rank: int, oversample: int, power_iters: int,
-                 generator: torch.Generator) -> torch.Tensor:
-    """Orthonormal (rows(a) x rank) basis approximating the top-`rank` column space of `a`."""
-    k = min(rank + oversample, min(a.shape))
-    omega = torch.randn(a.shape[1], k, generator=generator, dtype=a.dtype, device="cpu")
-    q = torch.linalg.qr(a @ omega.to(a.device)).Q
-    for _ in range(power_iters):
-        q = torch.linalg.qr(a.T @ q).Q
-        q = torch.linalg.qr(a @ q).Q
-    u, _, _ = torch.linalg.svd(q.T @ a, full_matrices=False)
-    return q @ u[:, :rank]
+                 generator: torch.Generator, cols: tuple[int, int] | None = None) -> torch.Tensor:
+    """Orthonormal (rows(a) x rank) basis approximating the top-`rank` column space of `a`.
+
+    `a` may be the column block [offset, offset + a.shape[1]) of a matrix with `total` columns
+    whose other blocks live on other ranks (`cols=(offset, total)`, FSDP): every product that
+    sums over the columns is then all-reduced (sizes rows x k and k x k), each rank draws the
+    same Ω and keeps its rows, and every rank ends with the same basis; A is never gathered."""
+    reduce = all_reduce if cols else (lambda t: t)
+    offset, total = cols or (0, a.shape[1])
+    k = min(rank + oversample, a.shape[0], total)
+    omega = torch.randn(total, k, generator=generator, dtype=a.dtype, device="cpu")
+    q = torch.linalg.qr(reduce(a @ omega[offset:offset + a.shape[1]].to(a.device))).Q
+    for _ in range(power_iters):  # the span of (AAᵀ)Q, re-orthonormalised
+        q = torch.linalg.qr(reduce(a @ (a.T @ q))).Q
+    # rotate onto the top-r left singular vectors of B = QᵀA: eigenvectors of BBᵀ (k x k, in
+    # float64, so the squared spectrum loses nothing that matters at rank r)
+    b = (q.T @ a).double()
+    _, u = torch.linalg.eigh(reduce(b @ b.T))
+    return q @ u[:, -rank:].flip(-1).to(q.dtype)
 
 
 def basis(g: torch.Tensor, rank: int, side: str, method: str = "range", oversample: int = 8,
-          power_iters: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Basis Q for gradient `g` on `side`: (m x r) on the left, (n x r) on the right."""
+          power_iters: int = 1, generator: torch.Generator | None = None,
+          rows: tuple[int, int] | None = None) -> torch.Tensor:
+    """Basis Q for gradient `g` on `side`: (m x r) on the left, (n x r) on the right.
+
+    `rows=(offset, total)`: `g` is a row block of the gradient, the rest on other ranks (FSDP);
+    only the right side's range finder can work on it (see `range_finder`)."""
     g = g.float()
+    if rows is not None and (side != "right" or method != "range"):
+        raise ValueError(f"a row-sharded gradient needs side='right' and basis='range', got "
+                         f"side={side!r}, basis={method!r}")
     if method == "svd":
         u, _, vh = torch.linalg.svd(g, full_matrices=False)
         # contiguous copies: a view would keep all of U / Vh alive (and pickled into payloads)
@@ -46,7 +68,7 @@ def basis(g: torch.Tensor, rank: int, side: str, method: str = "range", oversamp
     if method != "range":
         raise ValueError(f"basis: unknown {method!r}; known: {BASES}")
     return range_finder(g if side == "left" else g.T, rank, oversample, power_iters,
-                        generator or torch.Generator().manual_seed(0))
+                        generator or torch.Generator().manual_seed(0), cols=rows)
 
 
 def sketch(g: torch.Tensor, q: torch.Tensor, side: str) -> torch.Tensor:

@@ -22,6 +22,12 @@ the saved model is then the last good checkpoint's (or the base model; `model_st
 and the checkpoint is kept. A finished run removes its checkpoint. Every output is written
 atomically (logra/io.py).
 
+FSDP (`grpo.nproc_per_node` > 1, started by torchrun; logra/distributed.py): rank 0 owns the rollout
+engine and broadcasts the rollouts; each global micro-batch of micro_batch_size x world sequences
+is split between the ranks; rank 0 writes metrics, summary and the gathered model. Checkpoints
+(resume) are single-process only for now. `grpo.compute_dtype: bfloat16` computes forwards and
+backwards in bf16 on float32 master weights (FSDP's mixed precision, else autocast).
+
 Out-of-memory is a result: with `memory_budget_gb` set, a run that needs more stops with
 `status: oom` and `oom_needed_bytes` (kept like a divergence). On CUDA the allocator is capped
 at the budget and `torch.OutOfMemoryError` is caught; on CPU, where exceeding memory kills the
@@ -42,9 +48,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from logra import checkpoint, methods
+from logra import checkpoint, distributed, methods
 from logra.grpo import group_advantages, kl_k3, policy_loss, token_logprobs
-from logra.io import atomic_path, save_pretrained
+from logra.io import atomic_path, save_pretrained, write_json
 from logra.kl_control import KLControl, mean_kl, probe_logprobs
 from logra.memory import MemoryMeter, activation_bytes_estimate, analytic_breakdown, tensor_bytes
 from logra.modeling import load, n_params
@@ -89,19 +95,28 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     random.seed(seed)
     torch.manual_seed(seed)
     torch.set_num_threads(cfg["threads"])
-    device = torch.device(cfg["device"])
+    mesh, device = distributed.init(torch.device(cfg["device"]))
+    rank = distributed.rank()
+    compute_dtype = getattr(torch, g["compute_dtype"])
 
     task = get_task(cfg["task"]["type"], **cfg["task"]["options"])
     rows = read_jsonl(train_jsonl, required=("prompt", "answer"))
-    model, tokenizer = load(base_dir, device=cfg["device"])
+    model, tokenizer = load(base_dir, device=str(device))
     model.train()
     if g["gradient_checkpointing"]:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
     ref_model = None
     if g["beta"] > 0:
-        ref_model, _ = load(base_dir, device=cfg["device"])
+        ref_model, _ = load(base_dir, device=str(device))
         ref_model.eval().requires_grad_(False)
+    for m in (model, ref_model):
+        if mesh is not None and m is not None:
+            distributed.shard(m, mesh, compute_dtype)
+    # without FSDP, bf16 compute is autocast around the update's forwards and backwards; its
+    # cache of cast weights is off: the probe and KL forwards must see the weights as updated
+    autocast = (torch.autocast(device.type, dtype=compute_dtype, cache_enabled=False)
+                if mesh is None and compute_dtype != torch.float32 else contextlib.nullcontext())
     rule = methods.build(cfg["method"]["rule"], model, cfg["method"]["options"])
     kl_control = KLControl(**cfg["method"]["kl_control"]) if cfg["method"]["kl_control"] else None
     shuffle_gen = torch.Generator().manual_seed(seed)
@@ -114,7 +129,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
            "lowrank_bytes": 0,  # low-rank sync bytes ...
            "lowrank_full": 0,  # ... and what those weights take in full
            "wall_s": 0.0, "resumed_from": []}
-    ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir else None
+    ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir and mesh is None else None
     engine_weights = None  # the engine's weights at the checkpoint, on resume
     if ckpt_path and ckpt_path.exists():
         state = checkpoint.load(ckpt_path, cfg, model)
@@ -129,9 +144,12 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     budget = cfg.get("memory_budget_bytes")
     cap_cuda_memory(budget, device)
     t_start = time.time() - run["wall_s"]
-    engine = make_engine(cfg["rollout"]["engine"], str(base_dir), dtype=cfg["rollout"]["dtype"],
-                         threads=cfg["threads"])
+    engine = (make_engine(cfg["rollout"]["engine"], str(base_dir), dtype=cfg["rollout"]["dtype"],
+                          threads=cfg["threads"]) if rank == 0 else None)
     full_sync_every = cfg["rollout"]["full_sync_every"]
+    # CPU + FSDP: the profiler's memory timeline cannot follow FSDP's storage resizes (it fails
+    # its own version checks), so sharded CPU runs are not measured; CUDA uses the allocator
+    profile_step = None if mesh is not None and device.type == "cpu" else g["profile_step"]
     try:
         if engine_weights is not None:  # the engine starts from the base weights: restore its own
             engine.sync({"dense": engine_weights})
@@ -140,9 +158,9 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                          mininterval=5):
             t0 = time.time()
             examples = rng.sample(rows, n_prompts)
-            rollouts = engine.generate([ex["prompt"] for ex in examples], group,
-                                       g["max_new_tokens"], g["temperature"],
-                                       seed * 1_000_003 + step)
+            rollouts = distributed.broadcast(engine.generate(
+                [ex["prompt"] for ex in examples], group, g["max_new_tokens"], g["temperature"],
+                seed * 1_000_003 + step) if engine else None)
             rewards = torch.tensor([task.reward(r.text, examples[i // group])
                                     for i, r in enumerate(rollouts)])
             adv = group_advantages(rewards, group, scale=g["scale_advantages"])
@@ -155,16 +173,16 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             probe = (ids[:g["probe_size"]], attn[:g["probe_size"]], mask[:g["probe_size"]])
             meter = (MemoryMeter(device, labels={"optimizer": rule.state_tensors(),
                                                  "grads": rule.grad_buffers()})
-                     if step == g["profile_step"] else contextlib.nullcontext())
+                     if step == profile_step else contextlib.nullcontext())
             try:
-                with meter:
+                with meter, autocast:
                     loss, eta, kl_pred, kl_real = update_step(
                         model, ref_model, rule, kl_control, (ids, attn, mask, adv), probe, g,
                         max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.)
             except torch.OutOfMemoryError as e:
                 status, oom = "oom", {"oom_at_step": step, **cuda_oom(e, device)}
                 break
-            if step == g["profile_step"]:
+            if step == profile_step:
                 run["memory"], run["memory_seq_len"] = meter.report, ids.shape[1]
                 if budget and meter.report.peak_bytes > budget:
                     status, oom = "oom", {"oom_at_step": step,
@@ -174,8 +192,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             if not all(map(math.isfinite, (loss, rule.grad_norm, kl_real))):
                 status, diverged_at = "diverged", step
                 break
-            payload = rule.sync_payload()
-            sync_bytes = engine.sync(payload)
+            payload = rule.sync_payload()  # gathered from every rank under FSDP
+            sync_bytes = engine.sync(payload) if engine else payload_bytes(payload)
             lowrank = payload.get("lowrank", {})
             run["lowrank_bytes"] += payload_bytes({"lowrank": lowrank})
             run["lowrank_full"] += sum(params[n].numel() * params[n].element_size()
@@ -183,15 +201,18 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             drift = math.nan
             if full_sync_every and step % full_sync_every == 0:
                 weights = rule.engine_weights()
-                drift = sync_drift(engine.state_dict(), weights)
-                sync_bytes += engine.sync({"dense": weights})
+                if engine:
+                    drift = sync_drift(engine.state_dict(), weights)
+                sync_bytes += payload_bytes({"dense": weights})
+                if engine:
+                    engine.sync({"dense": weights})
                 del weights
             metrics.append({
                 "step": step, "reward_mean": rewards.mean().item(),
                 "reward_std": rewards.std().item(), "loss": loss, "kl_pred": kl_pred,
                 "kl_real": kl_real, "step_scale": eta, "grad_norm": rule.grad_norm,
                 "step_time_s": time.time() - t0, "sync_bytes": sync_bytes,
-                "peak_mem_bytes": (run["memory"].peak_bytes if step == g["profile_step"]
+                "peak_mem_bytes": (run["memory"].peak_bytes if step == profile_step
                                    else math.nan),
                 "sync_drift": drift})
             run["step"], run["wall_s"] = step, time.time() - t_start
@@ -202,7 +223,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                     "engine": engine.state_dict(),
                     "rng": checkpoint.rng_states(rng, shuffle_gen), "run": run})
     finally:
-        engine.close()
+        if engine:
+            engine.close()
     # diverged / oom: keep the last good weights (and the checkpoint holding them), else the base
     model_step = len(metrics)
     if status != "ok":
@@ -215,10 +237,20 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             model_step = state["run"]["step"]
             del state
     rule.unwrap()
+    saved = model
     if model_step == 0 and status != "ok":  # the base model has the unwrapped names
-        model.load_state_dict(load(base_dir)[0].state_dict())  # on the CPU, copied to device
-    _write_metrics(out_dir / "metrics.csv", metrics)
-    save_pretrained(model, tokenizer, out_dir / "model")
+        saved = load(base_dir)[0]
+    elif mesh is not None:  # gathered on rank 0's CPU, into a plain model
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                     cpu_offload=True))
+        if rank == 0:
+            saved = load(base_dir)[0]
+            saved.load_state_dict(state)
+        del state
+    if rank == 0:
+        _write_metrics(out_dir / "metrics.csv", metrics)
+        save_pretrained(saved, tokenizer, out_dir / "model")
     if ckpt_path and status == "ok":
         ckpt_path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):  # the directories too, when nothing else is in them
@@ -227,7 +259,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     memory, memory_seq_len = run["memory"], run["memory_seq_len"]
 
     breakdown = mem_check = None
-    if memory:
+    if memory and mesh is None:  # sharded runs: the planner models FSDP's categories
         breakdown = analytic_breakdown(
             param_bytes=param_bytes,
             grad_bytes_at_peak=rule.peak_grad_bytes(),
@@ -252,21 +284,24 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         "resumed_from_steps": run["resumed_from"],
         "task": cfg["task_name"], "method": cfg["method_name"], "seed": seed,
         "model": cfg["model_name"], "n_params": n_params(model), "device": str(device),
+        "nproc_per_node": distributed.world_size(), "compute_dtype": g["compute_dtype"],
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "steps": len(metrics), "wall_s": time.time() - t_start,
         "peak_mem_bytes": memory.peak_bytes if memory else None,
         "mem_breakdown": memory.by_category if memory else None,
-        "mem_measure": memory.method if memory else None,
+        "mem_measure": (memory.method if memory else
+                        "not measured (FSDP on CPU)" if profile_step is None else None),
         "mem_rss_peak_bytes": memory.rss_peak_bytes if memory else None,
         "mem_analytic": breakdown, "mem_check": mem_check,
         # the profiled step runs under the profiler (several times slower): left out
         "mean_step_time_s": mean(m["step_time_s"] for m in metrics
                                  if m["step"] != g["profile_step"]),
         "sync_bytes_per_step": mean(m["sync_bytes"] for m in metrics),
-        "sync_full_bytes": tensor_bytes(model.parameters()),
+        "sync_full_bytes": sum(p.numel() * p.element_size()
+                               for p in {id(p): p for p in model.parameters()}.values()),
         "sync_lowrank_fraction": (run["lowrank_bytes"] / run["lowrank_full"]
                                   if run["lowrank_full"] else None),
-        "optimizer_state_bytes": rule.state_bytes(),
+        "optimizer_state_bytes": rule.state_bytes(),  # on one rank under FSDP
         "final_reward": mean(m["reward_mean"] for m in metrics[-10:]),
         "kl": {"median_real": statistics.median(kl_real) if kl_real else None,
                "max_real": max(kl_real, default=None),
@@ -295,9 +330,11 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, g,
 def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
     """Forward/backward over micro-batches; gradients accumulate (or are consumed by the
     update rule's hooks). Returns the full-batch loss."""
-    n = ids.shape[0]
+    n, mb = ids.shape[0], g["micro_batch_size"]
     normalizer = mask.sum().clamp(min=1) if g["aggregation"] == "dapo" else n
-    chunks = [slice(i, i + g["micro_batch_size"]) for i in range(0, n, g["micro_batch_size"])]
+    # FSDP: rank r takes the r-th micro-batch of each global one of mb x world sequences
+    rank, world = distributed.rank(), distributed.world_size()
+    chunks = [slice(i + rank * mb, i + (rank + 1) * mb) for i in range(0, n, mb * world)]
     total = 0.0
     for c in chunks:
         logp = token_logprobs(model, ids[c], attn[c], g["temperature"])
@@ -307,9 +344,10 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
             with torch.no_grad():
                 ref = token_logprobs(ref_model, ids[c], attn[c], g["temperature"])
             loss = loss + g["beta"] * (kl_k3(logp, ref) * mask[c]).sum() / normalizer
-        loss.backward()
+        (loss * world).backward()  # FSDP averages over ranks: the sum is wanted
         total += loss.item()
-    return total
+    return distributed.all_reduce(torch.tensor(total, dtype=torch.float64,
+                                               device=ids.device)).item()
 
 
 def cap_cuda_memory(budget_bytes: int | None, device: torch.device) -> None:
@@ -344,3 +382,27 @@ def _write_metrics(path: Path, rows: list[dict]) -> None:
         w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
         w.writeheader()
         w.writerows(rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m logra.train RUN_JSON BASE TRAIN_JSONL OUT_DIR [CHECKPOINT_DIR]`, the command
+    torchrun starts on every rank: train with the run config in RUN_JSON; rank 0 writes
+    OUT_DIR/summary.json."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m logra.train", description=main.__doc__)
+    for name in ("run_json", "base", "train_jsonl", "out_dir"):
+        parser.add_argument(name)
+    parser.add_argument("checkpoint_dir", nargs="?")
+    args = parser.parse_args(argv)
+    cfg = json.loads(Path(args.run_json).read_text())
+    summary = train(cfg, args.base, args.train_jsonl, args.out_dir, args.checkpoint_dir)
+    if distributed.rank() == 0:
+        write_json(Path(args.out_dir) / "summary.json", summary)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

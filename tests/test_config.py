@@ -64,6 +64,11 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"lr_sweep.lrs\[0\]: 'galore' is not defined"),
     (lambda c: c.update(lr_sweep={"task": "gsm8k", "lrs": {"dense_adam": [1e-3]}}),
      "lr_sweep.task: 'gsm8k' is not defined under tasks"),
+    (lambda c: c["grpo"].update(nproc_per_node=4),  # 2 x 4 sequences, micro-batch 4
+     "does not split into global micro-batches of micro_batch_size x nproc_per_node = 4 x 4"),
+    (lambda c: (c["grpo"].update(nproc_per_node=2, prompts_per_step=4),
+                c["methods"].update(lora={"rule": "lora"}), c.update(run_methods=["lora"])),
+     r"methods.lora.rule: 'lora' cannot run sharded \(grpo.nproc_per_node=2\)"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)

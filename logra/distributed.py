@@ -1,0 +1,118 @@
+"""One run over the GPUs of a node: torch.distributed under `torchrun`, FSDP2 (`fully_shard`).
+
+`grpo.nproc_per_node` > 1 starts the run as `torchrun --nproc-per-node N -m logra.train ...`
+(workflow/scripts/train.py does). Every rank then holds a row shard (dim 0) of every weight, as
+DTensors, and of every optimizer tensor built from them:
+
+- rank 0 alone owns the rollout engine; the rollouts it generates are broadcast to all ranks;
+- every global micro-batch of `micro_batch_size x world` sequences is split between the ranks,
+  so a 2-rank run with micro-batch b computes what one process computes with micro-batch 2b;
+  gradients are reduce-scattered so that each rank gets its block of the batch's gradient;
+- update rules see sharded gradients in their hooks; LoGRA keeps its sketches local (see
+  logra/logra.py), dense Adam's moments are DTensors, so each rank holds 1/world of them;
+- sync payloads and the saved checkpoint are gathered to full tensors, and rank 0 sends/writes.
+
+With one process nothing here does anything: `init` returns None and the helpers are identities,
+so the single-process code path is the same code.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+
+def init(device: torch.device):
+    """Under torchrun (WORLD_SIZE > 1): join the process group (gloo on CPU, nccl on CUDA) and
+    return (1-D device mesh, this rank's device); else (None, device)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return None, device
+    from torch.distributed.device_mesh import init_device_mesh
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return init_device_mesh(device.type, (world,)), device
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def shard(model: torch.nn.Module, mesh, compute_dtype: torch.dtype) -> None:
+    """FSDP2: each decoder layer, then the root (embeddings, norm, lm_head), sharded on dim 0.
+    Parameters stay float32 (master weights; optimizer state follows them); forwards and
+    backwards compute in `compute_dtype`, gradients are reduced in float32. FSDP averages them
+    over the ranks; the loop multiplies each rank's loss by the world size (a divide factor of
+    1 needs PREMUL_SUM, which gloo lacks), so the reduced gradient is the batch's sum."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    model.register_forward_hook(_reshard_after_no_grad_forward)
+
+
+def _reshard_after_no_grad_forward(module, args, output) -> None:
+    """FSDP2 keeps the root's parameters (embeddings, norm, lm_head) gathered after its forward,
+    for the backward that usually follows. After a no-grad forward (probe, KL prediction) the
+    update rules change the *sharded* parameters next, and the stale gathered copy would be
+    used by the following forward: reshard, so that forward gathers the updated shards."""
+    if not torch.is_grad_enabled():
+        module.reshard()
+
+
+def is_sharded(t: torch.Tensor) -> bool:
+    return isinstance(t, DTensor)
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (a view); any other tensor as it is."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor, gathered from every rank (a collective: all ranks must call it)."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def all_reduce(t: torch.Tensor) -> torch.Tensor:
+    """Sum `t` over the ranks, in place; identity with one process."""
+    if world_size() > 1:
+        dist.all_reduce(t)
+    return t
+
+
+def broadcast(obj):
+    """Rank 0's `obj` on every rank (pickled); identity with one process."""
+    if world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def row_block(like: DTensor) -> tuple[int, int]:
+    """(first row, number of rows) of this rank's shard of `like`, sharded on dim 0 by
+    FSDP2's rule (torch.chunk: ceil(rows / world) rows per rank, the last ones fewer)."""
+    rows = like.shape[0]
+    per = math.ceil(rows / world_size())
+    start = min(rank() * per, rows)
+    return start, min(per, rows - start)
+
+
+def gather_rows(t: torch.Tensor, like: DTensor) -> torch.Tensor:
+    """The full matrix whose row block on this rank is `t`, blocks laid out as `like`'s."""
+    shape = (like.shape[0], *t.shape[1:])
+    return DTensor.from_local(t, like.device_mesh, like.placements, run_check=False,
+                              shape=shape, stride=torch.empty(shape, device="meta").stride()
+                              ).full_tensor()
