@@ -8,7 +8,8 @@ import os
 
 from snakemake.utils import min_version, validate
 
-from logra.config import add_lr_sweep_methods, check, run_config
+from logra.config import (add_lr_sweep_methods, base_input, check, gpus_per_run, run_config,
+                          start_model)
 
 min_version("9.0")
 

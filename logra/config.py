@@ -126,6 +126,32 @@ def validate_file(path: str | Path) -> dict:
     return config
 
 
+def start_model(config: dict, method: str | None = None) -> str | None:
+    """The hub model (name or directory) a run of `method` (None: the task's base model) starts
+    from as it is, or None when it starts from the SFT base `results/base/{task}/model`: a
+    method's own `model`, or the configured hub model when `sft.steps` is 0."""
+    own = config["methods"][method].get("model") if method else None
+    if own:
+        return own["name"]
+    if config["model"]["name"] != "tiny" and config["sft"]["steps"] == 0:
+        return config["model"]["name"]
+    return None
+
+
+def base_input(config: dict, wildcards) -> dict[str, str]:
+    """Snakemake input {"base": SFT base directory} of a run (`wildcards.method`) or of the
+    task's base evaluation (no method), or {} when it starts from a hub model."""
+    if start_model(config, getattr(wildcards, "method", None)):
+        return {}
+    return {"base": f"results/base/{wildcards.task}/model"}
+
+
+def gpus_per_run(config: dict, method: str) -> int:
+    """GPUs one run of `method` needs (the slurm `gpu` resource): 0 on CPU."""
+    grpo = config["grpo"] | config["methods"][method].get("grpo", {})
+    return grpo["nproc_per_node"] if config["device"].startswith("cuda") else 0
+
+
 def run_config(config: dict, task: str, method: str, seed: int) -> dict:
     """Everything one (task, method, seed) run needs, as stored in its summary.json."""
     return {
@@ -138,7 +164,7 @@ def run_config(config: dict, task: str, method: str, seed: int) -> dict:
         "method": {"rule": config["methods"][method]["rule"],
                    "options": config["methods"][method].get("options", {}),
                    "kl_control": config["methods"][method].get("kl_control")},
-        "model_name": config["model"]["name"],
+        "model_name": (config["methods"][method].get("model") or config["model"])["name"],
         "grpo": config["grpo"] | config["methods"][method].get("grpo", {}),
         "rollout": dict(config["rollout"]),
     }

@@ -4,6 +4,7 @@
 (workflow/scripts/train.py does). Every rank then holds a row shard (dim 0) of every weight, as
 DTensors, and of every optimizer tensor built from them:
 
+- the model is built on the meta device and sharded; only rank 0 reads the checkpoint;
 - rank 0 alone owns the rollout engine; the rollouts it generates are broadcast to all ranks;
 - every global micro-batch of `micro_batch_size x world` sequences is split between the ranks,
   so a 2-rank run with micro-batch b computes what one process computes with micro-batch 2b;
@@ -60,6 +61,34 @@ def shard(model: torch.nn.Module, mesh, compute_dtype: torch.dtype) -> None:
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     model.register_forward_hook(_reshard_after_no_grad_forward)
+
+
+def load_sharded(name_or_path, mesh, device: torch.device, compute_dtype: torch.dtype):
+    """(model, tokenizer) with the model built on the meta device, sharded, then filled from
+    the checkpoint, which only rank 0 reads (into CPU memory) and broadcasts shard by shard:
+    host memory holds one copy of the weights per node, not one per rank. Buffers that are
+    not in the state dict (rotary frequencies) are broadcast from rank 0's copy."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    from logra.modeling import load
+    full, tokenizer = load(name_or_path) if rank() == 0 else (None, None)
+    tokenizer = broadcast(tokenizer)
+    config = broadcast(full.config if full is not None else None)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    shard(model, mesh, compute_dtype)
+    model.to_empty(device=device)
+    set_model_state_dict(model, full.state_dict() if full is not None else {},
+                         options=StateDictOptions(full_state_dict=True,
+                                                  broadcast_from_rank0=True))
+    own = dict(full.named_buffers()) if full is not None else {}
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            value = own[name].to(device) if full is not None else torch.empty_like(buf)
+            dist.broadcast(value, src=0)
+            buf.copy_(value)
+    return model, tokenizer
 
 
 def _reshard_after_no_grad_forward(module, args, output) -> None:

@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 from logra.io import atomic_path, write_json
+from logra.tasks import get_task
 
 TASK_PREFIX = "logra_"
 
@@ -52,7 +53,7 @@ num_fewshot: 0
 doc_to_text: "{{{{prompt}}}}"
 doc_to_target: "{{{{answer}}}}"
 generation_kwargs:
-  until: ["\\n"]
+  until: {until}
   do_sample: false
   max_gen_toks: {max_gen_toks}
 process_results: !function {utils}.process_results
@@ -79,8 +80,9 @@ def write_lmeval_task(task_name: str, task_options: dict, test_jsonl: Path, out_
     `process_results` calls the task's reward with `task_options` (embedded as a Python
     literal, so it must be one: numbers, strings, lists, dicts...). Several tasks may share
     `out_dir`. The prompt is the example's `prompt` field verbatim (zero-shot, no chat template);
-    generation is greedy, at most `max_gen_toks` tokens, stopped at the first newline (lm-eval
-    adds the tokenizer's eos as a further stop). `task_type` is the registered task
+    generation is greedy, at most `max_gen_toks` tokens, stopped at the task's `eval_until`
+    (the first newline for the synthetic tasks; GSM8K and MATH answer on several lines) and
+    at the tokenizer's eos, which lm-eval adds. `task_type` is the registered task
     (`get_task(task_type, **task_options)`) when the config names the task differently.
     """
     if not task_name.isidentifier():
@@ -104,8 +106,10 @@ def write_lmeval_task(task_name: str, task_options: dict, test_jsonl: Path, out_
         tmp.write_text(_UTILS_TEMPLATE.format(
             name=task_type or task_name.removeprefix(TASK_PREFIX), options=options))
     # JSON scalars are valid YAML, so paths and options are written with json.dumps.
+    until = get_task(task_type or task_name.removeprefix(TASK_PREFIX), **options).eval_until
     text = _YAML_TEMPLATE.format(
         name=name, data=json.dumps(str(test_jsonl)), max_gen_toks=int(max_gen_toks),
+        until=json.dumps(list(until)),
         utils=utils_module, options=json.dumps(options, default=str))
     yaml_path = out_dir / f"{name}.yaml"
     with atomic_path(yaml_path) as tmp:
@@ -124,7 +128,8 @@ def _reduce_sample(sample: dict) -> dict:
 
 
 def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Path, *,
-             limit: int | None = None, batch_size: int = 64, device: str = "cpu") -> dict:
+             limit: int | None = None, batch_size: int = 64, device: str = "cpu",
+             dtype: str = "float32") -> dict:
     """Evaluate the checkpoint at `model_dir` on the lm-eval task written into `task_dir`.
 
     `task_name` is the project task name (`arithmetic`) or the lm-eval one
@@ -143,7 +148,8 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
     if not (task_dir / f"{name}.yaml").exists():
         raise FileNotFoundError(f"{task_dir / f'{name}.yaml'}: lm-eval task {name!r} not written "
                                 "(see logra.evaluate.write_lmeval_task)")
-    model, tokenizer = load(model_dir, device=device)
+    import torch
+    model, tokenizer = load(model_dir, dtype=getattr(torch, dtype), device=device)
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
     out = lm_eval.simple_evaluate(
         model=lm, tasks=[name],

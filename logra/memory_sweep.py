@@ -31,7 +31,7 @@ from logra.memory import MemoryMeter
 from logra.modeling import n_params, tiny_config
 from logra.planner import plan
 from logra.sync import payload_bytes
-from logra.train import cap_cuda_memory, cuda_oom, update_step
+from logra.train import cap_cuda_memory, compute_context, cuda_oom, update_step
 
 
 def fixed_batch(vocab_size: int, n: int, prompt_len: int, completion_len: int,
@@ -49,10 +49,12 @@ def fixed_batch(vocab_size: int, n: int, prompt_len: int, completion_len: int,
 
 
 def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4,
-            device: str = "cpu", budget_bytes: int | None = None, seed: int = 0) -> dict:
+            device: str = "cpu", budget_bytes: int | None = None, seed: int = 0,
+            compute_dtype: str = "float32") -> dict:
     """`size`: tiny_config options; `method`: {rule, options, kl_control}; `shape`: batch,
     micro_batch, prompt_len, completion_len; `grpo`: the run config's grpo section (loss
-    settings; batch sizes are taken from `shape`)."""
+    settings; batch sizes are taken from `shape`). `compute_dtype: bfloat16` runs the update
+    under autocast, on float32 weights (the planner's prediction stays float32)."""
     if steps < 3:
         raise ValueError(f"memory_sweep.steps={steps}: needs >= 3 (warm-up, measured, timed)")
     torch.manual_seed(seed)
@@ -67,7 +69,7 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
     cap_cuda_memory(budget_bytes, dev)
 
     point = {"n_params": n_params(model), "rule": method["rule"], "device": str(dev),
-             "threads": torch.get_num_threads(),
+             "threads": torch.get_num_threads(), "compute_dtype": compute_dtype,
              "batch": n, "micro_batch": shape["micro_batch"], "seq_len": p_len + c_len,
              "memory_budget_bytes": budget_bytes, "status": "ok"}
     point["planned"] = plan(hf_config, method["rule"], method["options"],
@@ -87,7 +89,7 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
             meter = (MemoryMeter(dev, labels={"optimizer": rule.state_tensors(),
                                               "grads": rule.grad_buffers()})
                      if step == 2 else contextlib.nullcontext())
-            with meter:
+            with meter, compute_context(dev, getattr(torch, compute_dtype)):
                 update_step(model, None, rule, kl, batch, probe, g)
             if step == 2:
                 report = meter.report

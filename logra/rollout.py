@@ -3,7 +3,7 @@
 An engine owns its own copy of the weights, in its own process, exactly as vLLM does on GPUs:
 the trainer never shares tensors with it and changes them only through sync payloads
 (`logra/sync.py`). `HFRolloutEngine` runs Hugging Face `generate` in a spawned subprocess and
-talks to it over a pipe; every engine offers
+talks to it over a pipe; `VLLMRolloutEngine` runs vLLM on a GPU. Every engine offers
 
     generate(prompts, n, max_new_tokens, temperature, seed) -> list[Rollout]
     sync(payload) -> bytes sent
@@ -156,7 +156,109 @@ class HFRolloutEngine:
         self.close()
 
 
-ENGINES = {"hf": HFRolloutEngine}
+class VLLMRolloutEngine:
+    """vLLM on the GPU (`rollout.engine: vllm`), behind the same interface.
+
+    Sync payloads reach every vLLM worker through `collective_rpc` and are applied in place
+    by `VLLMSyncExtension`, a worker extension, with `logra.sync.apply_payload`: the code the
+    HF engine and the tests here use. The extension gives that function each HF weight as a
+    view into vLLM's parameters (q/k/v rows of the fused qkv_proj, gate/up rows of
+    gate_up_proj), so dense tensors are copied and low-rank steps added (W += lift(C)) where
+    they live; nothing else is loaded. The prefix cache is reset after every sync: cached KV
+    blocks were computed with the old weights.
+
+    vLLM does not run on CPU: the import is lazy, and selecting this engine without a CUDA
+    device or without vllm installed raises an error that says so. Tensor parallelism is not
+    supported (each worker would hold a shard of every fused weight).
+    """
+
+    def __init__(self, model_dir: str, dtype: str = "bfloat16", threads: int = 1,
+                 gpu_memory_utilization: float = 0.3):
+        if not torch.cuda.is_available():
+            raise RuntimeError("rollout.engine: vllm needs a CUDA GPU and none is visible; "
+                               "use rollout.engine: hf on this machine")
+        try:
+            import vllm
+        except ImportError as e:
+            raise RuntimeError("rollout.engine: vllm is selected but not installed "
+                               "(pip install vllm on the GPU machines)") from e
+        self._vllm = vllm
+        self.llm = vllm.LLM(model=model_dir, dtype=dtype, seed=0, enable_prefix_caching=True,
+                            gpu_memory_utilization=gpu_memory_utilization,
+                            worker_extension_cls="logra.rollout.VLLMSyncExtension")
+
+    def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
+                 seed: int) -> list[Rollout]:
+        # vLLM's own sampling defaults (top_p 1, no top_k), not the checkpoint's: samples of
+        # the policy the trainer scores
+        params = self._vllm.SamplingParams(n=n, temperature=temperature,
+                                           max_tokens=max_new_tokens, seed=seed)
+        rollouts = []
+        for out in self.llm.generate(prompts, params, use_tqdm=False):
+            for c in out.outputs:  # token_ids end with eos when generation stopped there
+                rollouts.append(Rollout(list(out.prompt_token_ids), list(c.token_ids), c.text))
+        return rollouts
+
+    def sync(self, payload: dict) -> int:
+        self.llm.collective_rpc("logra_apply_payload", args=(payload,))
+        self.llm.reset_prefix_cache()
+        return payload_bytes(payload)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.llm.collective_rpc("logra_state_dict")[0]
+
+    def close(self) -> None:
+        del self.llm
+
+
+class VLLMSyncExtension:
+    """Mixed into vLLM's GPU worker (`LLM(worker_extension_cls=...)`); methods are called
+    through `collective_rpc`. `self.model_runner` is the worker's."""
+
+    def logra_hf_views(self) -> dict[str, torch.Tensor]:
+        """HF parameter name -> view of the tensor vLLM holds it in. Fused modules
+        (`packed_modules_mapping`, e.g. qkv_proj: [q_proj, k_proj, v_proj]) are split by rows
+        in that order, with sizes from the HF config."""
+        if not hasattr(self, "_logra_views"):
+            model = self.model_runner.model
+            if self.model_runner.parallel_config.tensor_parallel_size > 1:
+                raise NotImplementedError("logra sync into vLLM: tensor_parallel_size > 1")
+            cfg = self.model_runner.model_config.hf_config
+            head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+            rows = {"q_proj": cfg.num_attention_heads * head_dim,
+                    "k_proj": cfg.num_key_value_heads * head_dim,
+                    "v_proj": cfg.num_key_value_heads * head_dim,
+                    "gate_proj": cfg.intermediate_size, "up_proj": cfg.intermediate_size}
+            packed = getattr(model, "packed_modules_mapping", {})
+            views = {}
+            for name, p in model.named_parameters():
+                module = name.split(".")[-2] if "." in name else ""
+                if module in packed:
+                    offset = 0
+                    for member in packed[module]:
+                        views[name.replace(module, member)] = p.data[offset:offset + rows[member]]
+                        offset += rows[member]
+                    if offset != p.shape[0]:
+                        raise ValueError(f"{name}: fused rows {p.shape[0]} != {offset}")
+                else:
+                    views[name] = p.data
+            self._logra_views, self._logra_bases = views, {}
+        return self._logra_views
+
+    def logra_apply_payload(self, payload: dict) -> None:
+        device = next(self.model_runner.model.parameters()).device
+        moved = {"dense": {k: v.to(device) for k, v in payload.get("dense", {}).items()},
+                 "lowrank": {k: {**e, "coef": e["coef"].to(device),
+                                 "basis": None if e["basis"] is None else e["basis"].to(device)}
+                             for k, e in payload.get("lowrank", {}).items()}}
+        views = self.logra_hf_views()
+        apply_payload(views, moved, self._logra_bases)
+
+    def logra_state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu() for k, v in self.logra_hf_views().items()}
+
+
+ENGINES = {"hf": HFRolloutEngine, "vllm": VLLMRolloutEngine}
 
 
 def make_engine(name: str, model_dir: str, **options):

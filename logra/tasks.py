@@ -188,6 +188,7 @@ class Task:
     """A reasoning task: data splits, prompt/target formatting and a reward."""
 
     name: str = ""
+    eval_until: tuple[str, ...] = ("\n",)  # lm-eval stops generating at these (and at eos)
 
     def splits(self, seed: int, n_train: int | None, n_test: int | None) -> dict[str, list[Example]]:
         """Return ``{"train": [...], "test": [...]}`` lists of examples."""
@@ -412,32 +413,21 @@ def to_ascii(text: str) -> str:
     return "".join(ch for ch in text if ch == "\n" or " " <= ch <= "~")
 
 
-@register_task
-class GSM8KTask(Task):
-    """Grade-school math word problems (GSM8K).
+class HubTask(Task):
+    """A task read from a dataset: each split from a local JSONL file (``train_path`` /
+    ``test_path``) or, when no path is given, from ``datasets.load_dataset(hub, config)``.
+    Rows keep their order; the seed is unused and n_train/n_test keep the first rows (None =
+    all). Subclasses turn one raw row into an example (``parse``), naming the row on error.
+    Completions are multi-line: evaluation stops at eos only."""
 
-    Each split is read from a local JSONL file (``train_path``/``test_path``,
-    lines ``{"question": ..., "answer": "...reasoning... #### 72"}``) or, when
-    no path is given, from ``datasets.load_dataset(hub, config)``. Files keep
-    their order; the seed is unused and n_train/n_test keep the first rows
-    (None = all). ``answer`` is the canonical final number, ``solution`` the
-    original answer text and ``question`` is converted to ASCII. The SFT
-    target is the ASCII solution without ``<<...>>`` calculator annotations,
-    still ending in ``#### N``. The reward reads the whole completion.
-    """
+    hub, config = "", None
+    eval_until: tuple[str, ...] = ()
 
-    name = "gsm8k"
-
-    def __init__(
-        self,
-        *,
-        train_path: str | os.PathLike | None = None,
-        test_path: str | os.PathLike | None = None,
-        hub: str = "openai/gsm8k",
-        config: str = "main",
-    ):
+    def __init__(self, *, train_path: str | os.PathLike | None = None,
+                 test_path: str | os.PathLike | None = None, hub: str | None = None,
+                 config: str | None = None):
         self.paths = {"train": train_path, "test": test_path}
-        self.hub, self.config = hub, config
+        self.hub, self.config = hub or self.hub, config or self.config
 
     def _rows(self, split: str) -> tuple[str, Iterable[tuple[str, dict]]]:
         """(source label, iterable of (location, raw row)) for one split."""
@@ -450,22 +440,15 @@ class GSM8KTask(Task):
         rows = load_dataset(self.hub, self.config, split=split)
         return source, ((f"{source} row {i}", dict(row)) for i, row in enumerate(rows, 1))
 
+    def parse(self, row: dict, where: str) -> Example:
+        raise NotImplementedError
+
     def load_split(self, split: str, limit: int | None = None) -> list[Example]:
         """Read and validate one split ("train" or "test"), keeping ``limit`` rows."""
         source, rows = self._rows(split)
         examples = []
         for where, row in rows:
-            for field in ("question", "answer"):
-                if not isinstance(row.get(field), str):
-                    raise ValueError(f"{where}: missing or non-string field {field!r}")
-            final = _FINAL_RE.search(row["answer"])
-            if final is None:
-                raise ValueError(f"{where}: field 'answer' has no '#### <number>' final answer")
-            example = {
-                "question": to_ascii(row["question"]).strip(),
-                "answer": _canonical(final.group(1)),
-                "solution": row["answer"],
-            }
+            example = self.parse(row, where)
             example["prompt"] = self.prompt(example)
             examples.append(example)
         if not examples:
@@ -476,6 +459,33 @@ class GSM8KTask(Task):
         """The first n_train / n_test rows of each split (None = all); seed unused."""
         return {"train": self.load_split("train", n_train), "test": self.load_split("test", n_test)}
 
+
+def _require(row: dict, where: str, *fields: str) -> None:
+    for field in fields:
+        if not isinstance(row.get(field), str):
+            raise ValueError(f"{where}: missing or non-string field {field!r}")
+
+
+@register_task
+class GSM8KTask(HubTask):
+    """Grade-school math word problems (GSM8K), rows ``{"question": ..., "answer": "...reasoning...
+    #### 72"}``. ``answer`` is the canonical final number, ``solution`` the original answer text
+    and ``question`` is converted to ASCII. The SFT target is the ASCII solution without
+    ``<<...>>`` calculator annotations, still ending in ``#### N``. The reward reads the whole
+    completion.
+    """
+
+    name = "gsm8k"
+    hub, config = "openai/gsm8k", "main"
+
+    def parse(self, row: dict, where: str) -> Example:
+        _require(row, where, "question", "answer")
+        final = _FINAL_RE.search(row["answer"])
+        if final is None:
+            raise ValueError(f"{where}: field 'answer' has no '#### <number>' final answer")
+        return {"question": to_ascii(row["question"]).strip(),
+                "answer": _canonical(final.group(1)), "solution": row["answer"]}
+
     def target(self, example: Example) -> str:
         """ASCII reasoning without calculator annotations, ending in "#### N"."""
         return _CALCULATOR_RE.sub("", to_ascii(example["solution"])).strip()
@@ -483,6 +493,72 @@ class GSM8KTask(Task):
     def reward(self, completion: str, example: Example) -> float:
         """1.0 if extract_number(completion) equals the gold number."""
         return _numeric_reward(completion, example["answer"])
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, braces
+    balanced, or None."""
+    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
+    if start < 0:
+        return None
+    i = text.index("{", start)
+    depth = 0
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1:j]
+    return None
+
+
+_LATEX_NOISE = [r"\\left", r"\\right", r"\\!", r"\\,", r"\\;", r"\\ ", r"\$",
+                r"\^\{?\\circ\}?", r"\\%", r"%", r"\\text\{\s*\}"]
+
+
+def normalize_math(answer: str) -> str:
+    """A MATH answer in a canonical string form: spacing, ``\\left``/``\\right``, ``$``,
+    degrees, percent and ``\\text{...}`` wrappers dropped, ``\\dfrac``/``\\tfrac`` as
+    ``\\frac``, ``\\frac12`` as ``\\frac{1}{2}``, a trailing period removed, and plain
+    numbers in canonical decimal form ("0.50" -> "0.5", "1,000" -> "1000")."""
+    text = answer.strip()
+    text = re.sub(r"\\text\{(.*?)\}", r"\1", text)
+    for noise in _LATEX_NOISE:
+        text = re.sub(noise, "", text)
+    text = re.sub(r"\\[dt]frac", r"\\frac", text)
+    text = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", text)
+    text = re.sub(r"\s+", "", text).rstrip(".")
+    if re.fullmatch(_NUMBER, text):
+        text = _canonical(text)
+    return text
+
+
+@register_task
+class MathTask(HubTask):
+    """Competition mathematics (MATH, Hendrycks et al. 2021), rows ``{"problem": ...,
+    "solution": "... \\boxed{answer} ..."}``. ``answer`` is the last boxed expression of the
+    solution; the reward is 1.0 when the completion's last boxed expression equals it after
+    `normalize_math` (string equality of canonical forms, not symbolic equivalence). The
+    prompt asks for a boxed answer."""
+
+    name = "math"
+    hub, config = "DigitalLearningGmbH/MATH-lighteval", "default"
+
+    def parse(self, row: dict, where: str) -> Example:
+        _require(row, where, "problem", "solution")
+        answer = last_boxed(row["solution"])
+        if answer is None:
+            raise ValueError(f"{where}: field 'solution' has no \\boxed{{...}} answer")
+        return {"question": to_ascii(row["problem"]).strip(), "answer": answer,
+                "solution": row["solution"]}
+
+    def prompt(self, example: Example) -> str:
+        return (f"Q: {example['question']}\nPut the final answer in \\boxed{{}}.\nA: ")
+
+    def target(self, example: Example) -> str:
+        return to_ascii(example["solution"]).strip()
+
+    def reward(self, completion: str, example: Example) -> float:
+        got = last_boxed(completion)
+        return float(got is not None and normalize_math(got) == normalize_math(example["answer"]))
 
 
 # ---------------------------------------------------------------------------

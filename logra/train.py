@@ -101,22 +101,22 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
 
     task = get_task(cfg["task"]["type"], **cfg["task"]["options"])
     rows = read_jsonl(train_jsonl, required=("prompt", "answer"))
-    model, tokenizer = load(base_dir, device=str(device))
+
+    def load_model():
+        if mesh is None:
+            return load(base_dir, device=str(device))
+        return distributed.load_sharded(base_dir, mesh, device, compute_dtype)
+
+    model, tokenizer = load_model()
     model.train()
     if g["gradient_checkpointing"]:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
     ref_model = None
     if g["beta"] > 0:
-        ref_model, _ = load(base_dir, device=str(device))
+        ref_model = load_model()[0]
         ref_model.eval().requires_grad_(False)
-    for m in (model, ref_model):
-        if mesh is not None and m is not None:
-            distributed.shard(m, mesh, compute_dtype)
-    # without FSDP, bf16 compute is autocast around the update's forwards and backwards; its
-    # cache of cast weights is off: the probe and KL forwards must see the weights as updated
-    autocast = (torch.autocast(device.type, dtype=compute_dtype, cache_enabled=False)
-                if mesh is None and compute_dtype != torch.float32 else contextlib.nullcontext())
+    autocast = compute_context(device, compute_dtype if mesh is None else torch.float32)
     rule = methods.build(cfg["method"]["rule"], model, cfg["method"]["options"])
     kl_control = KLControl(**cfg["method"]["kl_control"]) if cfg["method"]["kl_control"] else None
     shuffle_gen = torch.Generator().manual_seed(seed)
@@ -145,7 +145,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     cap_cuda_memory(budget, device)
     t_start = time.time() - run["wall_s"]
     engine = (make_engine(cfg["rollout"]["engine"], str(base_dir), dtype=cfg["rollout"]["dtype"],
-                          threads=cfg["threads"]) if rank == 0 else None)
+                          threads=cfg["threads"], **cfg["rollout"].get("options", {}))
+              if rank == 0 else None)
     full_sync_every = cfg["rollout"]["full_sync_every"]
     # CPU + FSDP: the profiler's memory timeline cannot follow FSDP's storage resizes (it fails
     # its own version checks), so sharded CPU runs are not measured; CUDA uses the allocator
@@ -350,6 +351,15 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
                                                device=ids.device)).item()
 
 
+def compute_context(device: torch.device, dtype: torch.dtype):
+    """Around an update step: bf16 autocast for a float32 model (no FSDP), else nothing. The
+    autocast cache of cast weights is off: the probe and KL forwards inside the step must see
+    the weights as updated in it."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype, cache_enabled=False)
+
+
 def cap_cuda_memory(budget_bytes: int | None, device: torch.device) -> None:
     """Cap the CUDA allocator at `budget_bytes` (None: lift the cap and free the cache)."""
     if device.type != "cuda":
@@ -400,7 +410,8 @@ def main(argv: list[str] | None = None) -> None:
     summary = train(cfg, args.base, args.train_jsonl, args.out_dir, args.checkpoint_dir)
     if distributed.rank() == 0:
         write_json(Path(args.out_dir) / "summary.json", summary)
-    if torch.distributed.is_initialized():
+    if torch.distributed.is_initialized():  # every rank waits for rank 0's files, then leaves
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 

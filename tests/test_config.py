@@ -24,6 +24,9 @@ def test_default_and_smoke_configs_are_valid():
     config = validate_file(ROOT / "config/config.yaml")
     assert config["grpo"]["aggregation"] == "dapo" and len(config["seeds"]) >= 3
     assert validate_file(ROOT / "tests/data/smoke.yaml")["grpo"]["beta"] == 0.0  # defaults filled
+    paper = validate_file(ROOT / "config/paper.yaml")
+    assert paper["rollout"]["engine"] == "vllm" and paper["grpo"]["compute_dtype"] == "bfloat16"
+    assert {t["type"] for t in paper["tasks"].values()} == {"gsm8k", "math"}
 
 
 @pytest.mark.parametrize("edit, message", [

@@ -337,3 +337,20 @@ def test_cuda_meter_uses_allocator_peak():  # pragma: no cover - no GPU in CI
     r = mm.report
     assert r.method.startswith("cuda:") and r.rss_peak_bytes is None and r.by_category == {}
     assert r.peak_bytes >= x.nbytes + (4 << 22)
+
+
+def test_gpu_check_runs_its_table_on_cpu():
+    """benchmarks/gpu_check.py is run on GPUs only when one is lent; its code path (bf16
+    compute in the sweep's step, the side-by-side table) runs here at a tiny size."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_check.py"), "--device", "cpu",
+                          "--size", "tiny"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()
+            if line.split() and line.split()[0] in ("dense_adam", "galore", "logra")}
+    assert set(rows) == {"dense_adam", "galore", "logra"} and rows["dense_adam"][2] == "1.000"
+    assert float(rows["logra"][6]) < 1.0  # LoGRA's sync payload is smaller than dense Adam's
+    assert "bfloat16 compute" in out.stdout

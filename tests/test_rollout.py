@@ -1,4 +1,5 @@
 """The rollout engine runs in its own process and matches the trainer only through payloads."""
+import pytest
 import torch
 
 from baselines.dense_adam import DenseAdam
@@ -52,3 +53,64 @@ def test_lowrank_payload_applies_lift_on_the_right_side():
     assert payload_bytes(payload) == 4 * (12 + 8 + 8 + 12)
     apply_payload(w, {"lowrank": {"a": {"side": "left", "basis": None, "coef": c_left}}}, bases)
     assert torch.allclose(w["a"], 2 * q_left @ c_left)  # cached basis reused
+
+
+def test_vllm_engine_without_gpu_or_vllm_says_so(tiny_dir):
+    from logra.rollout import make_engine
+    with pytest.raises(RuntimeError, match="rollout.engine: vllm (needs a CUDA GPU|is selected "
+                                           "but not installed)"):
+        make_engine("vllm", str(tiny_dir))
+
+
+def test_vllm_worker_extension_applies_payloads_into_fused_weights(tiny_dir):
+    """vLLM itself does not run here. Its worker holds q/k/v and gate/up fused by rows
+    (`packed_modules_mapping`); the extension's views must put every HF weight where it lives
+    there, so the fused tensors equal the HF engine's weights after a dense and a low-rank
+    sync. The stand-in worker below has vLLM's layout and attribute names, nothing else."""
+    from types import SimpleNamespace
+
+    from logra.rollout import VLLMSyncExtension
+    hf, _ = load(tiny_dir)
+    hf_params = {n: p.detach().clone() for n, p in hf.named_parameters()}
+    packed = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+    fused = torch.nn.Module()
+    fused.packed_modules_mapping = packed
+    for name, w in hf_params.items():
+        module = name.split(".")[-2]
+        target = next((f for f, members in packed.items() if module in members), None)
+        if target is None:
+            fused.register_parameter(name.replace(".", "__"), torch.nn.Parameter(w.clone()))
+        elif module == packed[target][0]:
+            rows = [hf_params[name.replace(module, m)] for m in packed[target]]
+            fused.register_parameter(name.replace(module, target).replace(".", "__"),
+                                     torch.nn.Parameter(torch.cat(rows)))
+    named = {n.replace("__", "."): p for n, p in fused.named_parameters()}
+    fused.named_parameters = lambda: iter(named.items())
+    fused.parameters = lambda: iter(named.values())
+    worker = VLLMSyncExtension()
+    worker.model_runner = SimpleNamespace(
+        model=fused, model_config=SimpleNamespace(hf_config=hf.config),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1))
+    assert any("qkv_proj" in n for n in named) and any("gate_up_proj" in n for n in named)
+
+    gen = torch.Generator().manual_seed(0)
+    q_name, up_name = "model.layers.0.self_attn.k_proj.weight", "model.layers.1.mlp.up_proj.weight"
+    dense = {n: torch.randn(w.shape, generator=gen) for n, w in hf_params.items()
+             if n.endswith(("v_proj.weight", "embed_tokens.weight"))}
+    q = torch.linalg.qr(torch.randn(hf_params[up_name].shape[1], 2, generator=gen)).Q
+    lowrank = {q_name: {"side": "left", "coef": torch.randn(2, hf_params[q_name].shape[1],
+                                                            generator=gen),
+                        "basis": torch.linalg.qr(torch.randn(hf_params[q_name].shape[0], 2,
+                                                             generator=gen)).Q},
+               up_name: {"side": "right", "basis": q,
+                         "coef": torch.randn(hf_params[up_name].shape[0], 2, generator=gen)}}
+    payload = {"dense": dense, "lowrank": lowrank}
+    worker.logra_apply_payload(payload)
+    apply_payload(hf_params, payload, {})  # the HF engine's path
+    got = worker.logra_state_dict()
+    assert got.keys() == hf_params.keys()
+    for n in hf_params:
+        assert torch.equal(got[n], hf_params[n]), n
+    # the views are the fused tensors' rows: nothing was copied out
+    assert named["model.layers.0.self_attn.qkv_proj.weight"].data_ptr() == \
+        worker.logra_hf_views()["model.layers.0.self_attn.q_proj.weight"].data_ptr()

@@ -305,6 +305,43 @@ def test_gsm8k_empty_split(tmp_path):
         task.splits(seed=0, n_train=None, n_test=None)
 
 
+# --- MATH -------------------------------------------------------------------
+
+TINY_MATH = [
+    {"problem": "What is $\\frac{1}{2}+\\frac{1}{4}$?",
+     "solution": "We get $\\frac{2}{4}+\\frac{1}{4}=\\boxed{\\dfrac{3}{4}}$.", "level": "Level 1"},
+    {"problem": "Solve $x^2=4$ for $x>0$.", "solution": "So $x=\\boxed{2}$.", "level": "Level 1"},
+    {"problem": "Find the set.", "solution": "It is $\\boxed{\\{1, \\{2\\}\\}}$.",
+     "level": "Level 2"},
+]
+
+
+def test_math_file_answers_and_reward(tmp_path):
+    path = tmp_path / "math.jsonl"
+    write_jsonl(path, TINY_MATH)
+    task = get_task("math", train_path=path, test_path=path)
+    assert task.eval_until == () and get_task("arithmetic").eval_until == ("\n",)
+    ex = task.splits(seed=0, n_train=None, n_test=2)
+    assert [e["answer"] for e in ex["train"]] == ["\\dfrac{3}{4}", "2", "\\{1, \\{2\\}\\}"]
+    assert len(ex["test"]) == 2 and "\\boxed{}" in ex["train"][0]["prompt"]
+    first, second, nested = ex["train"]
+    for e in ex["train"]:
+        assert task.reward(task.target(e), e) == 1.0  # the solution itself scores
+    assert task.reward("so \\boxed{\\frac34}.", first) == 1.0  # \dfrac / \frac34 / spacing
+    assert task.reward("\\boxed{ \\tfrac{3}{4} }", first) == 1.0
+    assert task.reward("\\boxed{3/5}", first) == 0.0
+    assert task.reward("the answer is 3/4", first) == 0.0  # not boxed
+    assert task.reward("\\boxed{2.0}", second) == 1.0 and task.reward("\\boxed{-2}", second) == 0.0
+    assert task.reward("\\boxed{\\{1,\\{2\\}\\}}", nested) == 1.0  # balanced braces
+
+
+def test_math_row_without_boxed_answer_is_named(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    write_jsonl(path, [TINY_MATH[0], {"problem": "p", "solution": "no box"}])
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: field 'solution' has no \\boxed"):
+        get_task("math", train_path=path, test_path=path).splits(0, None, None)
+
+
 # --- JSONL IO ---------------------------------------------------------------
 
 

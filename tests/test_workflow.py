@@ -39,6 +39,31 @@ def test_default_config_targets_resolve(tmp_path, target, jobs):
         assert re.search(rf"^{rule}\s+{count}$", stats, re.M), (rule, stats)
 
 
+def test_paper_config_resolves_on_slurm(tmp_path):
+    """config/paper.yaml through snakemake-executor-plugin-slurm and the slurm workflow profile,
+    as the README's cluster command runs it, dry: the full paper grid resolves, sharded runs
+    ask for the node's 8 GPUs, LoRA runs and lm-eval for one."""
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+                          "--executor", "slurm", "--workflow-profile",
+                          str(ROOT / "workflow/profiles/slurm"), "--configfile",
+                          str(ROOT / "config/paper.yaml"), "-n", "--directory", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    stats = out.stdout[out.stdout.index("Job stats"):]
+    # 2 tasks x 7 run_methods x 3 seeds + 2 stability methods x 3 seeds; hub models: no SFT base
+    for rule, count in {"train": 42 + 6, "eval_run": 42, "eval_base": 2, "memory_point": 8,
+                        "stability_27b": 1, "memory_reduction": 1}.items():
+        assert re.search(rf"^{rule}\s+{count}$", stats, re.M), (rule, stats)
+    assert not re.search(r"^base\s", stats, re.M)
+    jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    wildcards: (.*)\n"
+                      r"(?:    .*\n)*?    resources: (.*)", out.stdout, re.M)
+    gpus = {(rule, dict(kv.split("=") for kv in w.split(", ")).get("method")):
+            dict(kv.split("=", 1) for kv in r.split(", ")).get("gpu") for rule, w, r in jobs}
+    assert gpus[("train", "logra_32b")] == gpus[("train", "logra")] == "8"
+    assert gpus[("train", "lora")] == gpus[("eval_run", "logra")] == "1"
+    assert "slurm" in out.stdout + out.stderr  # the plugin was the executor
+
+
 def test_smoke_run_end_to_end(tmp_path):
     out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path)],
                          capture_output=True, text=True, timeout=900)

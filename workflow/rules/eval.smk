@@ -6,6 +6,7 @@ rule eval_run:
         "results/eval/{task}/{method}/seed{seed}.json",
     params:
         eval=config["eval"],
+        model=lambda wildcards, input: input.model,
     threads: config["threads"]
     conda:
         "../../environment.yml"
@@ -17,12 +18,12 @@ rule eval_run:
 
 rule eval_base:
     input:
-        model="results/base/{task}/model",
-        lmeval="results/data/{task}/lmeval",
+        unpack(lambda w: {"lmeval": f"results/data/{w.task}/lmeval"} | base_input(config, w)),
     output:
         "results/eval/{task}/base.json",
     params:
         eval=config["eval"],
+        model=lambda wildcards, input: start_model(config) or input.base,
     threads: config["threads"]
     conda:
         "../../environment.yml"

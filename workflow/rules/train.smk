@@ -1,7 +1,7 @@
 rule train:
     input:
-        base="results/base/{task}/model",
-        train="results/data/{task}/train.jsonl",
+        # the task's train split, and its SFT base unless the run starts from a hub model
+        unpack(lambda w: {"train": f"results/data/{w.task}/train.jsonl"} | base_input(config, w)),
     output:
         summary="results/runs/{task}/{method}/seed{seed}/summary.json",
         metrics="results/runs/{task}/{method}/seed{seed}/metrics.csv",
@@ -11,7 +11,10 @@ rule train:
         run=lambda w: run_config(config, w.task, w.method, int(w.seed)),
         # not an output: Snakemake must not delete it when a job dies (resume reads it)
         checkpoint="results/checkpoints/{task}/{method}/seed{seed}",
+        base=lambda wildcards, input: start_model(config, wildcards.method) or input.base,
     threads: config["threads"]
+    resources:
+        gpu=lambda w: gpus_per_run(config, w.method),
     conda:
         "../../environment.yml"
     log:

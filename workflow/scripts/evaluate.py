@@ -8,7 +8,7 @@ from logra.evaluate import evaluate
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     torch.set_num_threads(snakemake.threads)
     e = snakemake.params.eval
-    out = evaluate(snakemake.input.model, snakemake.input.lmeval, snakemake.wildcards.task,
+    out = evaluate(snakemake.params.model, snakemake.input.lmeval, snakemake.wildcards.task,
                    snakemake.output[0], limit=e["limit"], batch_size=e["batch_size"],
-                   device=snakemake.config["device"])
+                   device=snakemake.config["device"], dtype=e["dtype"])
     print(f"{snakemake.wildcards.task}: accuracy {out['accuracy']:.4f} on {out['n']} examples")

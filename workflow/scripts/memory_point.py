@@ -11,7 +11,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     cfg = snakemake.params.method
     point = measure(snakemake.params.size, cfg["method"], snakemake.params.shape, cfg["grpo"],
                     steps=snakemake.params.steps, device=cfg["device"],
-                    budget_bytes=cfg["memory_budget_bytes"])
+                    budget_bytes=cfg["memory_budget_bytes"],
+                    compute_dtype=cfg["grpo"]["compute_dtype"])
     point.update(size=snakemake.wildcards.size, method=snakemake.wildcards.method,
                  threads=snakemake.threads)
     write_json(snakemake.output[0], point)

@@ -11,7 +11,7 @@ from logra.train import train
 
 cfg = dict(snakemake.params.run, threads=snakemake.threads)
 out = Path(snakemake.output.summary).parent
-args = [snakemake.input.base, snakemake.input.train, str(out), snakemake.params.checkpoint]
+args = [snakemake.params.base, snakemake.input.train, str(out), snakemake.params.checkpoint]
 nproc = cfg["grpo"]["nproc_per_node"]
 with open(snakemake.log[0], "a") as log, redirect_stdout(log), redirect_stderr(log):
     if nproc > 1:  # rank 0 writes summary.json
