@@ -110,14 +110,20 @@ def local(t: torch.Tensor) -> torch.Tensor:
 
 
 def full(t: torch.Tensor) -> torch.Tensor:
-    """The whole tensor, gathered from every rank (a collective: all ranks must call it)."""
-    return t.full_tensor() if isinstance(t, DTensor) else t
+    """The whole tensor, for rank 0 to send or save (a collective: all ranks must call it):
+    gathered and moved to rank 0's CPU memory, one tensor at a time, so no GPU ever holds the
+    whole model; the other ranks keep a meta tensor of the same shape (its bytes still count).
+    Any other tensor as it is."""
+    if not isinstance(t, DTensor):
+        return t
+    whole = t.full_tensor()
+    return whole.cpu() if rank() == 0 else whole.to("meta")
 
 
-def all_reduce(t: torch.Tensor) -> torch.Tensor:
-    """Sum `t` over the ranks, in place; identity with one process."""
+def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """Sum (or max) `t` over the ranks, in place; identity with one process."""
     if world_size() > 1:
-        dist.all_reduce(t)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
     return t
 
 

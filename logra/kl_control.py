@@ -23,6 +23,8 @@ import math
 
 import torch
 
+from logra import distributed
+
 
 def probe_logprobs(model, ids: torch.Tensor, attn: torch.Tensor,
                    temperature: float = 1.0) -> torch.Tensor:
@@ -52,9 +54,10 @@ class KLControl:
         ids, attn, mask = probe
         eta_max = self.eta_max * max_scale
 
-        def kl_at(eta: float) -> float:
+        def kl_at(eta: float) -> float:  # rank 0's value under FSDP: every rank decides alike
             with rule.perturbed(step, eta):
-                return mean_kl(base, probe_logprobs(model, ids, attn, temperature), mask)
+                return distributed.broadcast(
+                    mean_kl(base, probe_logprobs(model, ids, attn, temperature), mask))
 
         k1 = kl_at(1.0)
         if not math.isfinite(k1):

@@ -164,7 +164,8 @@ class VLLMRolloutEngine:
     HF engine and the tests here use. The extension gives that function each HF weight as a
     view into vLLM's parameters (q/k/v rows of the fused qkv_proj, gate/up rows of
     gate_up_proj), so dense tensors are copied and low-rank steps added (W += lift(C)) where
-    they live; nothing else is loaded. The prefix cache is reset after every sync: cached KV
+    they live; nothing else is loaded (a bf16 copy is updated with stochastic rounding, see
+    `logra.sketch.lift_add_`). The prefix cache is reset after every sync: cached KV
     blocks were computed with the old weights.
 
     vLLM does not run on CPU: the import is lazy, and selecting this engine without a CUDA
@@ -191,8 +192,9 @@ class VLLMRolloutEngine:
                  seed: int) -> list[Rollout]:
         # vLLM's own sampling defaults (top_p 1, no top_k), not the checkpoint's: samples of
         # the policy the trainer scores
-        params = self._vllm.SamplingParams(n=n, temperature=temperature,
-                                           max_tokens=max_new_tokens, seed=seed)
+        params = [self._vllm.SamplingParams(n=n, temperature=temperature,
+                                            max_tokens=max_new_tokens, seed=seed + i)
+                  for i in range(len(prompts))]  # one random stream per prompt
         rollouts = []
         for out in self.llm.generate(prompts, params, use_tqdm=False):
             for c in out.outputs:  # token_ids end with eos when generation stopped there
@@ -200,7 +202,11 @@ class VLLMRolloutEngine:
         return rollouts
 
     def sync(self, payload: dict) -> int:
-        self.llm.collective_rpc("logra_apply_payload", args=(payload,))
+        cpu = {"dense": {k: v.cpu() for k, v in payload.get("dense", {}).items()},
+               "lowrank": {k: {key: v.cpu() if isinstance(v, torch.Tensor) else v
+                               for key, v in e.items()}
+                           for k, e in payload.get("lowrank", {}).items()}}
+        self.llm.collective_rpc("logra_apply_payload", args=(cpu,))
         self.llm.reset_prefix_cache()
         return payload_bytes(payload)
 
@@ -220,7 +226,7 @@ class VLLMSyncExtension:
         (`packed_modules_mapping`, e.g. qkv_proj: [q_proj, k_proj, v_proj]) are split by rows
         in that order, with sizes from the HF config."""
         if not hasattr(self, "_logra_views"):
-            model = self.model_runner.model
+            model = self.model_runner.get_model()
             if self.model_runner.parallel_config.tensor_parallel_size > 1:
                 raise NotImplementedError("logra sync into vLLM: tensor_parallel_size > 1")
             cfg = self.model_runner.model_config.hf_config
@@ -246,7 +252,7 @@ class VLLMSyncExtension:
         return self._logra_views
 
     def logra_apply_payload(self, payload: dict) -> None:
-        device = next(self.model_runner.model.parameters()).device
+        device = next(self.model_runner.get_model().parameters()).device
         moved = {"dense": {k: v.to(device) for k, v in payload.get("dense", {}).items()},
                  "lowrank": {k: {**e, "coef": e["coef"].to(device),
                                  "basis": None if e["basis"] is None else e["basis"].to(device)}

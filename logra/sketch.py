@@ -85,11 +85,17 @@ def lift_add_(w: torch.Tensor, q: torch.Tensor, coef: torch.Tensor, side: str) -
     """W += lift(coef) in place, without materialising lift(coef) (one fused addmm).
 
     The trainer and the rollout engine both update weights with this one function on the same
-    inputs, so their fp32 copies stay bitwise equal."""
-    if side == "left":
-        w.addmm_(q.to(w.dtype), coef.to(w.dtype))
-    else:
-        w.addmm_(coef.to(w.dtype), q.T.to(w.dtype))
+    inputs, so their fp32 copies stay bitwise equal. A bf16 copy (vLLM's) gets W + lift(coef)
+    computed in float32 and rounded to bf16 stochastically: a step below bf16's resolution
+    (~0.4% of |W|) would round away every time, and is kept on average instead."""
+    a, b = (q, coef) if side == "left" else (coef, q.T)
+    if w.dtype != torch.bfloat16:
+        w.addmm_(a.to(w.dtype), b.to(w.dtype))
+        return
+    new = w.float().addmm_(a.float(), b.float())
+    bits = new.view(torch.int32)
+    bits.add_(torch.randint_like(bits, 0, 1 << 16)).bitwise_and_(-(1 << 16))
+    w.copy_(bits.view(torch.float32))  # exact: the low 16 bits are zero
 
 
 def energy_captured(g: torch.Tensor, q: torch.Tensor, side: str) -> float:

@@ -510,21 +510,24 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-_LATEX_NOISE = [r"\\left", r"\\right", r"\\!", r"\\,", r"\\;", r"\\ ", r"\$",
-                r"\^\{?\\circ\}?", r"\\%", r"%", r"\\text\{\s*\}"]
+_LATEX_NOISE = [r"\\left", r"\\right", r"\\!", r"\\,", r"\\;", r"\\ ", r"\\?\$",
+                r"\^\{?\\circ\}?", r"\\?%", r"\{,\}"]
 
 
 def normalize_math(answer: str) -> str:
     """A MATH answer in a canonical string form: spacing, ``\\left``/``\\right``, ``$``,
-    degrees, percent and ``\\text{...}`` wrappers dropped, ``\\dfrac``/``\\tfrac`` as
-    ``\\frac``, ``\\frac12`` as ``\\frac{1}{2}``, a trailing period removed, and plain
-    numbers in canonical decimal form ("0.50" -> "0.5", "1,000" -> "1000")."""
+    degrees, percent, units (``\\text{ cm}``) and ``\\text{...}`` wrappers dropped,
+    ``\\dfrac``/``\\tfrac`` as ``\\frac``, ``\\frac12`` as ``\\frac{1}{2}``, ``\\sqrt2``
+    as ``\\sqrt{2}``, a trailing period removed, and plain numbers in canonical decimal form
+    ("0.50" -> "0.5", "1{,}000" -> "1000")."""
     text = answer.strip()
-    text = re.sub(r"\\text\{(.*?)\}", r"\1", text)
+    text = re.sub(r"\\(?:text|mbox)\{\s.*?\}", "", text)  # units: "5\text{ cm}"
+    text = re.sub(r"\\(?:text|mbox|mathrm|textbf)\{(.*?)\}", r"\1", text)
     for noise in _LATEX_NOISE:
         text = re.sub(noise, "", text)
     text = re.sub(r"\\[dt]frac", r"\\frac", text)
     text = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", text)
+    text = re.sub(r"\\sqrt(\w)", r"\\sqrt{\1}", text)
     text = re.sub(r"\s+", "", text).rstrip(".")
     if re.fullmatch(_NUMBER, text):
         text = _canonical(text)

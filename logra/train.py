@@ -182,13 +182,18 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                         max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.)
             except torch.OutOfMemoryError as e:
                 status, oom = "oom", {"oom_at_step": step, **cuda_oom(e, device)}
+                if mesh is not None:  # the other ranks wait in a collective: stop them all
+                    write_json(out_dir / f"oom.rank{rank}.json", oom)
+                    raise
                 break
             if step == profile_step:
                 run["memory"], run["memory_seq_len"] = meter.report, ids.shape[1]
-                if budget and meter.report.peak_bytes > budget:
+                peak = distributed.all_reduce(  # the largest rank's: every rank decides alike
+                    torch.tensor(meter.report.peak_bytes, device=device), op="max").item()
+                if budget and peak > budget:
                     status, oom = "oom", {"oom_at_step": step,
                                           "oom_check": "measured peak vs budget, after the step",
-                                          "oom_needed_bytes": meter.report.peak_bytes}
+                                          "oom_needed_bytes": peak}
                     break
             if not all(map(math.isfinite, (loss, rule.grad_norm, kl_real))):
                 status, diverged_at = "diverged", step
@@ -240,7 +245,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     rule.unwrap()
     saved = model
     if model_step == 0 and status != "ok":  # the base model has the unwrapped names
-        saved = load(base_dir)[0]
+        saved = load(base_dir)[0] if rank == 0 else None
     elif mesh is not None:  # gathered on rank 0's CPU, into a plain model
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
@@ -325,7 +330,7 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, g,
     rule.apply(step_delta, eta)
     del step_delta
     after = probe_logprobs(model, probe[0], probe[1], temperature)
-    return loss, eta, kl_pred, mean_kl(base, after, probe[2])
+    return loss, eta, kl_pred, distributed.broadcast(mean_kl(base, after, probe[2]))
 
 
 def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
@@ -381,9 +386,11 @@ def cuda_oom(error: torch.OutOfMemoryError, device: torch.device) -> dict:
 
 
 def sync_drift(remote: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> float:
-    """max |W_engine - W_trainer| / max |W_trainer| over all weights (0 = in sync)."""
+    """max |W_engine - W_trainer| / max |W_trainer| over all weights (0 = in sync), compared
+    on the engine's device."""
     with torch.no_grad():
-        diff = max((remote[n].float() - p.float()).abs().max().item() for n, p in params.items())
+        diff = max((remote[n].float() - p.float().to(remote[n].device)).abs().max().item()
+                   for n, p in params.items())
         return diff / max(p.abs().max().item() for p in params.values())
 
 
@@ -392,6 +399,21 @@ def _write_metrics(path: Path, rows: list[dict]) -> None:
         w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
         w.writeheader()
         w.writerows(rows)
+
+
+def oom_result(cfg: dict, base_dir, out_dir, oom: dict) -> dict:
+    """Outputs of a sharded run stopped by a rank's out-of-memory error (it raises, so torchrun
+    stops every rank; the rank leaves `oom.rank{r}.json`): the base model saved as the run's
+    model, a metrics.csv header (the steps before it are not kept) and the summary."""
+    out_dir = Path(out_dir)
+    model, tokenizer = load(base_dir)
+    _write_metrics(out_dir / "metrics.csv", [])
+    save_pretrained(model, tokenizer, out_dir / "model")
+    return {"status": "oom", **oom, "model_step": 0, "task": cfg["task_name"],
+            "method": cfg["method_name"], "seed": cfg["seed"], "model": cfg["model_name"],
+            "n_params": n_params(model), "nproc_per_node": cfg["grpo"]["nproc_per_node"],
+            "steps": 0, "peak_mem_bytes": None, "final_reward": None, "eval_accuracy": None,
+            "config": cfg}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -168,3 +168,18 @@ def test_bf16_compute_keeps_float32_weights(tmp_path, tiny_dir):
     assert all(w.dtype == torch.float32 for w in w16.values())
     assert any(not torch.equal(w32[n], w16[n]) for n in w32)  # bf16 did change the numbers
     assert bf16["kl"]["median_real"] == pytest.approx(fp32["kl"]["median_real"], rel=0.2)
+
+
+def test_sharded_oom_is_recorded_with_the_base_model(tmp_path, tiny_dir):
+    """What workflow/scripts/train.py records when a rank of a sharded run ran out of memory
+    (it raised, torchrun stopped every rank): status oom with the rank's numbers, the base
+    model as the run's model, an empty metrics table."""
+    from logra.train import METRIC_COLUMNS, oom_result
+    cfg, _ = make_run(tmp_path, "dense_adam", nproc_per_node=2, prompts_per_step=4)
+    oom = {"oom_at_step": 3, "oom_needed_bytes": 123, "oom_check": "CUDA allocator capped"}
+    summary = oom_result(cfg, tiny_dir, tmp_path / "run", oom)
+    assert summary["status"] == "oom" and summary["oom_needed_bytes"] == 123
+    assert summary["model_step"] == 0 and summary["nproc_per_node"] == 2
+    assert list(pd.read_csv(tmp_path / "run/metrics.csv").columns) == METRIC_COLUMNS
+    base = load(tiny_dir)[0].state_dict()
+    assert all(torch.equal(base[n], w) for n, w in weights(tmp_path / "run").items())

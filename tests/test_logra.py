@@ -600,3 +600,20 @@ def test_constructor_errors_name_the_problem():
     # a custom regex selects other Linear layers (here: the head only)
     rule = LoGRA(Chain(), rank=2, modules=r"^head$")
     assert [st.name for st in rule.sketched] == ["head.weight"]
+
+
+def test_lift_add_into_bf16_keeps_steps_below_its_resolution_on_average():
+    """A bf16 engine copy (vLLM): a step of 1e-3 on weights of 1.0 is below half a bf16 ulp
+    (3.9e-3) and would round away every time; stochastic rounding keeps it on average."""
+    torch.manual_seed(0)
+    w = torch.ones(64, 64, dtype=torch.bfloat16)
+    q = torch.eye(64)[:, :1]  # left basis e_1: the step lands in row 0
+    coef = torch.full((1, 64), 1e-3)
+    for _ in range(100):
+        S.lift_add_(w, q, coef, "left")
+    assert w[0].float().mean().item() == pytest.approx(1.1, abs=0.01)
+    assert torch.equal(w[1:], torch.ones(63, 64, dtype=torch.bfloat16))
+    nearest = torch.ones(64, dtype=torch.bfloat16)
+    for _ in range(100):
+        nearest = (nearest.float() + 1e-3).to(torch.bfloat16)
+    assert torch.equal(nearest, torch.ones(64, dtype=torch.bfloat16))  # what plain rounding does

@@ -89,7 +89,7 @@ def test_vllm_worker_extension_applies_payloads_into_fused_weights(tiny_dir):
     fused.parameters = lambda: iter(named.values())
     worker = VLLMSyncExtension()
     worker.model_runner = SimpleNamespace(
-        model=fused, model_config=SimpleNamespace(hf_config=hf.config),
+        get_model=lambda: fused, model_config=SimpleNamespace(hf_config=hf.config),
         parallel_config=SimpleNamespace(tensor_parallel_size=1))
     assert any("qkv_proj" in n for n in named) and any("gate_up_proj" in n for n in named)
 

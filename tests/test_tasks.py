@@ -335,6 +335,23 @@ def test_math_file_answers_and_reward(tmp_path):
     assert task.reward("\\boxed{\\{1,\\{2\\}\\}}", nested) == 1.0  # balanced braces
 
 
+@pytest.mark.parametrize("got, gold", [
+    ("\\$5.00", "5"), ("5\\text{ cm}", "5"), ("1{,}000", "1000"), ("\\sqrt2", "\\sqrt{2}"),
+    ("\\left( 1, 2 \\right)", "(1,2)"), ("90^\\circ", "90"), ("25\\%", "25"),
+    ("\\text{(B)}", "(B)"), ("\\dfrac{3}{4}.", "\\frac34"),
+])
+def test_math_normalisation_equates(got, gold):
+    from logra.tasks import normalize_math
+    assert normalize_math(got) == normalize_math(gold)
+
+
+@pytest.mark.parametrize("got, gold", [("5", "6"), ("\\frac{3}{4}", "\\frac{4}{3}"),
+                                       ("x^2", "x^3"), ("(1,2)", "[1,2]")])
+def test_math_normalisation_keeps_different_answers_apart(got, gold):
+    from logra.tasks import normalize_math
+    assert normalize_math(got) != normalize_math(gold)
+
+
 def test_math_row_without_boxed_answer_is_named(tmp_path):
     path = tmp_path / "bad.jsonl"
     write_jsonl(path, [TINY_MATH[0], {"problem": "p", "solution": "no box"}])

@@ -7,21 +7,30 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from logra.io import write_json
-from logra.train import train
+from logra.train import oom_result, train
 
-cfg = dict(snakemake.params.run, threads=snakemake.threads)
+nproc = snakemake.params.run["grpo"]["nproc_per_node"]
+# the job's threads are shared by its ranks
+cfg = dict(snakemake.params.run, threads=max(1, snakemake.threads // nproc))
 out = Path(snakemake.output.summary).parent
 args = [snakemake.params.base, snakemake.input.train, str(out), snakemake.params.checkpoint]
-nproc = cfg["grpo"]["nproc_per_node"]
 with open(snakemake.log[0], "a") as log, redirect_stdout(log), redirect_stderr(log):
     if nproc > 1:  # rank 0 writes summary.json
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / "run_config.json", cfg)
+        for stale in out.glob("oom.rank*.json"):  # from an earlier attempt
+            stale.unlink()
         log.flush()
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                        f"--nproc-per-node={nproc}", "-m", "logra.train",
-                        str(out / "run_config.json"), *args],
-                       stdout=log, stderr=subprocess.STDOUT, check=True)
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               f"--nproc-per-node={nproc}", "-m", "logra.train",
+                               str(out / "run_config.json"), *args],
+                              stdout=log, stderr=subprocess.STDOUT)
+        ooms = sorted(out.glob("oom.rank*.json"))
+        if proc.returncode and not ooms:
+            raise RuntimeError(f"torchrun exited with {proc.returncode}; see {snakemake.log[0]}")
+        if ooms:  # a rank ran out of memory: recorded as the run's result
+            summary = oom_result(cfg, args[0], out, json.loads(ooms[0].read_text()))
+            write_json(snakemake.output.summary, summary)
         summary = json.loads(Path(snakemake.output.summary).read_text())
     else:
         summary = train(cfg, *args)
