@@ -72,6 +72,10 @@ def check(config: dict) -> None:
                     f"grpo: a batch of prompts_per_step x group_size = {batch} sequences does "
                     f"not split into global micro-batches of micro_batch_size x nproc_per_node "
                     f"= {g['micro_batch_size']} x {world} (method {name})")
+            if g["checkpoint_every"]:
+                raise ConfigError(f"grpo.checkpoint_every={g['checkpoint_every']}: resume "
+                                  "checkpoints are single-process; set 0 when "
+                                  f"grpo.nproc_per_node={world} (method {name})")
 
 
 def _check_rules_fit_model(config: dict) -> None:

@@ -69,7 +69,9 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      "lr_sweep.task: 'gsm8k' is not defined under tasks"),
     (lambda c: c["grpo"].update(nproc_per_node=4),  # 2 x 4 sequences, micro-batch 4
      "does not split into global micro-batches of micro_batch_size x nproc_per_node = 4 x 4"),
-    (lambda c: (c["grpo"].update(nproc_per_node=2, prompts_per_step=4),
+    (lambda c: c["grpo"].update(nproc_per_node=2, prompts_per_step=4, micro_batch_size=2),
+     "grpo.checkpoint_every=20: resume checkpoints are single-process; set 0"),
+    (lambda c: (c["grpo"].update(nproc_per_node=2, prompts_per_step=4, checkpoint_every=0),
                 c["methods"].update(lora={"rule": "lora"}), c.update(run_methods=["lora"])),
      r"methods.lora.rule: 'lora' cannot run sharded \(grpo.nproc_per_node=2\)"),
 ])
