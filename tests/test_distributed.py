@@ -175,7 +175,8 @@ def test_sharded_oom_is_recorded_with_the_base_model(tmp_path, tiny_dir):
     (it raised, torchrun stopped every rank): status oom with the rank's numbers, the base
     model as the run's model, an empty metrics table."""
     from logra.train import METRIC_COLUMNS, oom_result
-    cfg, _ = make_run(tmp_path, "dense_adam", nproc_per_node=2, prompts_per_step=4)
+    cfg, _ = make_run(tmp_path, "dense_adam")
+    cfg["grpo"]["nproc_per_node"] = 2
     oom = {"oom_at_step": 3, "oom_needed_bytes": 123, "oom_check": "CUDA allocator capped"}
     summary = oom_result(cfg, tiny_dir, tmp_path / "run", oom)
     assert summary["status"] == "oom" and summary["oom_needed_bytes"] == 123
