@@ -112,13 +112,11 @@ class LoGRA:
                 raise ValueError(f"rank={rank} exceeds min(shape)={min(w.shape)} of "
                                  f"{mod_name}.weight {tuple(w.shape)}")
             gen = torch.Generator().manual_seed(seed * 100_003 + i)
-            w_side = side if side != "auto" else side_of(tuple(w.shape))
-            if is_sharded(w):
-                if side == "left" or basis != "range":
-                    raise ValueError(f"{mod_name}.weight is sharded (FSDP): LoGRA needs "
-                                     f"side right and basis range, got side={side!r}, "
-                                     f"basis={basis!r}")
-                w_side = "right"
+            if is_sharded(w) and (side == "left" or basis != "range"):
+                raise ValueError(f"{mod_name}.weight is sharded (FSDP): LoGRA needs side right "
+                                 f"and basis range, got side={side!r}, basis={basis!r}")
+            w_side = ("right" if is_sharded(w) else
+                      side_of(tuple(w.shape)) if side == "auto" else side)
             st = Sketched(f"{mod_name}.weight", w, mod, w_side, gen)
             w.register_post_accumulate_grad_hook(self._hook(st))
             self.sketched.append(st)
