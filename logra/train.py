@@ -282,6 +282,10 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         return sum(values) / len(values) if values else None
 
     ratios = [m["kl_real"] / m["kl_pred"] for m in metrics if m["kl_pred"] > 0]
+    # at η = 1 the prediction is K₁ itself, measured at the applied step on the same probe, so
+    # the ratio is 1 by construction; only steps at η ≠ 1 test the η² extrapolation
+    scaled = [m["kl_real"] / m["kl_pred"] for m in metrics
+              if m["kl_pred"] > 0 and m["step_scale"] != 1]
     kl_real = [m["kl_real"] for m in metrics]
     return {
         "status": status, "diverged_at_step": diverged_at, "memory_budget_bytes": budget, **oom,
@@ -311,7 +315,9 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         "final_reward": mean(m["reward_mean"] for m in metrics[-10:]),
         "kl": {"median_real": statistics.median(kl_real) if kl_real else None,
                "max_real": max(kl_real, default=None),
-               "median_real_over_pred": statistics.median(ratios) if ratios else None},
+               "median_real_over_pred": statistics.median(ratios) if ratios else None,
+               "scaled_steps": len(scaled),
+               "median_real_over_pred_scaled": statistics.median(scaled) if scaled else None},
         "eval_accuracy": None, "config": cfg}
 
 
