@@ -35,7 +35,7 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
         row["mean_step_time_s"] = s.get("mean_step_time_s")
         for key in ("sync_bytes_per_step", "sync_full_bytes", "sync_lowrank_fraction"):
             row[key] = s.get(key)
-        for key in ("median_real_over_pred", "median_real_over_pred_scaled"):
+        for key in ("median_real_over_pred", "median_real_over_pred_scaled", "scaled_steps"):
             row[f"kl_{key}"] = (s.get("kl") or {}).get(key)
         row["eval_accuracy"] = json.loads(Path(eval_path).read_text())["accuracy"]
         row["base_accuracy"] = base.get(s["task"])
