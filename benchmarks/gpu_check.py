@@ -20,6 +20,7 @@ import argparse
 import tempfile
 import time
 
+import pandas as pd
 import torch
 
 SIZES = {  # tiny-config options (character vocabulary)
@@ -41,25 +42,22 @@ GRPO = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high":
 
 def step_table(size: dict, shape: dict, device: str, dtype: str) -> None:
     from logra.memory_sweep import measure
-    points = {name: measure(size, m, shape, GRPO, steps=5, device=device, compute_dtype=dtype)
+    from logra.report import memory_sweep_table
+    points = {("check", name): measure(size, m, shape, GRPO, steps=5, device=device,
+                                       compute_dtype=dtype)
               for name, m in METHODS.items()}
-    dense = points["dense_adam"]
-    print(f"\n{points['dense_adam']['n_params'] / 1e9:.2f}B parameters, {dtype} compute, "
+    table = memory_sweep_table(points)  # ratios vs dense Adam, as the memory sweep's
+    table["peak_GB"] = table["peak_mem_bytes"] / 1e9
+    table["sync_MB"] = table["sync_bytes_per_step"] / 1e6
+    print(f"\n{table['n_params'][0] / 1e9:.2f}B parameters, {dtype} compute, "
           f"device {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), "
           f"batch {shape['batch']} x {shape['prompt_len'] + shape['completion_len']} tokens, "
-          f"micro-batch {shape['micro_batch']}")
-    print(f"{'method':<11} {'peak GB':>8} {'x dense':>8} {'update s':>9} {'x dense':>8} "
-          f"{'sync MB':>8} {'x dense':>8}  measured by")
-    for name, p in points.items():
-        if p["status"] != "ok":
-            print(f"{name:<11} {p['status']}")
-            continue
-        print(f"{name:<11} {p['peak_mem_bytes'] / 1e9:8.2f} "
-              f"{p['peak_mem_bytes'] / dense['peak_mem_bytes']:8.3f} "
-              f"{p['update_time_s']:9.3f} {p['update_time_s'] / dense['update_time_s']:8.3f} "
-              f"{p['sync_bytes_per_step'] / 1e6:8.1f} "
-              f"{p['sync_bytes_per_step'] / dense['sync_bytes_per_step']:8.3f}  "
-              f"{p['mem_measure']}")
+          f"micro-batch {shape['micro_batch']}; peak memory measured by "
+          f"{points['check', 'dense_adam'].get('mem_measure')}")
+    cols = ["method", "peak_GB", "peak_mem_bytes_vs_dense", "update_time_s",
+            "update_time_s_vs_dense", "sync_MB", "sync_bytes_per_step_vs_dense", "status"]
+    with pd.option_context("display.width", 200, "display.precision", 3):
+        print(table[cols].to_string(index=False))
 
 
 def vllm_sync(size: dict, syncs: int = 5) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from transformers import GenerationConfig
 
-from logra.sync import apply_payload, payload_bytes
+from logra.sync import apply_payload, payload_bytes, payload_to
 
 
 @dataclass
@@ -202,11 +202,7 @@ class VLLMRolloutEngine:
         return rollouts
 
     def sync(self, payload: dict) -> int:
-        cpu = {"dense": {k: v.cpu() for k, v in payload.get("dense", {}).items()},
-               "lowrank": {k: {key: v.cpu() if isinstance(v, torch.Tensor) else v
-                               for key, v in e.items()}
-                           for k, e in payload.get("lowrank", {}).items()}}
-        self.llm.collective_rpc("logra_apply_payload", args=(cpu,))
+        self.llm.collective_rpc("logra_apply_payload", args=(payload_to(payload, "cpu"),))
         self.llm.reset_prefix_cache()
         return payload_bytes(payload)
 
@@ -253,12 +249,8 @@ class VLLMSyncExtension:
 
     def logra_apply_payload(self, payload: dict) -> None:
         device = next(self.model_runner.get_model().parameters()).device
-        moved = {"dense": {k: v.to(device) for k, v in payload.get("dense", {}).items()},
-                 "lowrank": {k: {**e, "coef": e["coef"].to(device),
-                                 "basis": None if e["basis"] is None else e["basis"].to(device)}
-                             for k, e in payload.get("lowrank", {}).items()}}
         views = self.logra_hf_views()
-        apply_payload(views, moved, self._logra_bases)
+        apply_payload(views, payload_to(payload, device), self._logra_bases)
 
     def logra_state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu() for k, v in self.logra_hf_views().items()}

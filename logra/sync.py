@@ -28,6 +28,14 @@ def payload_bytes(payload: dict) -> int:
     return total
 
 
+def payload_to(payload: dict, device: torch.device | str) -> dict:
+    """The payload with every tensor on `device` (for a transport, or an engine's GPU)."""
+    return {"dense": {k: v.to(device) for k, v in payload.get("dense", {}).items()},
+            "lowrank": {k: {key: v.to(device) if isinstance(v, torch.Tensor) else v
+                            for key, v in e.items()}
+                        for k, e in payload.get("lowrank", {}).items()}}
+
+
 @torch.no_grad()
 def apply_payload(params: dict[str, torch.Tensor], payload: dict,
                   bases: dict[str, torch.Tensor]) -> None:

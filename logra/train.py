@@ -209,10 +209,9 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                 weights = rule.engine_weights()
                 if engine:
                     drift = sync_drift(engine.state_dict(), weights)
-                sync_bytes += payload_bytes({"dense": weights})
-                if engine:
-                    engine.sync({"dense": weights})
-                del weights
+                full_payload = {"dense": weights}
+                sync_bytes += engine.sync(full_payload) if engine else payload_bytes(full_payload)
+                del weights, full_payload
             metrics.append({
                 "step": step, "reward_mean": rewards.mean().item(),
                 "reward_std": rewards.std().item(), "loss": loss, "kl_pred": kl_pred,
@@ -307,8 +306,9 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         "mean_step_time_s": mean(m["step_time_s"] for m in metrics
                                  if m["step"] != g["profile_step"]),
         "sync_bytes_per_step": mean(m["sync_bytes"] for m in metrics),
-        "sync_full_bytes": sum(p.numel() * p.element_size()
-                               for p in {id(p): p for p in model.parameters()}.values()),
+        # the whole model's bytes (a sharded parameter's numel is its full size); parameters()
+        # lists a tied weight once
+        "sync_full_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
         "sync_lowrank_fraction": (run["lowrank_bytes"] / run["lowrank_full"]
                                   if run["lowrank_full"] else None),
         "optimizer_state_bytes": rule.state_bytes(),  # on one rank under FSDP
