@@ -102,7 +102,8 @@ def _check_rules_fit_model(config: dict) -> None:
 def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
     """Add one method per (method, lr) of `lr_sweep` to config["methods"], a copy with `lr`
     replaced, named `<method>_lr<lr>` (`dense_adam_lr0p0001`, `dense_adam_lr2p5em05`); the
-    configured lr keeps the method's own name, so those runs are shared with the grid.
+    configured lr keeps the method's own name (a sweep seed that is also a grid seed shares
+    the grid's run).
     Returns {name: (method, lr)}."""
     sweep = {}
     for method, lrs in (config.get("lr_sweep") or {"lrs": {}})["lrs"].items():

@@ -55,24 +55,26 @@ def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def lr_sweep_table(run_jsons: list[str | Path], sweep: dict[str, tuple[str, float]]
-                   ) -> pd.DataFrame:
-    """One row per (method, lr): final training reward (mean of the last 10 steps) mean ± sd
-    over seeds, and `chosen` for the best lr per method. Training reward only: the test split
-    is never used to choose."""
+def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
+                   sweep: dict[str, tuple[str, float]]) -> pd.DataFrame:
+    """One row per (method, lr): lm-eval accuracy on the validation split and final training
+    reward (mean of the last 10 steps), mean ± sd over the seeds whose run finished ok, and
+    `chosen`: per method, the one lr with the best mean validation accuracy (the smaller lr on a
+    tie). `val_jsons[i]` evaluates the run of `run_jsons[i]`. The test split is never used."""
     rows = []
-    for path in run_jsons:
-        s = json.loads(Path(path).read_text())
+    for run, val in zip(run_jsons, val_jsons, strict=True):
+        s, v = json.loads(Path(run).read_text()), json.loads(Path(val).read_text())
         method, lr = sweep[s["method"]]
         ok = s["status"] == "ok"
         rows.append({"method": method, "lr": lr, "seed": s["seed"], "status": s["status"],
+                     "val_accuracy": v["accuracy"] if ok else float("nan"),
                      "final_reward": s["final_reward"] if ok else float("nan")})
-    runs = pd.DataFrame(rows)
-    out = runs.groupby(["method", "lr"]).agg(
+    out = pd.DataFrame(rows).groupby(["method", "lr"]).agg(
+        val_accuracy_mean=("val_accuracy", "mean"), val_accuracy_sd=("val_accuracy", "std"),
         final_reward_mean=("final_reward", "mean"), final_reward_sd=("final_reward", "std"),
-        n_ok=("final_reward", "count"), n_seeds=("seed", "nunique")).reset_index()
-    best = out.groupby("method")["final_reward_mean"].transform("max")
-    out["chosen"] = out["final_reward_mean"] == best
+        n_ok=("val_accuracy", "count"), n_seeds=("seed", "nunique")).reset_index()
+    best = out.dropna(subset="val_accuracy_mean").groupby("method")["val_accuracy_mean"].idxmax()
+    out["chosen"] = out.index.isin(best)
     return out
 
 

@@ -23,7 +23,9 @@ Rewards never raise on arbitrary text:
 Synthetic splits are generated with ``random.Random(seed)``: the test split is
 drawn first, so it depends only on ``(seed, n_test)``, and train questions are
 drawn until ``n_train`` questions unseen in either split are found, so the
-splits never share a question.
+splits never share a question. An optional validation split (``n_val``, for
+choosing hyperparameters) is drawn last the same way, so it changes neither
+train nor test.
 """
 
 from __future__ import annotations
@@ -190,8 +192,10 @@ class Task:
     name: str = ""
     eval_until: tuple[str, ...] = ("\n",)  # lm-eval stops generating at these (and at eos)
 
-    def splits(self, seed: int, n_train: int | None, n_test: int | None) -> dict[str, list[Example]]:
-        """Return ``{"train": [...], "test": [...]}`` lists of examples."""
+    def splits(self, seed: int, n_train: int | None, n_test: int | None,
+               n_val: int = 0) -> dict[str, list[Example]]:
+        """Return ``{"train": [...], "test": [...], "val": [...]}`` lists of examples; "val"
+        shares no question with the others and is empty unless ``n_val`` is given."""
         raise NotImplementedError
 
     def prompt(self, example: Example) -> str:
@@ -249,12 +253,15 @@ class SyntheticTask(Task):
         """Draw one example (without ``prompt``) using only ``rng``."""
         raise NotImplementedError
 
-    def splits(self, seed: int, n_train: int, n_test: int) -> dict[str, list[Example]]:
-        """Deterministic, question-disjoint splits; test depends only on (seed, n_test)."""
-        sizes = {"test": _check_size("n_test", n_test), "train": _check_size("n_train", n_train)}
+    def splits(self, seed: int, n_train: int, n_test: int,
+               n_val: int = 0) -> dict[str, list[Example]]:
+        """Deterministic, question-disjoint splits drawn in the order test, train, val: test
+        depends only on (seed, n_test), train not on n_val."""
+        sizes = {"test": _check_size("n_test", n_test), "train": _check_size("n_train", n_train),
+                 "val": _check_size("n_val", n_val)}
         rng = random.Random(seed)
         seen: set[str] = set()
-        out: dict[str, list[Example]] = {"test": [], "train": []}
+        out: dict[str, list[Example]] = {split: [] for split in sizes}
         for split, size in sizes.items():
             duplicates = 0
             while len(out[split]) < size:
@@ -264,14 +271,14 @@ class SyntheticTask(Task):
                     if duplicates > _MAX_TRIES:
                         raise ValueError(
                             f"{self.name}: only {len(seen)} distinct questions found; "
-                            "lower n_train/n_test or widen the task options"
+                            "lower n_train/n_test/n_val or widen the task options"
                         )
                     continue
                 duplicates = 0
                 seen.add(example["question"])
                 example["prompt"] = self.prompt(example)
                 out[split].append(example)
-        return {"train": out["train"], "test": out["test"]}
+        return {"train": out["train"], "test": out["test"], "val": out["val"]}
 
 
 def _check_ops(ops: str, allowed: str) -> str:
@@ -417,7 +424,7 @@ class HubTask(Task):
     """A task read from a dataset: each split from a local JSONL file (``train_path`` /
     ``test_path``) or, when no path is given, from ``datasets.load_dataset(hub, config)``.
     Rows keep their order; the seed is unused and n_train/n_test keep the first rows (None =
-    all). Subclasses turn one raw row into an example (``parse``), naming the row on error.
+    all); a validation split is the n_val train rows after the first n_train. Subclasses turn one raw row into an example (``parse``), naming the row on error.
     Completions are multi-line: evaluation stops at eos only."""
 
     hub, config = "", None
@@ -455,9 +462,19 @@ class HubTask(Task):
             raise ValueError(f"{source}: empty {split} split")
         return examples if limit is None else examples[: _check_size(f"n_{split}", limit)]
 
-    def splits(self, seed: int, n_train: int | None, n_test: int | None) -> dict[str, list[Example]]:
-        """The first n_train / n_test rows of each split (None = all); seed unused."""
-        return {"train": self.load_split("train", n_train), "test": self.load_split("test", n_test)}
+    def splits(self, seed: int, n_train: int | None, n_test: int | None,
+               n_val: int = 0) -> dict[str, list[Example]]:
+        """The first n_train / n_test rows of each split (None = all) and, as "val", the n_val
+        train rows that follow the first n_train; seed unused."""
+        if _check_size("n_val", n_val) and n_train is None:
+            raise ValueError(f"{self.name}: n_val={n_val} needs n_train (val is the train rows "
+                             "after the first n_train)")
+        train = self.load_split("train", None if n_train is None else n_train + n_val)
+        if n_val and len(train) < n_train + n_val:
+            raise ValueError(f"{self.name}: n_train={n_train} + n_val={n_val} exceeds the "
+                             f"{len(train)} train rows")
+        return {"train": train[:n_train], "test": self.load_split("test", n_test),
+                "val": train[n_train:] if n_val else []}
 
 
 def _require(row: dict, where: str, *fields: str) -> None:

@@ -106,7 +106,7 @@ def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
     logra_lr = config["methods"]["logra"]["options"]["lr"]
     sweep = add_lr_sweep_methods(config)
     assert len(sweep) == sum(len(lrs) for lrs in config["lr_sweep"]["lrs"].values())
-    assert sweep["dense_adam"] == ("dense_adam", configured)  # shared with the grid's runs
+    assert sweep["dense_adam"] == ("dense_adam", configured)  # keeps its name
     assert sweep["dense_adam_lr2p5em05"] == ("dense_adam", 2.5e-05)
     assert sweep["dense_adam_lr0p0001"] == ("dense_adam", 1e-04)
     derived = config["methods"]["logra_lr0p002"]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import string
 from fractions import Fraction
 from pathlib import Path
@@ -113,6 +114,18 @@ def test_splits_deterministic_disjoint_and_sized(name):
 
 
 @pytest.mark.parametrize("name", SYNTHETIC)
+def test_val_split_is_disjoint_and_leaves_train_and_test_unchanged(name):
+    task = get_task(name)
+    seed = random.randrange(1000)
+    a = task.splits(seed=seed, n_train=200, n_test=50)
+    b = task.splits(seed=seed, n_train=200, n_test=50, n_val=30)
+    assert a["val"] == [] and (b["train"], b["test"]) == (a["train"], a["test"])
+    val_q = {ex["question"] for ex in b["val"]}
+    assert len(val_q) == 30
+    assert not val_q & {ex["question"] for ex in b["train"] + b["test"]}
+
+
+@pytest.mark.parametrize("name", SYNTHETIC)
 def test_gold_scores_one_and_wrong_scores_zero(name):
     task = get_task(name)
     for ex in sum(task.splits(seed=0, n_train=300, n_test=100).values(), []):
@@ -151,6 +164,8 @@ def test_small_question_space_raises_instead_of_looping():
     assert len(task.splits(seed=0, n_train=60, n_test=21)["train"]) == 60
     with pytest.raises(ValueError, match="distinct questions"):
         task.splits(seed=0, n_train=60, n_test=22)
+    with pytest.raises(ValueError, match="distinct questions.*n_val"):
+        task.splits(seed=0, n_train=60, n_test=11, n_val=11)
 
 
 def test_linear_question_format():
@@ -269,6 +284,12 @@ def test_gsm8k_tiny_file(tiny_gsm8k):
     assert tiny_gsm8k.reward("#### 1,501", ex) == 0.0
     truncated = tiny_gsm8k.splits(seed=0, n_train=2, n_test=0)
     assert (len(truncated["train"]), len(truncated["test"])) == (2, 0)
+    val = tiny_gsm8k.splits(seed=0, n_train=1, n_test=0, n_val=2)
+    assert val["train"] + val["val"] == splits["train"] and len(val["val"]) == 2
+    with pytest.raises(ValueError, match=r"n_train=2 \+ n_val=2 exceeds the 3 train rows"):
+        tiny_gsm8k.splits(seed=0, n_train=2, n_test=0, n_val=2)
+    with pytest.raises(ValueError, match="n_val=1 needs n_train"):
+        tiny_gsm8k.splits(seed=0, n_train=None, n_test=0, n_val=1)
 
 
 def test_gsm8k_real_data():

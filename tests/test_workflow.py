@@ -7,6 +7,8 @@ import sys
 import pandas as pd
 import pytest
 
+from logra.tasks import read_jsonl
+
 from conftest import ROOT
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
@@ -26,8 +28,8 @@ def test_lint_is_clean(tmp_path):
              "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
     # the three run_methods are shared; the six ablation methods add 3 tasks x 3 seeds each
     ("ablations", {"train": 9 * 3 * 3, "eval_run": 81, "ablation_summary": 1}),
-    # 4 methods x 4 lrs x 2 seeds on one task, no lm-eval (chosen by training reward)
-    ("lr_sweep", {"train": 32, "lr_sweep": 1}),
+    # 19 (method, lr) pairs x 3 seeds on one task, each evaluated on the validation split
+    ("lr_sweep", {"data": 1, "data_val": 1, "train": 57, "lr_sweep_eval": 57, "lr_sweep": 1}),
 ])
 def test_default_config_targets_resolve(tmp_path, target, jobs):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
@@ -92,6 +94,23 @@ def test_smoke_run_end_to_end(tmp_path):
     assert (sweep["planned_error"].abs() < 0.25).all()  # tiny shapes: allocator slack shows
     planner = pd.read_csv(tmp_path / "results/memory/planner.csv")
     assert set(planner["kind"]) == {"prediction"} and len(planner) == 2
+
+    # the lr sweep on the same results: one new run (lr 1e-3), both lrs on the validation split
+    out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path), "lr_sweep"],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    log = out.stdout + out.stderr
+    assert re.search(r"^train\s+1$", log[log.index("Job stats"):], re.M)
+    lr_sweep = pd.read_csv(tmp_path / "results/lr_sweep.csv")
+    assert list(lr_sweep["lr"]) == [1e-4, 1e-3] and lr_sweep["chosen"].sum() == 1
+    assert lr_sweep["val_accuracy_mean"].between(0, 1).all() and (lr_sweep["n_ok"] == 1).all()
+    data = tmp_path / "results/data/arithmetic"
+    questions = {split: {row["question"] for row in read_jsonl(data / f"{split}.jsonl")}
+                 for split in ("train", "test", "val")}
+    assert len(questions["val"]) == 8
+    assert not questions["val"] & (questions["train"] | questions["test"])
+    val_eval = json.loads((tmp_path / "results/lr_sweep/arithmetic/dense_adam/seed0.json").read_text())
+    assert {s["prompt"] for s in val_eval["samples"]} == {f"Q: {q}\nA: " for q in questions["val"]}
 
 
 def test_killed_workflow_resumes_and_records_divergence(tmp_path):

@@ -13,3 +13,17 @@ rule data:
         "results/logs/data/{task}.log",
     script:
         "../scripts/make_data.py"
+
+
+# The lr sweep's validation split: n_val questions drawn after the train split (train and test
+# stay as `data` writes them), so neither SFT nor GRPO trains on them.
+use rule data as data_val with:
+    output:
+        val="results/data/{task}/val.jsonl",
+        lmeval=directory("results/data/{task}/lmeval_val"),
+    params:
+        task=lambda w: config["tasks"][w.task],
+        data=config["data"] | {"n_val": config.get("lr_sweep", {}).get("n_val", 0)},
+        max_gen_toks=config["eval"]["max_gen_toks"],
+    log:
+        "results/logs/data/{task}_val.log",

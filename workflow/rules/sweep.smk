@@ -1,11 +1,26 @@
+# lm-eval of each sweep run on the validation split (never on test)
+use rule eval_run as lr_sweep_eval with:
+    input:
+        model="results/runs/{task}/{method}/seed{seed}/model",
+        lmeval="results/data/{task}/lmeval_val",
+    output:
+        "results/lr_sweep/{task}/{method}/seed{seed}.json",
+    log:
+        "results/logs/lr_sweep/{task}/{method}/seed{seed}.log",
+
+
+SWEEP_RUNS = expand(
+    "{task}/{method}/seed{seed}",
+    task=config.get("lr_sweep", {}).get("task", TASKS[0]),
+    method=list(SWEEP),
+    seed=config.get("lr_sweep", {}).get("seeds", [0]),
+)
+
+
 rule lr_sweep:
     input:
-        expand(
-            "results/runs/{task}/{method}/seed{seed}/summary.json",
-            task=config.get("lr_sweep", {}).get("task", TASKS[0]),
-            method=list(SWEEP),
-            seed=config.get("lr_sweep", {}).get("seeds", [0]),
-        ),
+        runs=expand("results/runs/{run}/summary.json", run=SWEEP_RUNS),
+        evals=expand("results/lr_sweep/{run}.json", run=SWEEP_RUNS),
     output:
         "results/lr_sweep.csv",
     params:

@@ -1,9 +1,10 @@
-"""results/lr_sweep.csv: final training reward per (method, lr); the best lr per method."""
+"""results/lr_sweep.csv: validation accuracy and training reward per (method, lr); the lr with
+the best validation accuracy per method is `chosen`."""
 from contextlib import redirect_stderr, redirect_stdout
 
 from logra.report import lr_sweep_table, write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
-    table = lr_sweep_table(snakemake.input, snakemake.params.sweep)
+    table = lr_sweep_table(snakemake.input.runs, snakemake.input.evals, snakemake.params.sweep)
     write_csv(table, snakemake.output[0])
     print(table.to_string())

@@ -1,4 +1,5 @@
-"""Write a task's train/test JSONL and its lm-eval task definition."""
+"""Write a task's splits as JSONL (each split this rule outputs) and the lm-eval task definition
+that evaluates its held-out split: `val` for the lr sweep's rule, `test` otherwise."""
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -6,13 +7,15 @@ from logra.evaluate import write_lmeval_task
 from logra.tasks import get_task, write_jsonl
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
-    spec, data = snakemake.params.task, snakemake.params.data
+    spec, data, out = snakemake.params.task, snakemake.params.data, snakemake.output
     task = get_task(spec["type"], **spec.get("options", {}))
-    splits = task.splits(data["seed"], data["n_train"], data["n_test"])
-    write_jsonl(snakemake.output.train, splits["train"])
-    write_jsonl(snakemake.output.test, splits["test"])
+    splits = task.splits(data["seed"], data["n_train"], data["n_test"], data.get("n_val", 0))
+    written = [split for split in splits if hasattr(out, split)]
+    for split in written:
+        write_jsonl(getattr(out, split), splits[split])
+    held_out = "val" if "val" in written else "test"
     write_lmeval_task(snakemake.wildcards.task, spec.get("options", {}),
-                      Path(snakemake.output.test), Path(snakemake.output.lmeval),
+                      Path(getattr(out, held_out)), Path(out.lmeval),
                       max_gen_toks=snakemake.params.max_gen_toks, task_type=spec["type"])
-    print(f"{snakemake.wildcards.task}: {len(splits['train'])} train, "
-          f"{len(splits['test'])} test examples")
+    print(f"{snakemake.wildcards.task}: " + ", ".join(
+        f"{len(splits[split])} {split}" for split in written) + f" examples; lm-eval on {held_out}")
