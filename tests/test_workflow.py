@@ -28,8 +28,8 @@ def test_lint_is_clean(tmp_path):
              "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
     # the three run_methods are shared; the six ablation methods add 3 tasks x 3 seeds each
     ("ablations", {"train": 9 * 3 * 3, "eval_run": 81, "ablation_summary": 1}),
-    # 22 (method, lr) pairs x 3 seeds on one task, each evaluated on the validation split
-    ("lr_sweep", {"data": 1, "data_val": 1, "train": 66, "lr_sweep_eval": 66, "lr_sweep": 1}),
+    # 24 (method, lr) pairs x 3 seeds on one task, each evaluated on the validation split
+    ("lr_sweep", {"data": 1, "data_val": 1, "train": 72, "lr_sweep_eval": 72, "lr_sweep": 1}),
 ])
 def test_default_config_targets_resolve(tmp_path, target, jobs):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
