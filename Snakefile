@@ -26,6 +26,7 @@ if config["model"]["name"] == "tiny":  # built locally: nothing may come from a 
 TASKS, METHODS, SEEDS = list(config["tasks"]), config["run_methods"], config["seeds"]
 ABLATIONS = [m for m in config["ablation_methods"] if m not in METHODS]
 SWEEP = add_lr_sweep_methods(config)  # {method name: (method, lr)}
+LR_SWEEP = config.get("lr_sweep") or {}
 
 
 wildcard_constraints:

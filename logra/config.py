@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from logra import methods
-from logra.tasks import get_task
+from logra.tasks import HubTask, get_task
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -46,9 +46,14 @@ def check(config: dict) -> None:
     _check_rules_fit_model(config)
     for name, t in config["tasks"].items():
         try:
-            get_task(t["type"], **t.get("options", {}))
+            task = get_task(t["type"], **t.get("options", {}))
         except (TypeError, ValueError) as e:
             raise ConfigError(f"tasks.{name}.options: {e}") from None
+        if (name == sweep.get("task") and isinstance(task, HubTask)
+                and config.get("data", {}).get("n_train") is None):
+            raise ConfigError(f"lr_sweep.n_val: the validation split of dataset task {name!r} is "
+                              "the train rows after the first data.n_train; set data.n_train "
+                              "(it is null: every row trains)")
     trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["lrs"],
                *(config.get("stability") or {"methods": []})["methods"]}
     for name, m in config["methods"].items():
@@ -101,17 +106,13 @@ def _check_rules_fit_model(config: dict) -> None:
 
 def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
     """Add one method per (method, lr) of `lr_sweep` to config["methods"], a copy with `lr`
-    replaced, named `<method>_lr<lr>` (`dense_adam_lr0p0001`, `dense_adam_lr2p5em05`); the
-    configured lr keeps the method's own name (a sweep seed that is also a grid seed shares
-    the grid's run).
+    replaced, named `<method>_lr<lr>` (`dense_adam_lr0p0001`, `dense_adam_lr2p5em05`), the
+    configured lr too: adopting the sweep's choice in the config renames no sweep run.
     Returns {name: (method, lr)}."""
     sweep = {}
     for method, lrs in (config.get("lr_sweep") or {"lrs": {}})["lrs"].items():
         spec = config["methods"][method]
         for lr in lrs:
-            if lr == spec.get("options", {}).get("lr"):
-                sweep[method] = (method, lr)
-                continue
             name = f"{method}_lr{lr:g}".replace("-", "m").replace("+", "").replace(".", "p")
             if name in config["methods"]:
                 raise ConfigError(f"lr_sweep.lrs.{method}: the run name {name!r} for lr={lr} "

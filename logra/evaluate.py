@@ -3,7 +3,7 @@
 Evaluation and the RL reward are one piece of code: `write_lmeval_task` writes an lm-eval task
 (YAML + a small `process_results` module) whose only metric, `acc`, is the project's own
 `logra.tasks.get_task(name, **options).reward(completion, example)`. lm-eval supplies the rest:
-data loading from our test JSONL, greedy generation stopped at the first newline or `<eos>`
+data loading from our JSONL (the test split, or the lr sweep's validation split), greedy generation stopped at the first newline or `<eos>`
 (`HFLM.generate_until`), batching, and aggregation.
 
 `evaluate` loads a checkpoint with `logra.modeling.load` (the one loading path; the model and
@@ -13,7 +13,7 @@ prompt/response/answer/acc) atomically at a fixed path.
 
 Typical use (e.g. from a Snakemake script)::
 
-    task_yaml = write_lmeval_task("countdown", {}, test_jsonl, out / "lmeval_task")
+    task_yaml = write_lmeval_task("countdown", {}, split_jsonl, out / "lmeval_task")
     evaluate(ckpt_dir, task_yaml.parent, "countdown", out / "eval.json", batch_size=64)
 """
 from __future__ import annotations
@@ -72,9 +72,10 @@ def lmeval_task_name(task_name: str) -> str:
     return task_name if task_name.startswith(TASK_PREFIX) else TASK_PREFIX + task_name
 
 
-def write_lmeval_task(task_name: str, task_options: dict, test_jsonl: Path, out_dir: Path, *,
+def write_lmeval_task(task_name: str, task_options: dict, split_jsonl: Path, out_dir: Path, *,
                       max_gen_toks: int = 32, task_type: str | None = None) -> Path:
-    """Write an lm-eval task `logra_<task_name>` reading `test_jsonl`; return the YAML's path.
+    """Write an lm-eval task `logra_<task_name>` reading `split_jsonl` (the held-out split it
+    evaluates); return the YAML's path.
 
     Next to `logra_<task_name>.yaml` goes `logra_<task_name>_utils.py`, whose
     `process_results` calls the task's reward with `task_options` (embedded as a Python
@@ -94,9 +95,9 @@ def write_lmeval_task(task_name: str, task_options: dict, test_jsonl: Path, out_
         literal = False
     if not literal:
         raise ValueError(f"task options {options!r} for {task_name!r}: not a Python literal")
-    test_jsonl = Path(test_jsonl).resolve()
-    if not test_jsonl.exists():
-        raise FileNotFoundError(f"{test_jsonl}: test JSONL for task {task_name!r} not found")
+    split_jsonl = Path(split_jsonl).resolve()
+    if not split_jsonl.exists():
+        raise FileNotFoundError(f"{split_jsonl}: JSONL for task {task_name!r} not found")
     name = lmeval_task_name(task_name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -108,7 +109,7 @@ def write_lmeval_task(task_name: str, task_options: dict, test_jsonl: Path, out_
     # JSON scalars are valid YAML, so paths and options are written with json.dumps.
     until = get_task(task_type or task_name.removeprefix(TASK_PREFIX), **options).eval_until
     text = _YAML_TEMPLATE.format(
-        name=name, data=json.dumps(str(test_jsonl)), max_gen_toks=int(max_gen_toks),
+        name=name, data=json.dumps(str(split_jsonl)), max_gen_toks=int(max_gen_toks),
         until=json.dumps(list(until)),
         utils=utils_module, options=json.dumps(options, default=str))
     yaml_path = out_dir / f"{name}.yaml"

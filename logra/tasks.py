@@ -195,7 +195,8 @@ class Task:
     def splits(self, seed: int, n_train: int | None, n_test: int | None,
                n_val: int = 0) -> dict[str, list[Example]]:
         """Return ``{"train": [...], "test": [...], "val": [...]}`` lists of examples; "val"
-        shares no question with the others and is empty unless ``n_val`` is given."""
+        is empty unless ``n_val`` is given. Synthetic splits share no question; dataset splits
+        are disjoint by row."""
         raise NotImplementedError
 
     def prompt(self, example: Example) -> str:
@@ -424,7 +425,8 @@ class HubTask(Task):
     """A task read from a dataset: each split from a local JSONL file (``train_path`` /
     ``test_path``) or, when no path is given, from ``datasets.load_dataset(hub, config)``.
     Rows keep their order; the seed is unused and n_train/n_test keep the first rows (None =
-    all); a validation split is the n_val train rows after the first n_train. Subclasses turn one raw row into an example (``parse``), naming the row on error.
+    all); a validation split is the n_val train rows after the first n_train. Subclasses turn
+    one raw row into an example (``parse``), naming the row on error.
     Completions are multi-line: evaluation stops at eos only."""
 
     hub, config = "", None

@@ -67,6 +67,11 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"lr_sweep.lrs\[0\]: 'galore' is not defined"),
     (lambda c: c.update(lr_sweep={"task": "gsm8k", "lrs": {"dense_adam": [1e-3]}}),
      "lr_sweep.task: 'gsm8k' is not defined under tasks"),
+    (lambda c: (c["tasks"].update(gsm8k={"type": "gsm8k", "options": {
+                    "train_path": "train.jsonl", "test_path": "test.jsonl"}}),
+                c["data"].update(n_train=None),
+                c.update(lr_sweep={"task": "gsm8k", "lrs": {"dense_adam": [1e-3]}})),
+     r"lr_sweep.n_val: .*dataset task 'gsm8k'.*set data.n_train"),
     (lambda c: c["grpo"].update(nproc_per_node=4),  # 2 x 4 sequences, micro-batch 4
      "does not split into global micro-batches of micro_batch_size x nproc_per_node = 4 x 4"),
     (lambda c: c["grpo"].update(nproc_per_node=2, prompts_per_step=4, micro_batch_size=2),
@@ -106,7 +111,7 @@ def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
     logra_lr = config["methods"]["logra"]["options"]["lr"]
     sweep = add_lr_sweep_methods(config)
     assert len(sweep) == sum(len(lrs) for lrs in config["lr_sweep"]["lrs"].values())
-    assert sweep["dense_adam"] == ("dense_adam", configured)  # keeps its name
+    assert "dense_adam" not in sweep and ("dense_adam", configured) in sweep.values()
     assert sweep["dense_adam_lr2p5em05"] == ("dense_adam", 2.5e-05)
     assert sweep["dense_adam_lr0p0001"] == ("dense_adam", 1e-04)
     derived = config["methods"]["logra_lr0p002"]

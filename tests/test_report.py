@@ -1,38 +1,50 @@
 """Aggregation tables built from run summaries and lm-eval JSONs as the workflow writes them."""
-import json
-import random
+from pathlib import Path
 
 import pytest
 
+from logra.io import write_json
 from logra.report import lr_sweep_table
 
+SWEEP = {"adam_lr1": ("adam", 1e-4), "adam_lr2": ("adam", 1e-3), "adam_lr3": ("adam", 1e-2),
+         "rule_lr1": ("rule", 1e-4), "rule_lr2": ("rule", 1e-3), "flaky_lr1": ("flaky", 1e-4)}
+# (run name, seed) -> (status, final training reward, validation accuracy)
+RUNS = {("adam_lr1", 0): ("ok", 0.9, 0.30), ("adam_lr1", 1): ("ok", 0.9, 0.32),
+        ("adam_lr2", 0): ("ok", 0.1, 0.40), ("adam_lr2", 1): ("ok", 0.1, 0.42),
+        # the best accuracy on its one ok seed, but a seed diverged: not eligible
+        ("adam_lr3", 0): ("ok", 0.5, 0.45), ("adam_lr3", 1): ("diverged", 0.0, 0.99),
+        ("rule_lr1", 0): ("ok", 0.3, 0.35), ("rule_lr2", 0): ("ok", 0.4, 0.35),  # a tie
+        ("flaky_lr1", 0): ("oom", None, 0.50)}  # no lr of this method finished
 
-def _write(path, payload):
-    path.write_text(json.dumps(payload))
-    return path
+
+def _sweep_files(root: Path):
+    runs, vals = [], []
+    for (name, seed), (status, reward, acc) in RUNS.items():
+        run = root / "runs" / name / f"seed{seed}"
+        write_json(run / "summary.json", {"method": name, "seed": seed, "status": status,
+                                          "final_reward": reward})
+        write_json(root / "val" / name / f"seed{seed}.json",
+                   {"accuracy": acc, "model_dir": str(run / "model")})
+        runs.append(run / "summary.json")
+        vals.append(root / "val" / name / f"seed{seed}.json")
+    return runs, vals
 
 
-def test_lr_sweep_chooses_by_validation_accuracy_not_training_reward(tmp_path):
-    sweep = {"adam": ("adam", 1e-4), "adam_hi": ("adam", 1e-3), "adam_top": ("adam", 1e-2),
-             "rule": ("rule", 1e-4), "rule_hi": ("rule", 1e-3)}
-    rng = random.Random()
-    # (run name, seed) -> (status, final training reward, validation accuracy)
-    base = rng.uniform(0.2, 0.5)
-    runs = {("adam", 0): ("ok", 0.9, base), ("adam", 1): ("ok", 0.9, base + 0.02),
-            ("adam_hi", 0): ("ok", 0.1, base + 0.10), ("adam_hi", 1): ("ok", 0.1, base + 0.12),
-            # counted over ok seeds only: with its diverged seed it would be chosen
-            ("adam_top", 0): ("ok", 0.5, base + 0.105), ("adam_top", 1): ("diverged", 0.0, 0.99),
-            ("rule", 0): ("ok", 0.3, base), ("rule_hi", 0): ("ok", 0.4, base)}  # a tie
-    run_jsons, val_jsons = [], []
-    for (name, seed), (status, reward, acc) in runs.items():
-        run_jsons.append(_write(tmp_path / f"{name}{seed}_run.json", {
-            "method": name, "seed": seed, "status": status, "final_reward": reward}))
-        val_jsons.append(_write(tmp_path / f"{name}{seed}_val.json", {"accuracy": acc}))
-    table = lr_sweep_table(run_jsons, val_jsons, sweep).set_index(["method", "lr"])
-    assert table.loc[("adam", 1e-3), "val_accuracy_mean"] == pytest.approx(base + 0.11)
+def test_lr_sweep_chooses_by_validation_accuracy_over_complete_lrs(tmp_path):
+    runs, vals = _sweep_files(tmp_path)
+    table = lr_sweep_table(runs, vals, SWEEP).set_index(["method", "lr"])
+    assert table.loc[("adam", 1e-3), "val_accuracy_mean"] == pytest.approx(0.41)
     assert table.loc[("adam", 1e-2), ["n_ok", "n_seeds"]].tolist() == [1, 2]
-    assert table.loc[("adam", 1e-2), "val_accuracy_mean"] == pytest.approx(base + 0.105)
+    assert table.loc[("adam", 1e-2), "val_accuracy_mean"] == pytest.approx(0.45)  # ok seeds
     chosen = table[table["chosen"]].index.tolist()
-    assert chosen == [("adam", 1e-3), ("rule", 1e-4)]  # one per method; a tie: the smaller lr
-    with pytest.raises(ValueError):  # every run needs its evaluation
-        lr_sweep_table(run_jsons, val_jsons[:-1], sweep)
+    # not adam's best training reward (1e-4) nor its incomplete 1e-2; a tie: the smaller lr;
+    # none for a method without a complete lr
+    assert chosen == [("adam", 1e-3), ("rule", 1e-4)]
+
+
+def test_lr_sweep_refuses_evaluations_that_do_not_match_the_runs(tmp_path):
+    runs, vals = _sweep_files(tmp_path)
+    with pytest.raises(ValueError):  # one evaluation missing
+        lr_sweep_table(runs, vals[:-1], SWEEP)
+    with pytest.raises(ValueError, match="adam_lr1/seed1/model, not the model of .*adam_lr1/seed0"):
+        lr_sweep_table(runs, [vals[1]] + vals[1:], SWEEP)

@@ -119,10 +119,10 @@ def test_val_split_is_disjoint_and_leaves_train_and_test_unchanged(name):
     seed = random.randrange(1000)
     a = task.splits(seed=seed, n_train=200, n_test=50)
     b = task.splits(seed=seed, n_train=200, n_test=50, n_val=30)
-    assert a["val"] == [] and (b["train"], b["test"]) == (a["train"], a["test"])
+    assert a["val"] == [] and (b["train"], b["test"]) == (a["train"], a["test"]), seed
     val_q = {ex["question"] for ex in b["val"]}
-    assert len(val_q) == 30
-    assert not val_q & {ex["question"] for ex in b["train"] + b["test"]}
+    assert len(val_q) == 30, seed
+    assert not val_q & {ex["question"] for ex in b["train"] + b["test"]}, seed
 
 
 @pytest.mark.parametrize("name", SYNTHETIC)

@@ -66,6 +66,21 @@ def test_paper_config_resolves_on_slurm(tmp_path):
     assert "slurm" in out.stdout + out.stderr  # the plugin was the executor
 
 
+def test_lr_sweep_resolves_on_slurm(tmp_path):
+    """The lr sweep's own rules (inherited with `use rule`) get their cluster resources: lm-eval
+    of a sweep run asks for a GPU like lm-eval of a grid run."""
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+                          "--executor", "slurm", "--workflow-profile",
+                          str(ROOT / "workflow/profiles/slurm"), "--configfile",
+                          str(ROOT / "config/config.yaml"), "-n", "lr_sweep",
+                          "--directory", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)", out.stdout, re.M)
+    resources = {rule: dict(kv.split("=", 1) for kv in r.split(", ")) for rule, r in jobs}
+    assert resources["lr_sweep_eval"]["gpu"] == "1"
+    assert resources["data_val"]["mem_mb"] == resources["data"]["mem_mb"] == "32000"
+
+
 def test_smoke_run_end_to_end(tmp_path):
     out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path)],
                          capture_output=True, text=True, timeout=900)

@@ -23,7 +23,7 @@ use rule data as data_val with:
         lmeval=directory("results/data/{task}/lmeval_val"),
     params:
         task=lambda w: config["tasks"][w.task],
-        data=config["data"] | {"n_val": config.get("lr_sweep", {}).get("n_val", 0)},
+        data=config["data"] | {"n_val": LR_SWEEP.get("n_val", 0)},
         max_gen_toks=config["eval"]["max_gen_toks"],
     log:
         "results/logs/data/{task}_val.log",

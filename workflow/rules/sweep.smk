@@ -11,9 +11,9 @@ use rule eval_run as lr_sweep_eval with:
 
 SWEEP_RUNS = expand(
     "{task}/{method}/seed{seed}",
-    task=config.get("lr_sweep", {}).get("task", TASKS[0]),
+    task=LR_SWEEP.get("task", TASKS[0]),
     method=list(SWEEP),
-    seed=config.get("lr_sweep", {}).get("seeds", [0]),
+    seed=LR_SWEEP.get("seeds", [0]),
 )
 
 
