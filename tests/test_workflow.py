@@ -110,12 +110,12 @@ def test_smoke_run_end_to_end(tmp_path):
     planner = pd.read_csv(tmp_path / "results/memory/planner.csv")
     assert set(planner["kind"]) == {"prediction"} and len(planner) == 2
 
-    # the lr sweep on the same results: one new run (lr 1e-3), both lrs on the validation split
+    # the lr sweep on the same results: its own runs (named by lr), on the validation split
     out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path), "lr_sweep"],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     log = out.stdout + out.stderr
-    assert re.search(r"^train\s+1$", log[log.index("Job stats"):], re.M)
+    assert re.search(r"^train\s+2$", log[log.index("Job stats"):], re.M)
     lr_sweep = pd.read_csv(tmp_path / "results/lr_sweep.csv")
     assert list(lr_sweep["lr"]) == [1e-4, 1e-3] and lr_sweep["chosen"].sum() == 1
     assert lr_sweep["val_accuracy_mean"].between(0, 1).all() and (lr_sweep["n_ok"] == 1).all()
@@ -124,7 +124,8 @@ def test_smoke_run_end_to_end(tmp_path):
                  for split in ("train", "test", "val")}
     assert len(questions["val"]) == 8
     assert not questions["val"] & (questions["train"] | questions["test"])
-    val_eval = json.loads((tmp_path / "results/lr_sweep/arithmetic/dense_adam/seed0.json").read_text())
+    val_eval = json.loads(
+        (tmp_path / "results/lr_sweep/arithmetic/dense_adam_lr0p0001/seed0.json").read_text())
     assert {s["prompt"] for s in val_eval["samples"]} == {f"Q: {q}\nA: " for q in questions["val"]}
 
 
