@@ -57,8 +57,8 @@ def make_run(tmp_path, method, nan_after=0, **grpo):
     """(config path, resolved run config, train JSONL) of a 6-step run checkpointing every 2."""
     config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
     config["tasks"] = {"digits": {"type": "arithmetic", "options": {"digits": 1}}}
-    for paper_only in ("memory_sweep", "planner", "stability"):
-        del config[paper_only]
+    for section in ("memory_sweep", "planner", "stability", "lr_sweep"):  # name other tasks
+        del config[section]
     config["grpo"].update(steps=6, checkpoint_every=2, profile_step=3, **grpo)
     config["rollout"] = {"full_sync_every": 5}
     config["methods"], config["run_methods"] = {method: METHODS[method]}, [method]
