@@ -3,8 +3,9 @@
 Evaluation and the RL reward are one piece of code: `write_lmeval_task` writes an lm-eval task
 (YAML + a small `process_results` module) whose only metric, `acc`, is the project's own
 `logra.tasks.get_task(name, **options).reward(completion, example)`. lm-eval supplies the rest:
-data loading from our JSONL (the test split, or the lr sweep's validation split), greedy generation stopped at the first newline or `<eos>`
-(`HFLM.generate_until`), batching, and aggregation.
+data loading from our JSONL (the test split, or the lr sweep's validation split), greedy
+generation stopped at the first newline or `<eos>` (`HFLM.generate_until`), batching, and
+aggregation.
 
 `evaluate` loads a checkpoint with `logra.modeling.load` (the one loading path; the model and
 tokenizer objects, not a path, are handed to `HFLM`), runs `lm_eval.simple_evaluate` on that
