@@ -38,18 +38,25 @@ def check(config: dict) -> None:
             if name not in config["methods"]:
                 raise ConfigError(f"{key}[{i}]: {name!r} is not defined under methods "
                                   f"(defined: {sorted(config['methods'])})")
-    for key in ("lr_sweep", "stability"):
-        task = (config.get(key) or {}).get("task")
-        if task is not None and task not in config["tasks"]:
-            raise ConfigError(f"{key}.task: {task!r} is not defined under tasks "
-                              f"(defined: {sorted(config['tasks'])})")
+    for key, tasks in [("stability.task", [(config.get("stability") or {}).get("task")]),
+                       ("lr_sweep.tasks", sweep.get("tasks", []))]:
+        for task in tasks:
+            if task is not None and task not in config["tasks"]:
+                raise ConfigError(f"{key}: {task!r} is not defined under tasks "
+                                  f"(defined: {sorted(config['tasks'])})")
+    for name, m in config["methods"].items():
+        for key, value in m.get("options", {}).items():
+            missing = sorted(set(config["tasks"]) - set(value)) if isinstance(value, dict) else []
+            if missing:
+                raise ConfigError(f"methods.{name}.options.{key}: no value for task "
+                                  f"{missing[0]!r} (given for: {sorted(value)})")
     _check_rules_fit_model(config)
     for name, t in config["tasks"].items():
         try:
             task = get_task(t["type"], **t.get("options", {}))
         except (TypeError, ValueError) as e:
             raise ConfigError(f"tasks.{name}.options: {e}") from None
-        if (name == sweep.get("task") and isinstance(task, HubTask)
+        if (name in sweep.get("tasks", []) and isinstance(task, HubTask)
                 and config.get("data", {}).get("n_train") is None):
             raise ConfigError(f"lr_sweep.n_val: the validation split of dataset task {name!r} is "
                               "the train rows after the first data.n_train; set data.n_train "
@@ -96,12 +103,19 @@ def _check_rules_fit_model(config: dict) -> None:
     except OSError:  # a hub name while offline: the rule is checked when the run starts
         return
     for name, m in config["methods"].items():
-        with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA adapters)
-            model = AutoModelForCausalLM.from_config(hf_config)
-        try:
-            methods.build(m["rule"], model, m.get("options", {}))
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"methods.{name}.options: {e}") from None
+        for task in config["tasks"]:  # options may differ per task
+            with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA)
+                model = AutoModelForCausalLM.from_config(hf_config)
+            try:
+                methods.build(m["rule"], model, task_options(m.get("options", {}), task))
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"methods.{name}.options: {e}") from None
+
+
+def task_options(options: dict, task: str) -> dict:
+    """A method's options on one task: an option given per task ({task: value}, e.g. the lr
+    `lr_sweep` chose on each task's validation split) takes that task's value."""
+    return {k: v[task] if isinstance(v, dict) else v for k, v in options.items()}
 
 
 def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
@@ -168,7 +182,7 @@ def run_config(config: dict, task: str, method: str, seed: int) -> dict:
         "task": {"type": config["tasks"][task]["type"],
                  "options": config["tasks"][task].get("options", {})},
         "method": {"rule": config["methods"][method]["rule"],
-                   "options": config["methods"][method].get("options", {}),
+                   "options": task_options(config["methods"][method].get("options", {}), task),
                    "kl_control": config["methods"][method].get("kl_control")},
         "model_name": (config["methods"][method].get("model") or config["model"])["name"],
         "grpo": config["grpo"] | config["methods"][method].get("grpo", {}),

@@ -57,11 +57,11 @@ def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
                    sweep: dict[str, tuple[str, float]]) -> pd.DataFrame:
-    """One row per (method, lr): lm-eval accuracy on the validation split and final training
-    reward (mean of the last 10 steps), mean ± sd over the seeds whose run finished ok, and
-    `chosen`: per method, the one lr with the best mean validation accuracy among the lrs whose
-    every seed finished ok (the smaller lr on a tie; none if no lr qualifies). `val_jsons[i]`
-    evaluates the run of `run_jsons[i]`. The test split is never used."""
+    """One row per (task, method, lr): lm-eval accuracy on the task's validation split and final
+    training reward (mean of the last 10 steps), mean ± sd over the seeds whose run finished ok,
+    and `chosen`: per task and method, the one lr with the best mean validation accuracy among
+    the lrs whose every seed finished ok (the smaller lr on a tie; none if no lr qualifies).
+    `val_jsons[i]` evaluates the run of `run_jsons[i]`. The test split is never used."""
     rows = []
     for run, val in zip(run_jsons, val_jsons, strict=True):
         s, v = json.loads(Path(run).read_text()), json.loads(Path(val).read_text())
@@ -69,15 +69,15 @@ def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
             raise ValueError(f"{val} evaluates {v['model_dir']}, not the model of {run}")
         method, lr = sweep[s["method"]]
         ok = s["status"] == "ok"
-        rows.append({"method": method, "lr": lr, "seed": s["seed"], "status": s["status"],
-                     "val_accuracy": v["accuracy"] if ok else float("nan"),
+        rows.append({"task": s["task"], "method": method, "lr": lr, "seed": s["seed"],
+                     "status": s["status"], "val_accuracy": v["accuracy"] if ok else float("nan"),
                      "final_reward": s["final_reward"] if ok else float("nan")})
-    out = pd.DataFrame(rows).groupby(["method", "lr"]).agg(
+    out = pd.DataFrame(rows).groupby(["task", "method", "lr"]).agg(
         val_accuracy_mean=("val_accuracy", "mean"), val_accuracy_sd=("val_accuracy", "std"),
         final_reward_mean=("final_reward", "mean"), final_reward_sd=("final_reward", "std"),
         n_ok=("val_accuracy", "count"), n_seeds=("seed", "nunique")).reset_index()
     complete = out[out["n_ok"] == out["n_seeds"]]
-    best = complete.groupby("method")["val_accuracy_mean"].idxmax()
+    best = complete.groupby(["task", "method"])["val_accuracy_mean"].idxmax()
     out["chosen"] = out.index.isin(best)
     return out
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from snakemake.exceptions import WorkflowError
 
-from logra.config import ConfigError, add_lr_sweep_methods, validate_file
+from logra.config import ConfigError, add_lr_sweep_methods, run_config, validate_file
 
 from conftest import ROOT
 
@@ -63,14 +63,17 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      "methods.dense_adam.grpo: unknown key 'step'"),
     (lambda c: c.update(ablation_methods=["lora"]),
      r"ablation_methods\[0\]: 'lora' is not defined"),
-    (lambda c: c.update(lr_sweep={"task": "arithmetic", "lrs": {"galore": [1e-3]}}),
+    (lambda c: c.update(lr_sweep={"tasks": ["arithmetic"], "lrs": {"galore": [1e-3]}}),
      r"lr_sweep.lrs\[0\]: 'galore' is not defined"),
-    (lambda c: c.update(lr_sweep={"task": "gsm8k", "lrs": {"dense_adam": [1e-3]}}),
-     "lr_sweep.task: 'gsm8k' is not defined under tasks"),
+    (lambda c: c.update(lr_sweep={"tasks": ["arithmetic", "gsm8k"],
+                                  "lrs": {"dense_adam": [1e-3]}}),
+     "lr_sweep.tasks: 'gsm8k' is not defined under tasks"),
+    (lambda c: c["methods"]["dense_adam"]["options"].update(lr={"arithmetic": 1e-4}),
+     r"methods.dense_adam.options.lr: no value for task 'countdown' \(given for: \['arithmetic'\]\)"),
     (lambda c: (c["tasks"].update(gsm8k={"type": "gsm8k", "options": {
                     "train_path": "train.jsonl", "test_path": "test.jsonl"}}),
-                c["data"].update(n_train=None),
-                c.update(lr_sweep={"task": "gsm8k", "lrs": {"dense_adam": [1e-3]}})),
+                c["data"].update(n_train=None), c["methods"]["dense_adam"].update(options={}),
+                c.update(lr_sweep={"tasks": ["gsm8k"], "lrs": {"dense_adam": [1e-3]}})),
      r"lr_sweep.n_val: .*dataset task 'gsm8k'.*set data.n_train"),
     (lambda c: c["grpo"].update(nproc_per_node=4),  # 2 x 4 sequences, micro-batch 4
      "does not split into global micro-batches of micro_batch_size x nproc_per_node = 4 x 4"),
@@ -114,7 +117,19 @@ def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
     assert "dense_adam" not in sweep and ("dense_adam", configured) in sweep.values()
     assert sweep["dense_adam_lr2p5em05"] == ("dense_adam", 2.5e-05)
     assert sweep["dense_adam_lr0p0001"] == ("dense_adam", 1e-04)
-    derived = config["methods"]["logra_lr0p002"]
-    assert derived["options"]["lr"] == 2e-3
+    derived = config["methods"]["logra_lr0p0005"]
+    assert derived["options"]["lr"] == 5e-4
     assert derived["kl_control"] == config["methods"]["logra"]["kl_control"]
-    assert logra_lr != 2e-3 and config["methods"]["logra"]["options"]["lr"] == logra_lr  # untouched
+    assert logra_lr != 5e-4 and config["methods"]["logra"]["options"]["lr"] == logra_lr  # untouched
+
+
+def test_an_option_given_per_task_takes_the_runs_task(tmp_path):
+    config = copy.deepcopy(SMOKE)
+    config["methods"]["logra"]["options"].update(lr={"arithmetic": 1e-3, "countdown": 2e-3},
+                                                 dense_lr=5e-4)
+    config = validate_file(_write(tmp_path, config))
+    options = {t: run_config(config, t, "logra", 0)["method"]["options"] for t in config["tasks"]}
+    assert options["arithmetic"] == {"lr": 1e-3, "dense_lr": 5e-4, "rank": 2}
+    assert options["countdown"] == {"lr": 2e-3, "dense_lr": 5e-4, "rank": 2}
+    add_lr_sweep_methods(config | {"lr_sweep": {"lrs": {"logra": [1e-4]}}})  # one lr everywhere
+    assert run_config(config, "countdown", "logra_lr0p0001", 0)["method"]["options"]["lr"] == 1e-4

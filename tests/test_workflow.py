@@ -28,8 +28,8 @@ def test_lint_is_clean(tmp_path):
              "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
     # the three run_methods are shared; the six ablation methods add 3 tasks x 3 seeds each
     ("ablations", {"train": 9 * 3 * 3, "eval_run": 81, "ablation_summary": 1}),
-    # 24 (method, lr) pairs x 3 seeds on one task, each evaluated on the validation split
-    ("lr_sweep", {"data": 1, "data_val": 1, "train": 72, "lr_sweep_eval": 72, "lr_sweep": 1}),
+    # 19 (method, lr) pairs x 3 seeds on each of 3 tasks, each on the task's validation split
+    ("lr_sweep", {"data": 3, "data_val": 3, "train": 171, "lr_sweep_eval": 171, "lr_sweep": 1}),
 ])
 def test_default_config_targets_resolve(tmp_path, target, jobs):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
@@ -97,6 +97,7 @@ def test_smoke_run_end_to_end(tmp_path):
     assert list(metrics["step"]) == [1, 2, 3]
     s = json.loads((run / "summary.json").read_text())
     assert s["mem_check"]["agree"], s["mem_check"]
+    assert s["config"]["method"]["options"]["lr"] == 2e-4  # the smoke config's countdown lr
     assert s["mem_breakdown"]["optimizer"] == s["optimizer_state_bytes"]
     assert (run / "model/config.json").exists()
     ev = json.loads((tmp_path / "results/eval/countdown/dense_adam/seed1.json").read_text())

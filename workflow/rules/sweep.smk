@@ -11,7 +11,7 @@ use rule eval_run as lr_sweep_eval with:
 
 SWEEP_RUNS = expand(
     "{task}/{method}/seed{seed}",
-    task=LR_SWEEP.get("task", TASKS[0]),
+    task=LR_SWEEP.get("tasks", []),
     method=list(SWEEP),
     seed=LR_SWEEP.get("seeds", [0]),
 )

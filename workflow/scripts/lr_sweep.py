@@ -1,5 +1,5 @@
-"""results/lr_sweep.csv: validation accuracy and training reward per (method, lr); the lr with
-the best validation accuracy per method is `chosen`."""
+"""results/lr_sweep.csv: validation accuracy and training reward per (task, method, lr); the lr
+with the best validation accuracy per task and method is `chosen`."""
 from contextlib import redirect_stderr, redirect_stdout
 
 from logra.report import lr_sweep_table, write_csv
