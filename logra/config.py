@@ -103,11 +103,12 @@ def _check_rules_fit_model(config: dict) -> None:
     except OSError:  # a hub name while offline: the rule is checked when the run starts
         return
     for name, m in config["methods"].items():
-        for task in config["tasks"]:  # options may differ per task
+        per_task = [task_options(m.get("options", {}), task) for task in config["tasks"]]
+        for options in [o for i, o in enumerate(per_task) if o not in per_task[:i]]:
             with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA)
                 model = AutoModelForCausalLM.from_config(hf_config)
             try:
-                methods.build(m["rule"], model, task_options(m.get("options", {}), task))
+                methods.build(m["rule"], model, options)
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"methods.{name}.options: {e}") from None
 
