@@ -102,20 +102,19 @@ def _check_rules_fit_model(config: dict) -> None:
         hf_config = model_config(config["model"])
     except OSError:  # a hub name while offline: the rule is checked when the run starts
         return
+    task = next(iter(config["tasks"]))  # only lrs differ per task: they fit any model
     for name, m in config["methods"].items():
-        per_task = [task_options(m.get("options", {}), task) for task in config["tasks"]]
-        for options in [o for i, o in enumerate(per_task) if o not in per_task[:i]]:
-            with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA)
-                model = AutoModelForCausalLM.from_config(hf_config)
-            try:
-                methods.build(m["rule"], model, options)
-            except (TypeError, ValueError) as e:
-                raise ConfigError(f"methods.{name}.options: {e}") from None
+        with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA adapters)
+            model = AutoModelForCausalLM.from_config(hf_config)
+        try:
+            methods.build(m["rule"], model, task_options(m.get("options", {}), task))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"methods.{name}.options: {e}") from None
 
 
 def task_options(options: dict, task: str) -> dict:
-    """A method's options on one task: an option given per task ({task: value}, e.g. the lr
-    `lr_sweep` chose on each task's validation split) takes that task's value."""
+    """A method's options on one task: `lr` or `dense_lr` given per task ({task: lr}, e.g. the
+    lr `lr_sweep` chose on each task's validation split) takes that task's value."""
     return {k: v[task] if isinstance(v, dict) else v for k, v in options.items()}
 
 

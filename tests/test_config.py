@@ -8,6 +8,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 from logra.config import ConfigError, add_lr_sweep_methods, run_config, validate_file
+from logra.tasks import get_task
 
 from conftest import ROOT
 
@@ -40,6 +41,13 @@ def test_default_and_smoke_configs_are_valid():
      "'8' is not of type 'integer'"),
     (lambda c: c["methods"].update(logra={"rule": "logra", "kl_control": {"target": -1}}),
      "-1 is less than or equal to the minimum of 0"),
+    (lambda c: c["methods"]["dense_adam"]["options"].update(lr=-1.0),
+     "-1.0 is less than or equal to the minimum of 0"),
+    (lambda c: c["methods"]["dense_adam"]["options"].update(lr={"arithmetic": -1.0}),
+     "-1.0 is less than or equal to the minimum of 0"),
+    (lambda c: c["methods"]["dense_adam"]["options"].update(lr={}), "should be non-empty"),
+    (lambda c: c["methods"]["logra"]["options"].update(rank={"arithmetic": 2}),
+     "is not of type 'integer'"),
 ])
 def test_schema_rejects_with_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
@@ -123,13 +131,31 @@ def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
     assert logra_lr != 5e-4 and config["methods"]["logra"]["options"]["lr"] == logra_lr  # untouched
 
 
-def test_an_option_given_per_task_takes_the_runs_task(tmp_path):
+def test_lrs_given_per_task_take_the_runs_task(tmp_path):
     config = copy.deepcopy(SMOKE)
-    config["methods"]["logra"]["options"].update(lr={"arithmetic": 1e-3, "countdown": 2e-3},
-                                                 dense_lr=5e-4)
+    per_task = {"arithmetic": 1e-3, "countdown": 2e-3}
+    config["methods"]["logra"]["options"].update(lr=per_task, dense_lr=5e-4)
+    config["methods"]["galore"] = {"rule": "galore", "options": {"lr": 1e-3, "dense_lr": per_task}}
+    config["methods"]["lora"] = {"rule": "lora", "options": {"lr": per_task}}
     config = validate_file(_write(tmp_path, config))
-    options = {t: run_config(config, t, "logra", 0)["method"]["options"] for t in config["tasks"]}
-    assert options["arithmetic"] == {"lr": 1e-3, "dense_lr": 5e-4, "rank": 2}
-    assert options["countdown"] == {"lr": 2e-3, "dense_lr": 5e-4, "rank": 2}
+    options = {(t, m): run_config(config, t, m, 0)["method"]["options"]
+               for t in config["tasks"] for m in ("logra", "galore", "lora")}
+    assert options["arithmetic", "logra"] == {"lr": 1e-3, "dense_lr": 5e-4, "rank": 2}
+    assert options["countdown", "logra"] == {"lr": 2e-3, "dense_lr": 5e-4, "rank": 2}
+    assert options["countdown", "galore"] == {"lr": 1e-3, "dense_lr": 2e-3}
+    assert options["countdown", "lora"] == {"lr": 2e-3}
     add_lr_sweep_methods(config | {"lr_sweep": {"lrs": {"logra": [1e-4]}}})  # one lr everywhere
     assert run_config(config, "countdown", "logra_lr0p0001", 0)["method"]["options"]["lr"] == 1e-4
+
+
+def test_default_config_splits_fit_every_sweep_task():
+    """Test, train and the lr sweep's validation split draw disjoint questions: each task of
+    `lr_sweep.tasks` must have enough of them."""
+    config = validate_file(ROOT / "config/config.yaml")
+    data = config["data"]
+    for name in config["lr_sweep"]["tasks"]:
+        t = config["tasks"][name]
+        splits = get_task(t["type"], **t["options"]).splits(
+            data["seed"], data["n_train"], data["n_test"], config["lr_sweep"]["n_val"])
+        assert [len(splits[k]) for k in ("train", "test", "val")] == [
+            data["n_train"], data["n_test"], config["lr_sweep"]["n_val"]], name
