@@ -28,8 +28,8 @@ def test_lint_is_clean(tmp_path):
              "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
     # the three run_methods are shared; the six ablation methods add 3 tasks x 3 seeds each
     ("ablations", {"train": 9 * 3 * 3, "eval_run": 81, "ablation_summary": 1}),
-    # 19 (method, lr) pairs x 3 seeds on each of 3 tasks, each on the task's validation split
-    ("lr_sweep", {"data": 3, "data_val": 3, "train": 171, "lr_sweep_eval": 171, "lr_sweep": 1}),
+    # 21 (method, lr) pairs x 3 seeds on each of 3 tasks, each on the task's validation split
+    ("lr_sweep", {"data": 3, "data_val": 3, "train": 189, "lr_sweep_eval": 189, "lr_sweep": 1}),
 ])
 def test_default_config_targets_resolve(tmp_path, target, jobs):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
