@@ -157,16 +157,36 @@ class HFRolloutEngine:
 
 
 class VLLMRolloutEngine:
-    """vLLM on the GPU (`rollout.engine: vllm`), behind the same interface.
+    """vLLM on the GPU (`rollout.engine: vllm`), behind the same interface. Written against
+    vLLM 0.32.0 (V1 engine) and checked against its source:
 
-    Sync payloads reach every vLLM worker through `collective_rpc` and are applied in place
-    by `VLLMSyncExtension`, a worker extension, with `logra.sync.apply_payload`: the code the
-    HF engine and the tests here use. The extension gives that function each HF weight as a
-    view into vLLM's parameters (q/k/v rows of the fused qkv_proj, gate/up rows of
-    gate_up_proj), so dense tensors are copied and low-rank steps added (W += lift(C)) where
-    they live; nothing else is loaded (a bf16 copy is updated with stochastic rounding, see
-    `logra.sketch.lift_add_`). The prefix cache is reset after every sync: cached KV
-    blocks were computed with the old weights.
+    - `vllm.LLM(model, dtype=, seed=, gpu_memory_utilization=, enable_prefix_caching=,
+      worker_extension_cls=)` (`vllm/entrypoints/llm.py`, `LLM.__init__`; the last two reach
+      `EngineArgs` through **kwargs). `worker_extension_cls` is a dotted name:
+      `vllm.v1.worker.worker_base.WorkerWrapperBase.init_worker` imports it in the engine-core
+      process and appends it to the bases of `vllm.v1.worker.gpu_worker.Worker`.
+    - `LLM.collective_rpc(method, timeout=None, args=(), kwargs=None) -> list`, one result per
+      worker; a method name is looked up with getattr on the worker
+      (`vllm.v1.serial_utils.run_method`), so the extension's methods are found. Arguments and
+      results cross to the engine-core process as msgpack (`vllm.v1.serial_utils.MsgpackEncoder`
+      / `MsgpackDecoder`); utility-call arguments are decoded without types, so a tensor inside
+      a dict arrives as a `[dtype, shape, buffer]` list, with or without
+      VLLM_ALLOW_INSECURE_SERIALIZATION. Payloads and weights therefore travel as pickled
+      bytes, which msgpack carries as they are (no environment variable needed); like the HF
+      engine's pipe, the engine receives real bytes.
+    - `LLM.reset_prefix_cache() -> bool` (False when running requests hold KV blocks), after
+      every sync: cached KV blocks were computed with the old weights.
+    - `LLM.generate(prompts, sampling_params, use_tqdm=False) -> list[RequestOutput]` with one
+      `vllm.SamplingParams(n=, temperature=, max_tokens=, seed=)` per prompt; explicit params
+      are not merged with the checkpoint's generation_config (`LLM.get_default_sampling_params`
+      is used only for None). `RequestOutput.prompt_token_ids`, `.outputs`;
+      `CompletionOutput.token_ids` (ends with eos when it stopped there,
+      `vllm.v1.core.sched.utils.check_stop`) and `.text`.
+
+    Sync payloads are applied in place by `VLLMSyncExtension` with `logra.sync.apply_payload`,
+    the code the HF engine and the tests here use, on views of vLLM's own parameters: dense
+    tensors are copied and low-rank steps added (W += lift(C)) where they live; nothing else is
+    loaded (a bf16 copy is updated with stochastic rounding, see `logra.sketch.lift_add_`).
 
     vLLM does not run on CPU: the import is lazy, and selecting this engine without a CUDA
     device or without vllm installed raises an error that says so. Tensor parallelism is not
@@ -202,58 +222,78 @@ class VLLMRolloutEngine:
         return rollouts
 
     def sync(self, payload: dict) -> int:
-        self.llm.collective_rpc("logra_apply_payload", args=(payload_to(payload, "cpu"),))
-        self.llm.reset_prefix_cache()
+        data = pickle.dumps(payload_to(payload, "cpu"), protocol=pickle.HIGHEST_PROTOCOL)
+        self.llm.collective_rpc("logra_apply_payload", args=(data,))
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM did not reset its prefix cache after a sync")
         return payload_bytes(payload)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return self.llm.collective_rpc("logra_state_dict")[0]
+        return pickle.loads(self.llm.collective_rpc("logra_state_dict")[0])
 
     def close(self) -> None:
         del self.llm
 
 
 class VLLMSyncExtension:
-    """Mixed into vLLM's GPU worker (`LLM(worker_extension_cls=...)`); methods are called
-    through `collective_rpc`. `self.model_runner` is the worker's."""
+    """Mixed into vLLM 0.32.0's `vllm.v1.worker.gpu_worker.Worker` (see `VLLMRolloutEngine`);
+    its methods are called through `LLM.collective_rpc` and take and return pickled bytes.
+
+    Relies on, in vLLM 0.32.0:
+    - `Worker.model_runner` (`gpu_worker.Worker._init_workspace_and_model_runner`): the V1
+      `vllm.v1.worker.gpu_model_runner.GPUModelRunner` or the V2
+      `vllm.v1.worker.gpu.model_runner.GPUModelRunner`; both have `get_model()` (the bare
+      model, V1 unwraps its CUDA-graph wrapper) and `parallel_config.tensor_parallel_size`.
+    - `vllm.model_executor.models.llama.LlamaForCausalLM` (Qwen2 is laid out alike):
+      parameters `model.embed_tokens.weight`, `model.layers.N.self_attn.qkv_proj.weight`,
+      `.o_proj.weight`, `.mlp.gate_up_proj.weight`, `.mlp.down_proj.weight`,
+      `.input_layernorm.weight`, `.post_attention_layernorm.weight`, `model.norm.weight`,
+      `lm_head.weight`; class attribute `packed_modules_mapping = {"qkv_proj": ["q_proj",
+      "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}`. With
+      `tie_word_embeddings`, `ParallelLMHead.tie_weights` makes lm_head share the embedding's
+      Parameter, so named_parameters lists it once, as `model.embed_tokens.weight`, as HF does.
+    - `vllm.model_executor.layers.linear`: `QKVParallelLinear` / `MergedColumnParallelLinear`
+      stack their members by rows in that order, with row counts `output_sizes`.
+    - `vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding` (and
+      `ParallelLMHead`): rows padded to a multiple of 64; the first `org_vocab_size` are the
+      checkpoint's (`weight_loader` zeroes the rest).
+    - Unquantized weights keep their loaded layout on CUDA
+      (`UnquantizedLinearMethod.process_weights_after_loading` only repacks on CPU/XPU). CUDA
+      graphs and torch.compile read the parameters' storage, so in-place updates through
+      these views are what they compute with; nothing is reallocated.
+    """
 
     def logra_hf_views(self) -> dict[str, torch.Tensor]:
-        """HF parameter name -> view of the tensor vLLM holds it in. Fused modules
-        (`packed_modules_mapping`, e.g. qkv_proj: [q_proj, k_proj, v_proj]) are split by rows
-        in that order, with sizes from the HF config."""
+        """HF parameter name -> view of the tensor vLLM holds it in: fused q/k/v and gate/up
+        split by rows, padded embedding rows cut off."""
         if not hasattr(self, "_logra_views"):
-            model = self.model_runner.get_model()
             if self.model_runner.parallel_config.tensor_parallel_size > 1:
                 raise NotImplementedError("logra sync into vLLM: tensor_parallel_size > 1")
-            cfg = self.model_runner.model_config.hf_config
-            head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-            rows = {"q_proj": cfg.num_attention_heads * head_dim,
-                    "k_proj": cfg.num_key_value_heads * head_dim,
-                    "v_proj": cfg.num_key_value_heads * head_dim,
-                    "gate_proj": cfg.intermediate_size, "up_proj": cfg.intermediate_size}
-            packed = getattr(model, "packed_modules_mapping", {})
+            model = self.model_runner.get_model()
+            packed = model.packed_modules_mapping
             views = {}
             for name, p in model.named_parameters():
-                module = name.split(".")[-2] if "." in name else ""
-                if module in packed:
-                    offset = 0
-                    for member in packed[module]:
-                        views[name.replace(module, member)] = p.data[offset:offset + rows[member]]
-                        offset += rows[member]
-                    if offset != p.shape[0]:
-                        raise ValueError(f"{name}: fused rows {p.shape[0]} != {offset}")
+                path, _, leaf = name.rpartition(".")
+                module = model.get_submodule(path)
+                parent, _, fused = path.rpartition(".")
+                if fused in packed:  # split raises unless output_sizes cover every row
+                    for member, rows in zip(packed[fused], p.data.split(module.output_sizes)):
+                        views[f"{parent}.{member}.{leaf}"] = rows
+                elif hasattr(module, "org_vocab_size"):  # VocabParallelEmbedding, ParallelLMHead
+                    views[name] = p.data[:module.org_vocab_size]
                 else:
                     views[name] = p.data
             self._logra_views, self._logra_bases = views, {}
         return self._logra_views
 
-    def logra_apply_payload(self, payload: dict) -> None:
-        device = next(self.model_runner.get_model().parameters()).device
+    def logra_apply_payload(self, data: bytes) -> None:
         views = self.logra_hf_views()
-        apply_payload(views, payload_to(payload, device), self._logra_bases)
+        device = next(iter(views.values())).device
+        apply_payload(views, payload_to(pickle.loads(data), device), self._logra_bases)
 
-    def logra_state_dict(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().cpu() for k, v in self.logra_hf_views().items()}
+    def logra_state_dict(self) -> bytes:
+        weights = {k: v.to("cpu", copy=True) for k, v in self.logra_hf_views().items()}
+        return pickle.dumps(weights, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 ENGINES = {"hf": HFRolloutEngine, "vllm": VLLMRolloutEngine}

@@ -62,36 +62,68 @@ def test_vllm_engine_without_gpu_or_vllm_says_so(tiny_dir):
         make_engine("vllm", str(tiny_dir))
 
 
+def _vllm_llama(hf_params: dict[str, torch.Tensor], vocab_size: int) -> torch.nn.Module:
+    """A stand-in for vLLM 0.32.0's `LlamaForCausalLM` holding the HF weights as vLLM loads
+    them: same parameter names and `packed_modules_mapping`; q/k/v and gate/up stacked by rows
+    in a module with `output_sizes` (`QKVParallelLinear`, `MergedColumnParallelLinear`);
+    embedding and lm_head rows padded with zeros to a multiple of 64, the first
+    `org_vocab_size` the checkpoint's (`VocabParallelEmbedding`)."""
+    model = torch.nn.Module()
+    model.packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"],
+                                    "gate_up_proj": ["gate_proj", "up_proj"]}
+    members = {m: (f, ms) for f, ms in model.packed_modules_mapping.items() for m in ms}
+
+    def module_at(path: str) -> torch.nn.Module:
+        module = model
+        for part in path.split("."):
+            if not hasattr(module, part):
+                module.add_module(part, torch.nn.Module())
+            module = getattr(module, part)
+        return module
+
+    for name, w in hf_params.items():
+        path, _, leaf = name.rpartition(".")
+        parent, _, short = path.rpartition(".")
+        if short in members:
+            fused, group = members[short]
+            if short == group[0]:
+                rows = [hf_params[f"{parent}.{m}.{leaf}"] for m in group]
+                module = module_at(f"{parent}.{fused}")
+                module.output_sizes = [r.shape[0] for r in rows]
+                module.register_parameter(leaf, torch.nn.Parameter(torch.cat(rows), False))
+        elif short in ("embed_tokens", "lm_head"):
+            module = module_at(path)
+            module.org_vocab_size = vocab_size
+            padded = torch.zeros(-(-vocab_size // 64) * 64, *w.shape[1:])
+            padded[:vocab_size] = w
+            module.register_parameter(leaf, torch.nn.Parameter(padded, False))
+        else:
+            module_at(path).register_parameter(leaf, torch.nn.Parameter(w.clone(), False))
+    return model
+
+
 def test_vllm_worker_extension_applies_payloads_into_fused_weights(tiny_dir):
-    """vLLM itself does not run here. Its worker holds q/k/v and gate/up fused by rows
-    (`packed_modules_mapping`); the extension's views must put every HF weight where it lives
-    there, so the fused tensors equal the HF engine's weights after a dense and a low-rank
-    sync. The stand-in worker below has vLLM's layout and attribute names, nothing else."""
+    """vLLM itself does not run here. Its worker holds q/k/v and gate/up fused by rows and the
+    embeddings padded (`_vllm_llama`); the extension's views must put every HF weight where it
+    lives there, so the weights equal the HF engine's after a dense and a low-rank sync. The
+    stand-in worker has vLLM 0.32.0's attribute chain (`Worker.model_runner.get_model()`,
+    `.parallel_config`) and receives what `collective_rpc` carries: pickled bytes."""
+    import pickle
     from types import SimpleNamespace
 
     from logra.rollout import VLLMSyncExtension
     hf, _ = load(tiny_dir)
     hf_params = {n: p.detach().clone() for n, p in hf.named_parameters()}
-    packed = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
-    fused = torch.nn.Module()
-    fused.packed_modules_mapping = packed
-    for name, w in hf_params.items():
-        module = name.split(".")[-2]
-        target = next((f for f, members in packed.items() if module in members), None)
-        if target is None:
-            fused.register_parameter(name.replace(".", "__"), torch.nn.Parameter(w.clone()))
-        elif module == packed[target][0]:
-            rows = [hf_params[name.replace(module, m)] for m in packed[target]]
-            fused.register_parameter(name.replace(module, target).replace(".", "__"),
-                                     torch.nn.Parameter(torch.cat(rows)))
-    named = {n.replace("__", "."): p for n, p in fused.named_parameters()}
-    fused.named_parameters = lambda: iter(named.items())
-    fused.parameters = lambda: iter(named.values())
-    worker = VLLMSyncExtension()
-    worker.model_runner = SimpleNamespace(
-        get_model=lambda: fused, model_config=SimpleNamespace(hf_config=hf.config),
-        parallel_config=SimpleNamespace(tensor_parallel_size=1))
-    assert any("qkv_proj" in n for n in named) and any("gate_up_proj" in n for n in named)
+    model = _vllm_llama(hf_params, hf.config.vocab_size)
+    named = dict(model.named_parameters())
+    assert "model.layers.0.self_attn.qkv_proj.weight" in named
+    assert "model.layers.1.mlp.gate_up_proj.weight" in named
+    assert named["model.embed_tokens.weight"].shape[0] > hf.config.vocab_size  # padded
+
+    class Worker(VLLMSyncExtension):  # vllm.v1.worker.gpu_worker.Worker with the extension
+        model_runner = SimpleNamespace(get_model=lambda: model,
+                                       parallel_config=SimpleNamespace(tensor_parallel_size=1))
+    worker = Worker()
 
     gen = torch.Generator().manual_seed(0)
     q_name, up_name = "model.layers.0.self_attn.k_proj.weight", "model.layers.1.mlp.up_proj.weight"
@@ -105,12 +137,13 @@ def test_vllm_worker_extension_applies_payloads_into_fused_weights(tiny_dir):
                up_name: {"side": "right", "basis": q,
                          "coef": torch.randn(hf_params[up_name].shape[0], 2, generator=gen)}}
     payload = {"dense": dense, "lowrank": lowrank}
-    worker.logra_apply_payload(payload)
+    worker.logra_apply_payload(pickle.dumps(payload))
     apply_payload(hf_params, payload, {})  # the HF engine's path
-    got = worker.logra_state_dict()
+    got = pickle.loads(worker.logra_state_dict())
     assert got.keys() == hf_params.keys()
     for n in hf_params:
         assert torch.equal(got[n], hf_params[n]), n
-    # the views are the fused tensors' rows: nothing was copied out
+    # the views are the fused tensors' rows: nothing was copied out; the padding is untouched
     assert named["model.layers.0.self_attn.qkv_proj.weight"].data_ptr() == \
         worker.logra_hf_views()["model.layers.0.self_attn.q_proj.weight"].data_ptr()
+    assert not named["model.embed_tokens.weight"][hf.config.vocab_size:].any()
