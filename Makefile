@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: reproduce test env clean-results
+.PHONY: reproduce test env check-gpu-pins gpu-check-cpu clean-results
 
 env: $(VENV)/.installed
 
@@ -19,6 +19,22 @@ reproduce: env
 
 test: env
 	$(BIN)/python -m pytest -q
+
+# the GPU pin set (requirements-gpu.txt: these pins + vLLM) resolves against PyPI (.ci/gpu_pins.py)
+check-gpu-pins: env
+	$(BIN)/python .ci/gpu_pins.py
+
+# benchmarks/gpu_check.py in a throwaway environment with a bare CUDA machine's packages
+# (benchmarks/gpu_check-requirements.txt; no Snakemake, lm-eval or vLLM), on the CPU
+GPU_CHECK_VENV ?= .venv-gpu-check
+gpu-check-cpu:
+	rm -rf $(GPU_CHECK_VENV) && $(PYTHON) -m venv $(GPU_CHECK_VENV)
+	$(GPU_CHECK_VENV)/bin/python -m pip install --quiet -r benchmarks/gpu_check-requirements.txt
+	$(GPU_CHECK_VENV)/bin/python -m pip install --quiet --no-deps galore-torch==1.0 bitsandbytes==0.50.2
+	! $(GPU_CHECK_VENV)/bin/python -c "import snakemake" 2>/dev/null
+	! $(GPU_CHECK_VENV)/bin/python -c "import lm_eval" 2>/dev/null
+	! $(GPU_CHECK_VENV)/bin/python -c "import vllm" 2>/dev/null
+	PYTHONPATH=. $(GPU_CHECK_VENV)/bin/python benchmarks/gpu_check.py --device cpu --size tiny
 
 clean-results:
 	rm -rf results/* figures/*

@@ -1,30 +1,41 @@
-"""The GPU check: one command, a few minutes on one GPU.
+"""The GPU check: one command, a few minutes on one GPU, on a bare CUDA machine.
 
-    python benchmarks/gpu_check.py                # CUDA: ~0.8B parameters, bf16 compute
+    python benchmarks/gpu_check.py                  # CUDA: ~0.5B and ~1.5B parameters, bf16
     python benchmarks/gpu_check.py --device cpu --size tiny   # the same code, small, here
+
+Needs only torch (>= 2.11), transformers (>= 5.17), pandas and PyYAML: no Snakemake, lm-eval
+or vLLM. GaLore runs where galore-torch imports: bring its wheel (50 kB) and that of
+bitsandbytes (43 MB, imported by galore_torch's package) with `pip download --no-deps
+galore-torch==1.0 bitsandbytes==0.50.2` and `pip install --no-deps` them there; without them
+GaLore is skipped and the output says so.
 
 1. The same GRPO update step (`logra.memory_sweep.measure`: rollout, micro-batched forward and
    backward, propose, KL control for LoGRA, apply, sync payload) for dense Adam, GaLore and
    LoGRA on a randomly initialised decoder, bf16 compute on float32 weights and optimizer
-   state: CUDA peak memory (allocator, `max_memory_allocated`), update time, sync bytes, each
-   with its ratio to dense Adam, printed side by side.
+   state: CUDA peak memory (allocator, `max_memory_allocated`) of the step and of each of its
+   phases, update time, sync bytes, each with its ratio to dense Adam, and the planner's
+   prediction for the same shape with its error, printed side by side.
 2. Where vLLM is installed: the vLLM rollout engine on the same architecture (saved to a
    temporary directory), one generate, then LoGRA's sync payloads applied inside vLLM's worker
    (`VLLMSyncExtension`): the time per sync and the drift of vLLM's bf16 weights from the
-   trainer's after the syncs (max |W_vllm - W| / max |W|).
-Nothing is written; the numbers are printed with the device they were measured on.
+   trainer's after the syncs (max |W_vllm - W| / max |W|). Skipped, saying so, elsewhere.
+Nothing is written; the numbers are printed with the device and versions they were measured on.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 
 import pandas as pd
 import torch
+import transformers
 
-SIZES = {  # tiny-config options (character vocabulary)
-    "0.8b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+SIZES = {  # tiny-config options (character vocabulary): 0.47B, 1.44B, 0.4M parameters
+    "0.5b": dict(hidden_size=1536, intermediate_size=4096, num_hidden_layers=16,
+                 num_attention_heads=12),
+    "1.5b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=28,
                  num_attention_heads=16),
     "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                  num_attention_heads=4),
@@ -38,25 +49,48 @@ METHODS = {
 }
 GRPO = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28,
         "probe_size": 8}
+PHASES = ["rollout", "forward_backward", "propose", "kl_control", "apply"]
 
 
-def step_table(size: dict, shape: dict, device: str, dtype: str) -> None:
+def available(methods: dict) -> dict:
+    """The methods whose packages import here; says which are skipped and why."""
+    out = {}
+    for name, m in methods.items():
+        if m["rule"] == "galore":
+            try:
+                import galore_torch  # noqa: F401
+            except ImportError as e:
+                print(f"{name}: skipped ({e!r}; see the module docstring)")
+                continue
+        out[name] = m
+    return out
+
+
+def step_table(size: dict, shape: dict, device: str, dtype: str, methods: dict) -> None:
     from logra.memory_sweep import measure
     from logra.report import memory_sweep_table
     points = {("check", name): measure(size, m, shape, GRPO, steps=5, device=device,
                                        compute_dtype=dtype)
-              for name, m in METHODS.items()}
+              for name, m in methods.items()}
     table = memory_sweep_table(points)  # ratios vs dense Adam, as the memory sweep's
-    table["peak_GB"] = table["peak_mem_bytes"] / 1e9
+    gb = [c for c in ("peak_mem_bytes", "planned_total", *(f"phase_{p}" for p in PHASES))
+          if c in table]
+    for col in gb:
+        table[col.replace("_mem_bytes", "").replace("planned_total", "planned") + "_GB"] = \
+            pd.to_numeric(table[col]) / 1e9
     table["sync_MB"] = table["sync_bytes_per_step"] / 1e6
-    print(f"\n{table['n_params'][0] / 1e9:.2f}B parameters, {dtype} compute, "
-          f"device {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), "
+    print(f"\n{table['n_params'][0] / 1e6:,.1f}M parameters, {dtype} compute on float32 weights "
+          f"and moments, device {device} "
+          f"({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), "
           f"batch {shape['batch']} x {shape['prompt_len'] + shape['completion_len']} tokens, "
           f"micro-batch {shape['micro_batch']}; peak memory measured by "
-          f"{points['check', 'dense_adam'].get('mem_measure')}")
-    cols = ["method", "peak_GB", "peak_mem_bytes_vs_dense", "update_time_s",
-            "update_time_s_vs_dense", "sync_MB", "sync_bytes_per_step_vs_dense", "status"]
-    with pd.option_context("display.width", 200, "display.precision", 3):
+          f"{next(iter(points.values())).get('mem_measure')}; planned = logra.planner "
+          "(a prediction, fp32 policy)")
+    cols = ["method", "peak_GB", "peak_mem_bytes_vs_dense", "planned_GB", "planned_error",
+            *[c for c in (f"phase_{p}_GB" for p in PHASES) if c in table],
+            "update_time_s", "update_time_s_vs_dense", "sync_MB",
+            "sync_bytes_per_step_vs_dense", "status"]
+    with pd.option_context("display.width", 250, "display.precision", 3):
         print(table[cols].to_string(index=False))
 
 
@@ -104,18 +138,28 @@ def vllm_sync(size: dict, syncs: int = 5) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--size", default="0.8b", choices=sorted(SIZES))
+    ap.add_argument("--size", default="0.5b,1.5b",
+                    help=f"comma-separated, from {sorted(SIZES)} (default: 0.5b,1.5b)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     args = ap.parse_args()
+    sizes = args.size.split(",")
+    if unknown := set(sizes) - set(SIZES):
+        raise SystemExit(f"gpu_check: unknown --size {sorted(unknown)}; known: {sorted(SIZES)}")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_check: no CUDA device visible (use --device cpu --size tiny to "
                          "run the same code here)")
-    shape = ({"batch": 32, "micro_batch": 8, "prompt_len": 128, "completion_len": 128}
-             if args.size != "tiny" else
-             {"batch": 8, "micro_batch": 4, "prompt_len": 8, "completion_len": 8})
-    step_table(SIZES[args.size], shape, args.device, args.dtype)
+    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers "
+          f"{transformers.__version__}")
+    methods = available(METHODS)
+    for size in sizes:
+        shape = ({"batch": 32, "micro_batch": 8, "prompt_len": 128, "completion_len": 128}
+                 if size != "tiny" else
+                 {"batch": 8, "micro_batch": 4, "prompt_len": 8, "completion_len": 8})
+        step_table(SIZES[size], shape, args.device, args.dtype, methods)
     if args.device == "cuda":
-        vllm_sync(SIZES[args.size])
+        vllm_sync(SIZES[sizes[0]])
+    else:
+        print("\nvLLM sync path: skipped (vLLM runs on CUDA only)")
 
 
 if __name__ == "__main__":

@@ -137,6 +137,8 @@ class MemoryReport:
     """Raw profiler categories at the peak (INPUT split into INPUT / INPUT_NEW)."""
     category_max: dict[str, int] = dataclasses.field(default_factory=dict)
     """Max over the region of each ``by_category`` key taken separately."""
+    phase_peaks: dict[str, int] = dataclasses.field(default_factory=dict)
+    """CUDA: the allocator's peak within each phase ended by ``MemoryMeter.phase``, in order."""
     peak_time_frac: float | None = None
     """Where in the region (0 = start, 1 = end) the peak happened (CPU)."""
     rss_scope: str | None = None
@@ -451,6 +453,20 @@ class MemoryMeter:
         self._rss_reset = False
         self._rss_before: int | None = None
         self._cuda_before = 0
+        self._cuda_peak = 0
+        self._phase_peaks: dict[str, int] = {}
+
+    def phase(self, name: str) -> None:
+        """Ends a phase of the region (forward/backward, propose, ...). CUDA: the allocator's
+        peak since the previous phase ended goes into ``report.phase_peaks[name]`` and the
+        counter restarts; the region's peak is still the largest. CPU: nothing (the profiler's
+        timeline is not split by phase)."""
+        if self.device.type != "cuda":
+            return
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        self._phase_peaks[name], self._cuda_peak = int(peak), max(self._cuda_peak, peak)
+        torch.cuda.reset_peak_memory_stats(self.device)
 
     def __enter__(self) -> MemoryMeter:
         self.report = None
@@ -458,6 +474,7 @@ class MemoryMeter:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
             self._cuda_before = torch.cuda.memory_allocated(self.device)
+            self._cuda_peak, self._phase_peaks = 0, {}
             self._t0 = time.perf_counter()
             return self
         _import_memory_profiler()  # fail before running the step if the API is gone
@@ -472,17 +489,19 @@ class MemoryMeter:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             elapsed = time.perf_counter() - self._t0
+            peak = max(self._cuda_peak, torch.cuda.max_memory_allocated(self.device))
             if exc_type is None:
                 self.report = MemoryReport(
-                    peak_bytes=int(torch.cuda.max_memory_allocated(self.device)),
+                    peak_bytes=int(peak),
                     by_category={},
                     rss_peak_bytes=None,
                     method="cuda:max_memory_allocated (reset_peak_memory_stats on enter)",
                     device=str(self.device),
                     preexisting_bytes=int(self._cuda_before),
-                    net_peak_bytes=int(torch.cuda.max_memory_allocated(self.device) - self._cuda_before),
+                    net_peak_bytes=int(peak - self._cuda_before),
                     end_bytes=int(torch.cuda.memory_allocated(self.device)),
                     elapsed_s=elapsed,
+                    phase_peaks=dict(self._phase_peaks),
                 )
             return False
 

@@ -80,17 +80,22 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
     times, rollout_times, sync = [], [], []
     try:
         for step in range(1, steps + 1):
+            if step == 2 and dev.type == "cuda":  # the rollout's own peak
+                torch.cuda.reset_peak_memory_stats(dev)
             t0 = time.perf_counter()
             with torch.no_grad():
                 model.generate(input_ids=ids[:, :p_len], attention_mask=attn[:, :p_len],
                                min_new_tokens=c_len, max_new_tokens=c_len, do_sample=True,
                                top_k=0, top_p=1.0, pad_token_id=0)
             t1 = time.perf_counter()
+            if step == 2 and dev.type == "cuda":
+                rollout_peak = torch.cuda.max_memory_allocated(dev)
             meter = (MemoryMeter(dev, labels={"optimizer": rule.state_tensors(),
                                               "grads": rule.grad_buffers()})
                      if step == 2 else contextlib.nullcontext())
             with meter, compute_context(dev, getattr(torch, compute_dtype)):
-                update_step(model, None, rule, kl, batch, probe, g)
+                update_step(model, None, rule, kl, batch, probe, g,
+                            phase=getattr(meter, "phase", None))
             if step == 2:
                 report = meter.report
             t2 = time.perf_counter()
@@ -103,6 +108,8 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
         return point
     point.update(
         peak_mem_bytes=report.peak_bytes, mem_breakdown=report.by_category,
+        # CUDA: the allocator's peak in each phase of the measured step (rollout first)
+        phase_peaks={"rollout": rollout_peak, **report.phase_peaks} if dev.type == "cuda" else {},
         mem_measure=report.method, optimizer_state_bytes=rule.state_bytes(),
         update_time_s=statistics.median(times), rollout_time_s=statistics.median(rollout_times),
         sync_bytes_per_step=statistics.mean(sync[1:]),

@@ -93,6 +93,7 @@ def memory_sweep_table(points: dict[tuple[str, str], dict]) -> pd.DataFrame:
             "micro_batch": p["micro_batch"], "seq_len": p["seq_len"], "status": p["status"],
             "peak_mem_bytes": p["peak_mem_bytes"],
             **{f"mem_{k}": v for k, v in (p.get("mem_breakdown") or {}).items()},
+            **{f"phase_{k}": v for k, v in (p.get("phase_peaks") or {}).items()},
             "planned_total": p["planned"]["total"],
             **{f"planned_{k}": v for k, v in p["planned"].items() if k != "total"},
             "planned_error": p.get("planned_error"),

@@ -179,7 +179,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                 with meter, autocast:
                     loss, eta, kl_pred, kl_real = update_step(
                         model, ref_model, rule, kl_control, (ids, attn, mask, adv), probe, g,
-                        max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.)
+                        max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.,
+                        phase=getattr(meter, "phase", None))
             except torch.OutOfMemoryError as e:
                 status, oom = "oom", {"oom_at_step": step, **cuda_oom(e, device)}
                 if mesh is not None:  # the other ranks wait in a collective: stop them all
@@ -322,21 +323,28 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
 
 
 def update_step(model, ref_model, rule, kl_control, batch, probe, g,
-                max_scale: float = 1.0) -> tuple[float, ...]:
+                max_scale: float = 1.0, phase=None) -> tuple[float, ...]:
     """One update: gradients, propose, (KL-controlled) apply, realized KL on the probe.
 
-    `max_scale` caps the step scale (linear warmup). Returns (loss, step scale η, predicted KL
-    at η or nan, realized KL)."""
+    `max_scale` caps the step scale (linear warmup). `phase(name)`, if given, is called at the
+    end of each phase (`MemoryMeter.phase`: forward_backward, propose, kl_control, apply).
+    Returns (loss, step scale η, predicted KL at η or nan, realized KL)."""
+    phase = phase or (lambda name: None)
     temperature = g["temperature"]
     loss = accumulate_gradients(model, ref_model, *batch, g)
+    phase("forward_backward")
     base = probe_logprobs(model, probe[0], probe[1], temperature)
     step_delta = rule.propose()
+    phase("propose")
     eta, kl_pred = (kl_control.scale(model, rule, step_delta, probe, base, max_scale, temperature)
                     if kl_control else (max_scale, math.nan))
+    phase("kl_control")
     rule.apply(step_delta, eta)
     del step_delta
     after = probe_logprobs(model, probe[0], probe[1], temperature)
-    return loss, eta, kl_pred, distributed.broadcast(mean_kl(base, after, probe[2]))
+    kl_real = distributed.broadcast(mean_kl(base, after, probe[2]))
+    phase("apply")
+    return loss, eta, kl_pred, kl_real
 
 
 def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
