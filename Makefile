@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: reproduce test env check-gpu-pins gpu-check-cpu clean-results
+.PHONY: reproduce test env fingerprints check-gpu-pins gpu-check-cpu clean-results
 
 env: $(VENV)/.installed
 
@@ -19,6 +19,12 @@ reproduce: env
 
 test: env
 	$(BIN)/python -m pytest -q
+
+# rewrite this CPU's reference fingerprints of the smoke run (tests/data/fingerprints/), when
+# the numerics change on purpose
+fingerprints: env
+	LOGRA_UPDATE_FINGERPRINTS=1 $(BIN)/python -m pytest -q tests/test_workflow.py \
+		-k "end_to_end or reference_fingerprints"
 
 # the GPU pin set (requirements-gpu.txt: these pins + vLLM) resolves against PyPI (.ci/gpu_pins.py)
 check-gpu-pins: env

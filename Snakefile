@@ -10,6 +10,7 @@ from snakemake.utils import min_version, validate
 
 from logra.config import (add_lr_sweep_methods, base_input, check, gpus_per_run, run_config,
                           start_model)
+from logra.repro import pin_cpu
 
 min_version("9.0")
 
@@ -19,6 +20,8 @@ configfile: "config/config.yaml"
 
 validate(config, "workflow/schemas/config.schema.yaml")
 check(config)
+if config["device"] == "cpu" and config["reproducible"]:
+    pin_cpu()  # every job started from here inherits the pinned kernels (logra/repro.py)
 if config["model"]["name"] == "tiny":  # built locally: nothing may come from a hub
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -43,6 +46,7 @@ include: "workflow/rules/eval.smk"
 include: "workflow/rules/memory.smk"
 include: "workflow/rules/sweep.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/fingerprints.smk"
 
 
 PAPER = {"memory_sweep", "planner", "stability"} <= set(config)  # the paper's figures
@@ -52,6 +56,7 @@ rule all:
     input:
         "results/summary.csv",
         "results/accuracy.csv",
+        "results/fingerprints.csv",
         ["results/memory/sweep.csv", "results/memory/planner.csv"] if PAPER else [],
         expand(
             "figures/{fig}.{ext}",

@@ -28,6 +28,9 @@ class ConfigError(ValueError):
 
 def check(config: dict) -> None:
     """Cross-key checks: references between sections, options accepted by the code."""
+    if config["device"] == "cpu" and config["reproducible"] and config["threads"] != 1:
+        raise ConfigError(f"threads: {config['threads']}; reproducible CPU runs use one thread "
+                          "per job (set threads: 1, or reproducible: false)")
     sweep = config.get("lr_sweep") or {"lrs": {}}
     for key, names in [("run_methods", config["run_methods"]),
                        ("ablation_methods", config.get("ablation_methods", [])),

@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from logra import checkpoint, distributed, methods
+from logra import checkpoint, distributed, methods, repro
 from logra.grpo import group_advantages, kl_k3, policy_loss, token_logprobs
 from logra.io import atomic_path, save_pretrained, write_json
 from logra.kl_control import KLControl, mean_kl, probe_logprobs
@@ -254,9 +254,12 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             saved = load(base_dir)[0]
             saved.load_state_dict(state)
         del state
+    fingerprint = None
     if rank == 0:
         _write_metrics(out_dir / "metrics.csv", metrics)
         save_pretrained(saved, tokenizer, out_dir / "model")
+        fingerprint = {"weights": repro.model_digest(out_dir / "model"),
+                       "metrics": repro.metrics_digest(metrics)}
     if ckpt_path and status == "ok":
         ckpt_path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):  # the directories too, when nothing else is in them
@@ -319,7 +322,9 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                "median_real_over_pred": statistics.median(ratios) if ratios else None,
                "scaled_steps": len(scaled),
                "median_real_over_pred_scaled": statistics.median(scaled) if scaled else None},
-        "eval_accuracy": None, "config": cfg}
+        "eval_accuracy": None, "config": cfg,
+        # what the bits depend on, and the bits: weights and metrics without machine columns
+        "machine": repro.machine(), "fingerprint": fingerprint}
 
 
 def update_step(model, ref_model, rule, kl_control, batch, probe, g,

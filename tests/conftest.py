@@ -4,6 +4,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from logra.repro import pin_cpu  # noqa: E402  (imports no torch)
+
+pin_cpu()  # before torch loads: the tests, and every process they start, compute as CPU jobs do
+
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402

@@ -61,6 +61,7 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: c["tasks"]["arithmetic"]["options"].update(digitz=3),
      "tasks.arithmetic.options: .*digitz"),
     (lambda c: c["grpo"].update(profile_step=9), "grpo.profile_step=9 is after the last step"),
+    (lambda c: c.update(threads=2), r"threads: 2; reproducible CPU runs use one thread per job"),
     (lambda c: c["methods"].update(logra={"rule": "logra", "options": {"rank": 200}}),
      r"methods.logra.options: rank=200 exceeds min\(shape\)=128 of model.layers.0.self_attn"),
     (lambda c: c["methods"].update(logra={"rule": "logra", "options": {"modules": "xyz"}}),

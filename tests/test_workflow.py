@@ -1,5 +1,6 @@
 """End to end: the real Snakefile on the smoke config (every stage, real lm-eval)."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
+from logra import repro
 from logra.tasks import read_jsonl
 
 from conftest import ROOT
@@ -81,12 +83,20 @@ def test_lr_sweep_resolves_on_slurm(tmp_path):
     assert resources["data_val"]["mem_mb"] == resources["data"]["mem_mb"] == "32000"
 
 
-def test_smoke_run_end_to_end(tmp_path):
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """The smoke config's default target, run once for the tests below."""
+    tmp_path = tmp_path_factory.mktemp("smoke")
     out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path)],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return tmp_path
+
+
+def test_smoke_run_end_to_end(smoke_run):
+    tmp_path = smoke_run
     summary = pd.read_csv(tmp_path / "results/summary.csv")
-    assert len(summary) == 2 * 1 * 2  # tasks x methods x seeds
+    assert len(summary) == 2 * 2 * 2  # tasks x methods x seeds
     assert (summary["status"] == "ok").all()
     assert summary["eval_accuracy"].between(0, 1).all()
     assert (summary["peak_mem_bytes"] > summary["pred_weights"]).all()
@@ -130,10 +140,49 @@ def test_smoke_run_end_to_end(tmp_path):
     assert {s["prompt"] for s in val_eval["samples"]} == {f"Q: {q}\nA: " for q in questions["val"]}
 
 
+REFERENCE = ROOT / "tests/data/fingerprints"
+
+
+def test_smoke_run_repeats_the_reference_fingerprints(smoke_run):
+    """Every stage of the smoke run (data, SFT base, GRPO runs, lm-eval) gives the bits of the
+    committed reference, made in another process and perhaps on another machine. Strict on
+    the reference's own CPU type and between Intel CPUs with AVX2 (MKL's documented
+    guarantee); elsewhere a difference skips, naming the first stage that differs.
+    `make fingerprints` rewrites this machine's reference when the numerics change on purpose."""
+    fresh = pd.read_csv(smoke_run / "results/fingerprints.csv")
+    assert set(fresh["stage"]) == set(repro.STAGES) and fresh["sha256"].notna().all()
+    runs = sorted((smoke_run / "results/runs").glob("*/*/*/summary.json"))
+    machine = json.loads(runs[0].read_text())["machine"]
+    assert machine["reproducible"], machine["pinned"]  # every job ran on the pinned path
+    if "avx2" in machine["cpu_flags"]:
+        assert machine["torch_capability"] == "AVX2", machine
+    cpu = ("cpu_vendor", "cpu_model", "cpu_flags")
+    own = REFERENCE / f"smoke-{machine['cpu_vendor']}.csv"
+    if os.environ.get("LOGRA_UPDATE_FINGERPRINTS"):
+        REFERENCE.mkdir(exist_ok=True)
+        made_on = {k: machine[k] for k in (*cpu, "torch", "transformers")}
+        own.write_text(f"# made on: {json.dumps(made_on)}\n" + fresh.to_csv(index=False))
+        return
+    references = [own] if own.exists() else sorted(REFERENCE.glob("smoke-*.csv"))
+    if not references:
+        pytest.skip(f"no reference in {REFERENCE}: `make fingerprints` writes one")
+    with open(references[0]) as f:
+        made_on = json.loads(f.readline().removeprefix("# made on: "))
+    diff = repro.first_difference(fresh, pd.read_csv(references[0], comment="#"))
+    if diff is None:
+        return
+    made_on["reproducible"] = True  # references are made on the pinned path
+    uncovered = repro.covered(machine) or repro.covered(made_on)
+    where = (f"this machine: {machine['cpu_vendor']} {machine['cpu_model']}; reference "
+             f"{references[0].name}: {made_on['cpu_vendor']} {made_on['cpu_model']}")
+    if all(made_on[k] == machine[k] for k in cpu) or not uncovered:
+        pytest.fail(f"{diff} ({where})")
+    pytest.skip(f"{uncovered}: {diff} ({where})")
+
+
 def test_killed_workflow_resumes_and_records_divergence(tmp_path):
     """kill -9 of the whole workflow mid-run (a preempted node), then the same command again:
     the run resumes from its checkpoint; a diverging method is recorded and the workflow goes on."""
-    import os
     import signal
     import time
 

@@ -6,6 +6,7 @@ import torch
 
 from logra.io import save_pretrained, write_json
 from logra.modeling import build_tiny, load
+from logra.repro import machine
 from logra.sft import sft
 from logra.tasks import get_task, read_jsonl
 
@@ -26,5 +27,5 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
                      eval_examples=s["eval_examples"],
                      max_new_tokens=snakemake.params.max_new_tokens, seed=snakemake.params.seed)
     save_pretrained(model, tokenizer, snakemake.output.model)
-    write_json(snakemake.output.sft, {"source": str(m["name"]), **report})
+    write_json(snakemake.output.sft, {"source": str(m["name"]), **report, "machine": machine()})
     print(f"SFT stopped at step {report['steps']}, held-out accuracy {report['accuracy']}")

@@ -1,0 +1,194 @@
+"""Reproducible CPU runs: one instruction path and one thread, and fingerprints that show it.
+
+PyTorch, MKL and oneDNN each pick their CPU kernels by the instruction set they find (AVX-512
+with AMX on one machine, AVX2 on the next), and the kernels round differently: the same code
+and data give other bits, and a threshold-stopped SFT base or a sampled rollout turns a last-bit
+difference into a different run. `PIN` fixes all three to AVX2 (MKL in its strict conditional
+numerical reproducibility mode) and every thread pool to one thread. The settings are read when
+the libraries load, so they must be in the environment before torch is imported: the
+Snakefile puts them there for CPU configs (`reproducible: true`, the default) and every job,
+script and subprocess the workflow starts inherits them; `tests/conftest.py` does the same for
+the tests.
+
+What this covers: the same code, the same pinned library versions and data on any x86 CPU
+with AVX2. Intel documents MKL's reproducibility modes for Intel processors only, so results
+of other vendors are compared but not promised (`machine()` records the vendor). It does not
+cover GPUs (other kernels, other reduction orders), other library versions, or `threads` > 1.
+
+Fingerprints are SHA-256 digests of what a stage computed, never of how long it took or how
+much memory it used: a file's bytes (data splits), a model's tensors (names, dtypes, shapes,
+bytes), a metrics table without its machine columns, an evaluation's per-sample responses.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PIN = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2",
+       "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+# measurements of the machine, not results of the computation
+MACHINE_COLUMNS = ("step_time_s", "peak_mem_bytes")
+
+
+def pin_cpu() -> None:
+    """Put `PIN` into this process's environment. The libraries read it when they load, so
+    every process started from here on computes on the pinned path, and this one does if torch
+    is not imported yet."""
+    os.environ.update(PIN)
+
+
+def machine() -> dict:
+    """What the bits of a CPU run depend on: the CPU, the kernels torch chose, the pinned
+    settings as set in this process, the library versions."""
+    import torch
+    import transformers
+    cpu = {}
+    if Path("/proc/cpuinfo").exists():
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("vendor_id", "model name", "flags") and key.strip() not in cpu:
+                cpu[key.strip()] = value.strip()
+    flags = set(cpu.get("flags", "").split())
+    return {"cpu_vendor": cpu.get("vendor_id", platform.machine()),
+            "cpu_model": cpu.get("model name", platform.processor()),
+            "cpu_flags": sorted(f for f in flags if f.startswith(("avx", "amx", "fma"))),
+            "torch_capability": torch.backends.cpu.get_cpu_capability(),
+            "pinned": {k: os.environ.get(k) for k in PIN},
+            "reproducible": all(os.environ.get(k) == v for k, v in PIN.items()),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "threads": torch.get_num_threads()}
+
+
+def covered(info: dict) -> str | None:
+    """None if bit-for-bit reproduction is promised on the machine `info` describes, else why
+    not."""
+    if not info["reproducible"]:
+        return "the CPU pin is not set (reproducible: false, or run outside the workflow)"
+    if "avx2" not in info["cpu_flags"]:
+        return f"{info['cpu_model']} has no AVX2"
+    if info["cpu_vendor"] != "GenuineIntel":
+        return (f"{info['cpu_vendor']} ({info['cpu_model']}): MKL documents its reproducible "
+                "modes for Intel processors only")
+    return None
+
+
+def _digest(parts) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else str(part).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def file_digest(path: str | Path) -> str:
+    return _digest([Path(path).read_bytes()])
+
+
+def tensors_digest(state: dict) -> str:
+    """Names, dtypes, shapes and bytes of every tensor, in name order."""
+    import torch
+    parts = []
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous().view(-1)
+        parts += [name, t.dtype, tuple(state[name].shape), t.view(torch.uint8).numpy().tobytes()]
+    return _digest(parts)
+
+
+def model_digest(model_dir: str | Path) -> str:
+    """The tensors of a saved HF checkpoint (every *.safetensors file in it)."""
+    from safetensors.torch import load_file
+    state = {}
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        state.update(load_file(f))
+    if not state:
+        raise FileNotFoundError(f"{model_dir}: no *.safetensors file to fingerprint")
+    return tensors_digest(state)
+
+
+def metrics_digest(rows: list[dict]) -> str:
+    """A metrics table without its machine columns; floats by their exact repr (nan too)."""
+    return _digest(json.dumps({k: (repr(v) if isinstance(v, float) else v)
+                               for k, v in row.items() if k not in MACHINE_COLUMNS},
+                              sort_keys=True) for row in rows)
+
+
+def eval_digest(result: dict) -> str:
+    """An evaluation: its accuracy and every sample's prompt, response and score."""
+    return _digest([repr(result["accuracy"]), result["n"],
+                    *(json.dumps(s, sort_keys=True) for s in result.get("samples", []))])
+
+
+def canary() -> str:
+    """Digest of a fixed computation through the kernels a run uses: three GRPO updates of a
+    small random decoder on a fixed batch with random advantages, by dense Adam and by LoGRA
+    with KL control. Two processes on one instruction path give one digest."""
+    import torch
+
+    from logra import methods
+    from logra.kl_control import KLControl
+    from logra.memory_sweep import fixed_batch
+    from logra.modeling import tiny_config
+    from logra.train import update_step
+    from transformers import AutoModelForCausalLM
+    g = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28,
+         "probe_size": 4, "micro_batch_size": 4}
+    states = {}
+    for rule, options, kl in [("dense_adam", {"lr": 1e-3}, None),
+                              ("logra", {"lr": 1e-3, "rank": 4}, {"target": 1e-3})]:
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(tiny_config(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4))
+        update = methods.build(rule, model, options)
+        batch, probe = fixed_batch(model.config.vocab_size, 8, 6, 6, 4)
+        for _ in range(3):
+            update_step(model, None, update, KLControl(**kl) if kl else None, batch, probe, g)
+        states |= {f"{rule}.{k}": v for k, v in model.state_dict().items()}
+    return tensors_digest(states)
+
+
+STAGES = ("data", "base", "train", "eval")  # in pipeline order
+
+
+def fingerprint_table(data: list, bases: list, runs: list, evals: list) -> pd.DataFrame:
+    """results/fingerprints.csv: one row per (stage, name, what) with its SHA-256. `data`:
+    split files; `bases`: SFT base model directories; `runs`: run summary.json files (their
+    `fingerprint`); `evals`: evaluation JSONs. Names are the paths under results/."""
+    import pandas as pd
+
+    def name(path, drop: str = "") -> str:
+        parts = Path(path).parts
+        return "/".join(parts[parts.index("results") + 1:] if "results" in parts else parts
+                        ).removesuffix(drop)
+
+    rows = [("data", name(p), "file", file_digest(p)) for p in data]
+    rows += [("base", name(p), "weights", model_digest(p)) for p in bases]
+    for p in runs:
+        fp = json.loads(Path(p).read_text())["fingerprint"] or {}
+        rows += [("train", name(p, "/summary.json"), what, fp.get(what))
+                 for what in ("weights", "metrics")]
+    rows += [("eval", name(p, ".json"), "result", eval_digest(json.loads(Path(p).read_text())))
+             for p in evals]
+    return pd.DataFrame(rows, columns=["stage", "name", "what", "sha256"])
+
+
+def first_difference(fresh: pd.DataFrame, reference: pd.DataFrame) -> str | None:
+    """None if `fresh` repeats `reference` row for row, else the first stage (pipeline order)
+    that differs, with its rows."""
+    key = ["stage", "name", "what"]
+    both = fresh.merge(reference, on=key, how="outer", suffixes=("", "_ref"), indicator=True)
+    bad = both[(both["_merge"] != "both") | (both["sha256"] != both["sha256_ref"])]
+    why = {"both": "other bits", "left_only": "not in the reference", "right_only": "missing"}
+    for stage in STAGES:
+        rows = bad[bad["stage"] == stage].to_dict("records")
+        if rows:
+            listed = "; ".join(f"{r['name']} {r['what']}: {why[r['_merge']]}" for r in rows)
+            return f"stage {stage!r} differs first: {listed}"
+    return None

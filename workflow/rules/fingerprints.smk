@@ -1,0 +1,18 @@
+# What every stage computed, as SHA-256 digests (logra/repro.py): two reproductions agree
+# bit for bit exactly when their fingerprints.csv files are equal.
+rule fingerprints:
+    input:
+        data=expand("results/data/{task}/{split}.jsonl", task=TASKS, split=["train", "test"]),
+        bases=[] if start_model(config) else expand("results/base/{task}/model", task=TASKS),
+        runs=list(dict.fromkeys(expand("results/runs/{run}/summary.json", run=RUNS)
+                                + [p.replace("metrics.csv", "summary.json") for p in STABILITY_RUNS])),
+        evals=expand("results/eval/{run}.json", run=RUNS)
+        + expand("results/eval/{task}/base.json", task=TASKS),
+    output:
+        "results/fingerprints.csv",
+    conda:
+        "../../environment.yml"
+    log:
+        "results/logs/fingerprints.log",
+    script:
+        "../scripts/fingerprints.py"
