@@ -9,6 +9,10 @@ bytes, each beside its ratio to dense Adam at the same size. Nothing is written.
 """
 from __future__ import annotations
 
+from logra.repro import pin_cpu
+
+pin_cpu()  # before torch loads: time the kernels the workflow's CPU jobs run (logra/repro.py)
+
 import argparse
 
 import pandas as pd

@@ -14,6 +14,10 @@ Prints one table; nothing is written.
 """
 from __future__ import annotations
 
+from logra.repro import pin_cpu
+
+pin_cpu()  # before torch loads: time the kernels the workflow's CPU jobs run (logra/repro.py)
+
 import argparse
 import copy
 import pickle

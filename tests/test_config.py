@@ -57,7 +57,7 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda c: c["run_methods"].append("galore"), r"run_methods\[1\]: 'galore' is not defined"),
+    (lambda c: c["run_methods"].append("galore"), r"run_methods\[2\]: 'galore' is not defined"),
     (lambda c: c["tasks"]["arithmetic"]["options"].update(digitz=3),
      "tasks.arithmetic.options: .*digitz"),
     (lambda c: c["grpo"].update(profile_step=9), "grpo.profile_step=9 is after the last step"),
