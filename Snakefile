@@ -47,9 +47,11 @@ include: "workflow/rules/memory.smk"
 include: "workflow/rules/sweep.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/fingerprints.smk"
+include: "workflow/rules/verdicts.smk"
 
 
 PAPER = {"memory_sweep", "planner", "stability"} <= set(config)  # the paper's figures
+VERDICTS = config["verdict"]["reference"] in METHODS and len(METHODS) > 1
 
 
 rule all:
@@ -57,10 +59,12 @@ rule all:
         "results/summary.csv",
         "results/accuracy.csv",
         "results/fingerprints.csv",
+        ["results/verdicts.csv"] if VERDICTS else [],
         ["results/memory/sweep.csv", "results/memory/planner.csv"] if PAPER else [],
         expand(
             "figures/{fig}.{ext}",
             fig=["reward_curves"]
+            + (["verdicts"] if VERDICTS else [])
             + (["memory_reduction", "stability_27b", "sync_bytes"] if PAPER else []),
             ext=["png", "pdf"],
         ),
@@ -70,4 +74,6 @@ rule ablations:
     input:
         "results/ablations/summary.csv",
         "results/ablations/accuracy.csv",
-        expand("figures/ablations/reward_curves.{ext}", ext=["png", "pdf"]),
+        ["results/ablations/verdicts.csv"] if VERDICTS else [],
+        expand("figures/ablations/{fig}.{ext}", fig=["reward_curves"]
+               + (["verdicts"] if VERDICTS else []), ext=["png", "pdf"]),

@@ -186,3 +186,33 @@ def sync_bytes(sweep: pd.DataFrame, planner: pd.DataFrame, outputs: list[str]) -
     bx.grid(alpha=0.3)
     fig.tight_layout()
     _save(fig, outputs)
+
+
+def verdicts(table: pd.DataFrame, summary: pd.DataFrame, outputs: list[str]) -> None:
+    """Each method's accuracy difference from the reference (logra/verdict.py) with its 95%
+    interval, per task (one panel each, the IQM across tasks last), and the margin."""
+    tasks = [t for t in table["task"].unique() if t != "all"] + (
+        ["all"] if (table["task"] == "all").any() else [])
+    fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks), 0.5 * table["method"]
+                                                     .nunique() + 1.8), squeeze=False,
+                             sharey=True)
+    margin, reference = table["margin"].iloc[0], table["reference"].iloc[0]
+    colors = {"non-inferior": "tab:green", "inconclusive": "tab:orange", "inferior": "tab:red"}
+    for ax, task in zip(axes[0], tasks):
+        d = table[table["task"] == task].reset_index(drop=True)
+        for i, r in d.iterrows():
+            ax.errorbar(r["diff_mean"], i, xerr=[[r["diff_mean"] - r["diff_lo"]],
+                                                 [r["diff_hi"] - r["diff_mean"]]],
+                        fmt="o", color=colors[r["call"]], capsize=3)
+        ax.set_yticks(range(len(d)), d["method"])
+        ax.axvline(0, color="k", lw=0.8)
+        ax.axvline(-margin, color="gray", ls="--", lw=0.8)
+        ax.set_title("across tasks (IQM)" if task == "all" else task)
+        ax.set_xlabel(f"accuracy − {reference}")
+        ax.grid(alpha=0.3)
+    problems = "/".join(str(int(p)) for p in sorted(table["problems"].dropna().unique()))
+    fig.suptitle(f"{scale_label(summary)}, {problems} test problems; 95% intervals, margin "
+                 f"{margin} (dashed); green non-inferior, orange inconclusive, red inferior",
+                 fontsize=8)
+    fig.tight_layout()
+    _save(fig, outputs)

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from logra import repro
+from logra.verdict import CALLS
 from logra.tasks import read_jsonl
 
 from conftest import ROOT
@@ -112,7 +113,11 @@ def test_smoke_run_end_to_end(smoke_run):
     assert (run / "model/config.json").exists()
     ev = json.loads((tmp_path / "results/eval/countdown/dense_adam/seed1.json").read_text())
     assert ev["n"] == 6
-    for fig in ("reward_curves", "memory_reduction", "stability_27b", "sync_bytes"):
+    verdicts = pd.read_csv(tmp_path / "results/verdicts.csv")
+    assert set(verdicts["task"]) == {"arithmetic", "countdown", "all"}
+    assert set(verdicts["method"]) == {"logra"} and verdicts["call"].isin(CALLS).all()
+    assert (verdicts["diff_lo"] <= verdicts["diff_mean"]).all()
+    for fig in ("reward_curves", "verdicts", "memory_reduction", "stability_27b", "sync_bytes"):
         for ext in ("png", "pdf"):
             assert (tmp_path / f"figures/{fig}.{ext}").stat().st_size > 1000
     sweep = pd.read_csv(tmp_path / "results/memory/sweep.csv")

@@ -1,0 +1,56 @@
+# Each method against the reference (config `verdict`): paired differences with 95% intervals
+# and a non-inferiority call (logra/verdict.py), whatever they say.
+rule verdicts:
+    input:
+        evals=expand("results/eval/{run}.json", run=RUNS),
+        base=expand("results/eval/{task}/base.json", task=TASKS),
+    output:
+        "results/verdicts.csv",
+    params:
+        runs=RUNS,
+        verdict=config["verdict"],
+    conda:
+        "../../environment.yml"
+    log:
+        "results/logs/verdicts.log",
+    script:
+        "../scripts/verdicts.py"
+
+
+rule verdicts_figure:
+    input:
+        verdicts="results/verdicts.csv",
+        summary="results/summary.csv",
+    output:
+        png="figures/verdicts.png",
+        pdf="figures/verdicts.pdf",
+    conda:
+        "../../environment.yml"
+    log:
+        "results/logs/figures/verdicts.log",
+    script:
+        "../scripts/verdicts_figure.py"
+
+
+use rule verdicts as ablation_verdicts with:
+    input:
+        evals=expand("results/eval/{run}.json", run=ABLATION_RUNS),
+        base=expand("results/eval/{task}/base.json", task=TASKS),
+    output:
+        "results/ablations/verdicts.csv",
+    params:
+        runs=ABLATION_RUNS,
+        verdict=config["verdict"],
+    log:
+        "results/logs/ablations/verdicts.log",
+
+
+use rule verdicts_figure as ablation_verdicts_figure with:
+    input:
+        verdicts="results/ablations/verdicts.csv",
+        summary="results/ablations/summary.csv",
+    output:
+        png="figures/ablations/verdicts.png",
+        pdf="figures/ablations/verdicts.pdf",
+    log:
+        "results/logs/figures/ablations/verdicts.log",
