@@ -9,7 +9,7 @@ import os
 from snakemake.utils import min_version, validate
 
 from logra.config import (add_lr_sweep_methods, base_input, check, gpus_per_run, run_config,
-                          start_model)
+                          start_model, task_options)
 from logra.repro import pin_cpu
 
 min_version("9.0")

@@ -50,12 +50,14 @@ def check(config: dict) -> None:
             if task is not None and task not in config["tasks"]:
                 raise ConfigError(f"{key}: {task!r} is not defined under tasks "
                                   f"(defined: {sorted(config['tasks'])})")
-    for name, m in config["methods"].items():
-        for key, value in m.get("options", {}).items():
-            missing = sorted(set(config["tasks"]) - set(value)) if isinstance(value, dict) else []
-            if missing:
-                raise ConfigError(f"methods.{name}.options.{key}: no value for task "
-                                  f"{missing[0]!r} (given for: {sorted(value)})")
+    per_task = [(f"methods.{name}.options.{key}", value)
+                for name, m in config["methods"].items()
+                for key, value in m.get("options", {}).items()]
+    for key, value in [*per_task, ("sft.steps", config["sft"]["steps"])]:
+        missing = sorted(set(config["tasks"]) - set(value)) if isinstance(value, dict) else []
+        if missing:
+            raise ConfigError(f"{key}: no value for task {missing[0]!r} (given for: "
+                              f"{sorted(value)})")
     _check_rules_fit_model(config)
     for name, t in config["tasks"].items():
         try:
@@ -119,8 +121,9 @@ def _check_rules_fit_model(config: dict) -> None:
 
 
 def task_options(options: dict, task: str) -> dict:
-    """A method's options on one task: `lr` or `dense_lr` given per task ({task: lr}, e.g. the
-    lr `lr_sweep` chose on each task's validation split) takes that task's value."""
+    """A method's (or SFT's) options on one task: a value given per task ({task: value}, e.g.
+    the lr `lr_sweep` chose on each task's validation split, or SFT's steps) takes that task's
+    value."""
     return {k: v[task] if isinstance(v, dict) else v for k, v in options.items()}
 
 
@@ -154,22 +157,26 @@ def validate_file(path: str | Path) -> dict:
 
 def start_model(config: dict, method: str | None = None) -> str | None:
     """The hub model (name or directory) a run of `method` (None: the task's base model) starts
-    from as it is, or None when it starts from the SFT base `results/base/{task}/model`: a
-    method's own `model`, or the configured hub model when `sft.steps` is 0."""
+    from as it is, or None when it starts from its seed's SFT base
+    `results/base/{task}/seed{seed}/model`: a method's own `model`, or the configured hub model
+    when `sft.steps` is 0."""
     own = config["methods"][method].get("model") if method else None
     if own:
         return own["name"]
-    if config["model"]["name"] != "tiny" and config["sft"]["steps"] == 0:
+    steps = config["sft"]["steps"]
+    if config["model"]["name"] != "tiny" and not any(
+            steps.values() if isinstance(steps, dict) else [steps]):
         return config["model"]["name"]
     return None
 
 
 def base_input(config: dict, wildcards) -> dict[str, str]:
-    """Snakemake input {"base": SFT base directory} of a run (`wildcards.method`) or of the
-    task's base evaluation (no method), or {} when it starts from a hub model."""
+    """Snakemake input {"base": SFT base directory} of a run (`wildcards.method`) or of a base
+    evaluation (no method), or {} when it starts from a hub model. Each seed has its own base,
+    shared by every method of that seed: a seed replicates the whole pipeline."""
     if start_model(config, getattr(wildcards, "method", None)):
         return {}
-    return {"base": f"results/base/{wildcards.task}/model"}
+    return {"base": f"results/base/{wildcards.task}/seed{wildcards.seed}/model"}
 
 
 def gpus_per_run(config: dict, method: str) -> int:

@@ -2,10 +2,10 @@
 
 `results/summary.csv` has one row per run: the scalar fields of its summary.json, the measured
 memory by category (`mem_<category>`), the analytic prediction (`pred_<category>`), and the
-lm-eval accuracy of its final checkpoint beside its task's SFT base (`eval_accuracy`,
+lm-eval accuracy of its final checkpoint beside its seed's SFT base (`eval_accuracy`,
 `base_accuracy`). summary.json keeps `eval_accuracy: null`: evaluation runs after training, so
-the table is where the two meet. `results/accuracy.csv` has one row per (task, method): base
-accuracy and the mean ± sd over the seeds whose run finished with status ok.
+the table is where the two meet. `results/accuracy.csv` has one row per (task, method): the
+bases' mean accuracy and the mean ± sd over the seeds whose run finished with status ok.
 """
 from __future__ import annotations
 
@@ -22,10 +22,17 @@ SCALARS = ["status", "diverged_at_step", "oom_needed_bytes", "memory_budget_byte
            "mem_measure"]
 
 
+def base_evals(paths: list[str | Path]) -> dict[tuple[str, int], str | Path]:
+    """(task, seed) -> evaluation JSON of that seed's SFT base, from the workflow's paths
+    `results/eval/{task}/base_seed{seed}.json`."""
+    return {(Path(p).parent.name, int(Path(p).stem.removeprefix("base_seed"))): p for p in paths}
+
+
 def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
-                  base_jsons: dict[str, str | Path]) -> pd.DataFrame:
-    """One row per run; `eval_jsons[i]` belongs to `run_jsons[i]`, base_jsons by task."""
-    base = {task: json.loads(Path(p).read_text())["accuracy"] for task, p in base_jsons.items()}
+                  base_jsons: dict[tuple[str, int], str | Path]) -> pd.DataFrame:
+    """One row per run; `eval_jsons[i]` belongs to `run_jsons[i]`; `base_jsons` by (task, seed):
+    a run's base is its seed's."""
+    base = {key: json.loads(Path(p).read_text())["accuracy"] for key, p in base_jsons.items()}
     rows = []
     for run_path, eval_path in zip(run_jsons, eval_jsons, strict=True):
         s = json.loads(Path(run_path).read_text())
@@ -38,7 +45,7 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
         for key in ("median_real_over_pred", "median_real_over_pred_scaled", "scaled_steps"):
             row[f"kl_{key}"] = (s.get("kl") or {}).get(key)
         row["eval_accuracy"] = json.loads(Path(eval_path).read_text())["accuracy"]
-        row["base_accuracy"] = base.get(s["task"])
+        row["base_accuracy"] = base.get((s["task"], s["seed"]))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -46,7 +53,7 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
 def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Base vs after-GRPO lm-eval accuracy per (task, method), mean ± sd over seeds."""
     g = summary[summary["status"] == "ok"].groupby(["task", "method"])
-    out = g.agg(base_accuracy=("base_accuracy", "first"), accuracy_mean=("eval_accuracy", "mean"),
+    out = g.agg(base_accuracy=("base_accuracy", "mean"), accuracy_mean=("eval_accuracy", "mean"),
                 accuracy_sd=("eval_accuracy", "std"), n_seeds=("seed", "nunique"),
                 peak_mem_bytes_mean=("peak_mem_bytes", "mean"),
                 step_time_s_mean=("mean_step_time_s", "mean"),

@@ -26,13 +26,16 @@ def test_lint_is_clean(tmp_path):
 
 
 @pytest.mark.parametrize("target, jobs", [
-    # 3 tasks x 3 run_methods x 3 seeds + 2 stability methods x 3 seeds; 4 sizes x 4 methods
-    ("all", {"train": 27 + 6, "eval_run": 27, "memory_point": 16, "planner": 1,
+    # 3 tasks x 3 run_methods x 3 seeds + 2 stability methods x 3 seeds; 4 sizes x 4 methods;
+    # an SFT base and its evaluation per task and seed
+    ("all", {"train": 27 + 6, "eval_run": 27, "base": 9, "eval_base": 9, "memory_point": 16,
+             "planner": 1, "verdicts": 1, "fingerprints": 1,
              "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
     # the three run_methods are shared; the six ablation methods add 3 tasks x 3 seeds each
     ("ablations", {"train": 9 * 3 * 3, "eval_run": 81, "ablation_summary": 1}),
     # 21 (method, lr) pairs x 3 seeds on each of 3 tasks, each on the task's validation split
-    ("lr_sweep", {"data": 3, "data_val": 3, "train": 189, "lr_sweep_eval": 189, "lr_sweep": 1}),
+    ("lr_sweep", {"data": 3, "data_val": 3, "base": 9, "train": 189, "lr_sweep_eval": 189,
+                  "lr_sweep": 1}),
 ])
 def test_default_config_targets_resolve(tmp_path, target, jobs):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
@@ -55,8 +58,9 @@ def test_paper_config_resolves_on_slurm(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     stats = out.stdout[out.stdout.index("Job stats"):]
-    # 2 tasks x 7 run_methods x 3 seeds + 2 stability methods x 3 seeds; hub models: no SFT base
-    for rule, count in {"train": 42 + 6, "eval_run": 42, "eval_base": 2, "memory_point": 8,
+    # 2 tasks x 7 run_methods x 3 seeds + 2 stability methods x 3 seeds; hub models: no SFT
+    # base, the hub model evaluated once per seed
+    for rule, count in {"train": 42 + 6, "eval_run": 42, "eval_base": 6, "memory_point": 8,
                         "stability_27b": 1, "memory_reduction": 1}.items():
         assert re.search(rf"^{rule}\s+{count}$", stats, re.M), (rule, stats)
     assert not re.search(r"^base\s", stats, re.M)
@@ -219,7 +223,10 @@ def test_killed_workflow_resumes_and_records_divergence(tmp_path):
     assert not (run / "summary.json").exists()
 
     subprocess.run(cmd + ["--unlock"], check=True, capture_output=True)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    # a job killed after writing its outputs but before Snakemake recorded them as complete
+    # leaves them marked incomplete: --rerun-incomplete reruns it (its checkpoint is no output)
+    out = subprocess.run(cmd + ["--rerun-incomplete"], capture_output=True, text=True,
+                         timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     s = json.loads((run / "summary.json").read_text())
     assert s["status"] == "ok" and s["steps"] == 8

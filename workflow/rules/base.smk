@@ -2,18 +2,18 @@ rule base:
     input:
         train="results/data/{task}/train.jsonl",
     output:
-        model=directory("results/base/{task}/model"),
-        sft="results/base/{task}/sft.json",
+        model=directory("results/base/{task}/seed{seed}/model"),
+        sft="results/base/{task}/seed{seed}/sft.json",
     params:
         task=lambda w: config["tasks"][w.task],
         model=config["model"],
-        sft=config["sft"],
+        sft=lambda w: task_options(config["sft"], w.task),
         max_new_tokens=config["grpo"]["max_new_tokens"],
-        seed=config["data"]["seed"],
+        seed=lambda w: int(w.seed),  # the initialisation and SFT's batches
     threads: config["threads"]
     conda:
         "../../environment.yml"
     log:
-        "results/logs/base/{task}.log",
+        "results/logs/base/{task}/seed{seed}.log",
     script:
         "../scripts/make_base.py"

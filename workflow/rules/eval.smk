@@ -20,7 +20,7 @@ rule eval_base:
     input:
         unpack(lambda w: {"lmeval": f"results/data/{w.task}/lmeval"} | base_input(config, w)),
     output:
-        "results/eval/{task}/base.json",
+        "results/eval/{task}/base_seed{seed}.json",
     params:
         eval=config["eval"],
         model=lambda wildcards, input: start_model(config) or input.base,
@@ -28,6 +28,6 @@ rule eval_base:
     conda:
         "../../environment.yml"
     log:
-        "results/logs/eval/{task}/base.log",
+        "results/logs/eval/{task}/base_seed{seed}.log",
     script:
         "../scripts/evaluate.py"

@@ -8,7 +8,7 @@ rule summary:
     input:
         runs=expand("results/runs/{run}/summary.json", run=RUNS),
         evals=expand("results/eval/{run}.json", run=RUNS),
-        base=expand("results/eval/{task}/base.json", task=TASKS),
+        base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
     output:
         summary="results/summary.csv",
         accuracy="results/accuracy.csv",
@@ -39,7 +39,7 @@ use rule summary as ablation_summary with:
     input:
         runs=expand("results/runs/{run}/summary.json", run=ABLATION_RUNS),
         evals=expand("results/eval/{run}.json", run=ABLATION_RUNS),
-        base=expand("results/eval/{task}/base.json", task=TASKS),
+        base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
     output:
         summary="results/ablations/summary.csv",
         accuracy="results/ablations/accuracy.csv",

@@ -3,7 +3,7 @@
 rule verdicts:
     input:
         evals=expand("results/eval/{run}.json", run=RUNS),
-        base=expand("results/eval/{task}/base.json", task=TASKS),
+        base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
     output:
         "results/verdicts.csv",
     params:
@@ -35,7 +35,7 @@ rule verdicts_figure:
 use rule verdicts as ablation_verdicts with:
     input:
         evals=expand("results/eval/{run}.json", run=ABLATION_RUNS),
-        base=expand("results/eval/{task}/base.json", task=TASKS),
+        base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
     output:
         "results/ablations/verdicts.csv",
     params:

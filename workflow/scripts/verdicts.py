@@ -1,8 +1,7 @@
 """results/verdicts.csv: every method against the reference, paired, with intervals."""
 from contextlib import redirect_stderr, redirect_stdout
-from pathlib import Path
 
-from logra.report import write_csv
+from logra.report import base_evals, write_csv
 from logra.verdict import verdicts
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
@@ -10,7 +9,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     for run, path in zip(snakemake.params.runs, snakemake.input.evals, strict=True):
         task, method, seed = run.split("/")
         evals[task, method, int(seed.removeprefix("seed"))] = path
-    bases = {Path(p).parent.name: p for p in snakemake.input.base}
+    bases = base_evals(snakemake.input.base)
     v = snakemake.params.verdict
     table = verdicts(evals, bases, v["reference"], v["margin"])
     write_csv(table, snakemake.output[0])
