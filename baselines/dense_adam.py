@@ -7,6 +7,10 @@ longer needed once the moments have it), so the split costs no extra memory; `ap
 adds scale * step and frees the buffers. Peak memory is therefore that of AdamW itself:
 weights + gradients + two moments.
 
+A non-finite gradient is not Adam's business either: it never reaches the moments (propose
+returns a NaN step and leaves them, and t, as they were; KL control then answers η = 0), and
+`apply(step, 0)` leaves the weights as they are (a plain `add_(NaN, alpha=0)` would not).
+
 `perturbed(step, eta)` lets the model compute with θ + η·step for a probe forward (predicted-KL
 control) and restores θ exactly from a saved copy of the weights: for dense Adam, KL control
 costs one transient copy of the trained weights.
@@ -14,6 +18,7 @@ costs one transient copy of the trained weights.
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
@@ -43,7 +48,9 @@ class DenseAdam:
         self.grad_norm = float("nan")
 
     @torch.no_grad()
-    def propose(self) -> list[torch.Tensor]:
+    def propose(self, skip: bool = False) -> list[torch.Tensor]:
+        """The step, written into the gradient buffers. A non-finite gradient (or `skip`, a
+        caller's veto) leaves the moments and t as they are and returns a NaN step."""
         params = [p for _, p in self.named]
         if not params:
             self.grad_norm = 0.0
@@ -51,6 +58,10 @@ class DenseAdam:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         self.grad_norm = torch.linalg.vector_norm(
             torch.stack(torch._foreach_norm(grads))).item()
+        if skip or not math.isfinite(self.grad_norm):
+            for g in grads:
+                g.fill_(math.nan)
+            return grads
         b1, b2 = self.betas
         self.t += 1
         torch._foreach_lerp_(self.m, grads, 1 - b1)
@@ -67,8 +78,10 @@ class DenseAdam:
 
     @torch.no_grad()
     def apply(self, step: list[torch.Tensor], scale: float = 1.0) -> None:
+        """W += scale · step; scale 0 (a skipped step) changes nothing (0 · NaN would)."""
         for (_, p), s in zip(self.named, step):
-            p.add_(s, alpha=scale)
+            if scale != 0:
+                p.add_(s, alpha=scale)
             p.grad = None
 
     @contextlib.contextmanager

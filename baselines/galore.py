@@ -28,8 +28,10 @@ from logra.memory import tensor_bytes
 class GaLore:
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
                  update_proj_gap: int = 20, scale: float = 1.0, proj_type: str = "std",
-                 betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0,
+                 betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
                  dense_lr: float | None = None, modules: str = DEFAULT_MODULES):
+        # eps 1e-8 as every rule here (galore-torch's own default is 1e-6): the rules compared
+        # differ in their projection, not in Adam's ε
         projected = [m.weight for _, m in low_rank_linears(model, modules)]
         ids = {id(p) for p in projected}
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]

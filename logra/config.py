@@ -41,7 +41,8 @@ def check(config: dict) -> None:
             if name not in config["methods"]:
                 raise ConfigError(f"{key}[{i}]: {name!r} is not defined under methods "
                                   f"(defined: {sorted(config['methods'])})")
-    if config["verdict"]["reference"] not in config["methods"]:
+    # verdicts compare run_methods with the reference: a name that matches no method is a typo
+    if len(config["run_methods"]) > 1 and config["verdict"]["reference"] not in config["methods"]:
         raise ConfigError(f"verdict.reference: {config['verdict']['reference']!r} is not "
                           f"defined under methods (defined: {sorted(config['methods'])})")
     for key, tasks in [("stability.task", [(config.get("stability") or {}).get("task")]),

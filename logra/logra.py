@@ -5,9 +5,10 @@ the rule keeps a basis Q on the smaller side (logra/sketch.py), an accumulator S
 gradient's sketch and Adam moments M, V of S's shape. Everything else (embeddings, lm_head,
 norms) is trained by dense AdamW (`baselines.dense_adam.DenseAdam` on those parameters).
 
-Gradients are sketched as they are produced: a post-accumulate-grad hook on each sketched weight
-adds sketch(G) to S and frees G at once, so full-size gradients of two sketched matrices never
-coexist, over micro-batches too (S = Σ sketch(G_i) is exact for a fixed Q).
+Gradients are sketched as they are produced: a post-accumulate-grad hook on each sketched
+weight adds sketch(G) to S and frees G at once, so full-size gradients of two sketched matrices
+never coexist, over micro-batches too (S = Σ sketch(G_i) is exact for a fixed Q) and at refresh
+steps too (the range finder's Y = Σ G_iΩ is accumulated in the same hook).
 
 Update (propose): M, V ← Adam moments of S; the step's coefficient is
 C = -lr · α · (√(1-β₂ᵗ) / (1-β₁ᵗ)) · M / (√V + ε), and apply(step, η) does W += η · lift(C)
@@ -15,28 +16,65 @@ with one fused addmm. Between refreshes every change of W is exactly rank ≤ r.
 
 Deviations from the textbook / galore-torch, stated:
 - Adam is written in galore-torch's form (ε added to √V, bias correction folded into the step
-  size), so that `basis="svd", transfer="none"` reproduces GaLoreAdamW's update exactly.
-- Refresh: every `refresh_every` updates (and before the first), the new basis is computed in
-  the hook from the first micro-batch's gradient of that step (the only full gradient the hook
-  ever holds), before it is sketched; with one micro-batch per step that is the step's
-  gradient, as in GaLore. GaLore instead needs the step's full gradient. The RL loop shuffles
-  sequences across micro-batches, so that micro-batch is a random slice of the batch, not one
-  prompt's group; an all-zero gradient (a group with equal rewards) postpones the refresh to
-  the next micro-batch.
+  size), so that `basis="svd", transfer="none"` reproduces GaLoreAdamW's update exactly. t is
+  counted per weight (the updates its moments have seen), as galore-torch's per-parameter
+  `step`; a weight gets its first update when it first has a basis.
+- Refresh (`basis="range"`, default): on steps T, 2T, ... (T = `refresh_every`) the hooks
+  accumulate the range finder's Y = Σ_i G_iΩ over every micro-batch alongside S (Ω drawn again
+  from a per-refresh seed, never stored), and propose() builds the basis once (logra/sketch.py,
+  single pass) *after* forming the step from S in the old basis, then rotates the moments into
+  the new basis, which serves steps T + 1 ... 2T, and so on: the windows of GaLore's bases,
+  each built from the gradient of the step before its window. Why not the step in the new basis
+  through a co-range sketch ΨG (Tropp et al. 2017): on a GRPO batch of the default config
+  (random-init model, random advantages) its estimate of Q_newᵀG had a median relative error
+  of 1.2 at l = 2k + 1 (the error scales with the energy outside the basis, and GRPO
+  gradients have a flat spectrum), and it needs an l x max(m, n) accumulator per weight; S in
+  the old basis is the exact sketch of the step's gradient, one step staler, as every GaLore
+  step between refreshes is. The first step has no old basis: it uses a provisional one, from
+  Y after the first micro-batch with a non-zero gradient (built in the hook before that
+  gradient is sketched), and ends with a refresh from the whole batch's Y (serving steps 2 ...
+  T). So new bases reach the sync with steps 1, 2, T + 1, 2T + 1, ...
+  A step whose Y is all zero (every group had equal rewards) leaves the refresh pending.
+- No power iterations: they need G again, which a single pass over the micro-batches does not
+  keep (the option `power_iters` is gone). Oversampling p (`oversample`, 8) is the knob of the
+  basis's quality: on that GRPO batch the energy captured relative to the top-r SVD's was 0.68
+  (median over weights; 0.43 for the former basis from the first micro-batch with a power
+  iteration) at p = 8, 0.73 at 16, 0.77 at 24, 0.84 at 40, for d x (r + p) floats of Y per
+  weight (1.4x S at p = 8, 4.2x at 40) and O(mn(r + p)) flops per micro-batch of a refresh
+  step. Y is allocated once, as S, and zero between refreshes (a buffer that existed before a
+  profiled step and is freed inside it trips the CPU memory profiler's data-flow check).
+- `basis="svd"` (the GaLore-like ablation) needs a full gradient, and full gradients of all
+  weights cannot be accumulated over micro-batches without breaking the memory invariant: it
+  keeps the first micro-batch's basis, computed in the hook from the refresh step's first
+  non-zero gradient before it is sketched, and used for that step (with one micro-batch per
+  step that is the step's gradient, as in GaLore; the RL loop shuffles sequences, so it is a
+  random slice of the batch).
 - Moment transfer on refresh (`transfer="rotate"`, default): with R = Q_newᵀ Q_old (r x r),
-  M ← R M (left) / M Rᵀ (right), the first moment expressed in the new basis; the second
-  moment, a per-coordinate variance, is carried as V ← (R∘R) V / V (R∘R)ᵀ, which is exact when
-  coordinates are independent and keeps V ≥ 0. `transfer="none"` reuses M, V silently, as
-  GaLore does.
+  M ← R M (left) / M Rᵀ (right), the first moment expressed in the new basis. The second
+  moment, a per-coordinate variance, is carried as (R∘R) V (exact when coordinates are
+  independent) plus the mass R lost: new direction i has only rowsum_i(R∘R) of its norm in
+  the old span (0.25-0.45 on average per refresh on GRPO-like streams), so it also gets
+  (1 - rowsum_i(R∘R)) · mean(V) (mean over the r coordinates, per row/column of the other
+  side). Without it new directions start with V ≈ 0 while the bias correction treats them as
+  t steps old, and the step grows refresh after refresh (3.3-3.5x from updates 21-80 to
+  701-1000 of a stationary stream, tests/test_logra.py). `transfer="none"` reuses M, V
+  silently, as GaLore does.
+- A non-finite gradient never reaches the moments, the basis or t: propose() then returns a
+  NaN step (KL control's K₁ is then NaN and η = 0), and apply(step, 0) changes nothing. A step
+  skipped for a non-finite K₁ with finite gradients has already been counted in the moments.
 - No weight decay on sketched weights: decay would make each update full rank and break both
   the rank-r step and the sketch-based sync. Dense parameters use `weight_decay`.
 - `grad_norm` is the norm of the sketches plus dense gradients (full gradients are never kept).
+- `seed` seeds the range finder's Ω. Unset, it is drawn from torch's global generator, which
+  the trainer seeds with the run's seed before building the rule, so every run seed draws its
+  own Ω; set, every run draws the same.
 - FSDP (logra/distributed.py): each rank holds a row block of W and of its gradient. The basis
   then goes on the column side (`side="right"` whatever the shape): the sketch G_i Q, the moments
-  and the step C_i Qᵀ are local to the block, and only the basis needs the other ranks, through
-  the range finder's two small all-reduces (logra/sketch.py); every rank gets the same Q, no
-  gradient is gathered. Per rank the state is Q (replicated) plus 1/world of S, M, V. The probe's
-  side branches and the sync payload gather C (m x r), never W.
+  and the step C_i Qᵀ are local to the block, and only the basis needs the other ranks: each
+  rank sketches its block with its rows of the same Ω, and Y (n x k) is all-reduced once
+  (logra/sketch.py); every rank gets the same Q, no gradient is gathered. Per rank the state
+  is Q (replicated) plus 1/world of S, M, V. The probe's side branches and the sync payload
+  gather C (m x r), never W.
 """
 from __future__ import annotations
 
@@ -50,7 +88,8 @@ import torch
 from baselines.dense_adam import DenseAdam
 from logra.distributed import all_reduce, full, gather_rows, is_sharded, local, row_block
 from logra.memory import tensor_bytes
-from logra.sketch import BASES, basis, lift_add_, side_of, sketch
+from logra.sketch import (BASES, basis, lift_add_, oversampled, range_basis, range_sketch,
+                          side_of, sketch)
 
 DEFAULT_MODULES = r"\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)$"
 TRANSFERS = ("rotate", "none")
@@ -70,27 +109,31 @@ def low_rank_linears(model: torch.nn.Module, modules: str) -> list[tuple[str, to
 
 @dataclass
 class Sketched:
-    """Per-weight state: the weight, its module, side, basis, sketch accumulator, moments."""
+    """Per-weight state: the weight, its module, side, basis, accumulators, moments."""
     name: str
     param: torch.nn.Parameter
     module: torch.nn.Linear
     side: str
     generator: torch.Generator
-    q: torch.Tensor | None = None
-    s: torch.Tensor | None = None
-    m: torch.Tensor | None = None
-    v: torch.Tensor | None = None
-    pending_refresh: bool = True
-    basis_changed: bool = False
-    applied: torch.Tensor | None = field(default=None, repr=False)  # last η·C, for sync
+    s: torch.Tensor  # this step's sketch accumulator
+    m: torch.Tensor
+    v: torch.Tensor
+    t: int = 0  # updates of this weight's moments
+    q: torch.Tensor | None = None  # None until the first non-zero gradient
+    pending_refresh: bool = False
+    y: torch.Tensor | None = None  # range finder's Y (basis "range"), zero between refreshes
+    omega_seed: int = 0
+    synced_q: torch.Tensor | None = field(default=None, repr=False)  # the engine's basis
+    applied: tuple | None = field(default=None, repr=False)  # last (Q, η·C), for sync
 
 
 class LoGRA:
     def __init__(self, model: torch.nn.Module, lr: float = 1e-4, rank: int = 8,
                  refresh_every: int = 50, scale: float = 1.0, basis: str = "range",
-                 oversample: int = 8, power_iters: int = 1, transfer: str = "rotate",
+                 oversample: int = 8, transfer: str = "rotate",
                  betas=(0.9, 0.999), eps: float = 1e-8, dense_lr: float | None = None,
-                 weight_decay: float = 0.0, modules: str = DEFAULT_MODULES, seed: int = 0,
+                 weight_decay: float = 0.0, modules: str = DEFAULT_MODULES,
+                 seed: int | None = None,
                  side: str = "auto"):
         if basis not in BASES:
             raise ValueError(f"basis: unknown {basis!r}; known: {BASES}")
@@ -101,10 +144,12 @@ class LoGRA:
         if rank < 1 or refresh_every < 1:
             raise ValueError(f"rank={rank} and refresh_every={refresh_every} must be >= 1")
         self.lr, self.rank, self.refresh_every, self.scale = lr, rank, refresh_every, scale
-        self.basis_method, self.oversample, self.power_iters = basis, oversample, power_iters
+        self.basis_method, self.oversample = basis, oversample
         self.transfer, self.betas, self.eps = transfer, tuple(betas), eps
         self.t = 0
         self.grad_norm = float("nan")
+        if seed is None:  # from the run's seed (see the docstring)
+            seed = int(torch.randint(2**31, (1,)))
         self.sketched: list[Sketched] = []
         for i, (mod_name, mod) in enumerate(low_rank_linears(model, modules)):
             w = mod.weight
@@ -117,8 +162,15 @@ class LoGRA:
                                  f"and basis range, got side={side!r}, basis={basis!r}")
             w_side = ("right" if is_sharded(w) else
                       side_of(tuple(w.shape)) if side == "auto" else side)
-            st = Sketched(f"{mod_name}.weight", w, mod, w_side, gen)
+            rows, cols = local(w).shape
+            shape = (rank, cols) if w_side == "left" else (rows, rank)
+            st = Sketched(f"{mod_name}.weight", w, mod, w_side, gen,
+                          *(torch.zeros(shape, device=w.device) for _ in range(3)))
+            if basis == "range":  # allocated once, as S (see the docstring)
+                k = oversampled(rank, oversample, tuple(w.shape), w_side)
+                st.y = torch.zeros(w.shape[0 if w_side == "left" else 1], k, device=w.device)
             w.register_post_accumulate_grad_hook(self._hook(st))
+            self._schedule_refresh(st)  # the first step needs a basis
             self.sketched.append(st)
         sketched_ids = {id(st.param) for st in self.sketched}
         dense = [(n, p) for n, p in model.named_parameters()
@@ -132,63 +184,97 @@ class LoGRA:
         def hook(p: torch.Tensor) -> None:
             g = local(p.grad).float()
             p.grad = None
-            if st.pending_refresh:
-                nonzero = all_reduce(g.any().float()) if is_sharded(p) else g.any()
-                if not nonzero:  # an all-zero gradient spans nothing: refresh on a later one
-                    return
-                self._refresh(st, g)
-            if st.q is not None:
-                st.s.add_(sketch(g, st.q, st.side))
+            if st.pending_refresh and st.y is not None:  # range: this micro-batch's share of Y
+                st.y.add_(range_sketch(g, st.y.shape[1], st.side, st.omega_seed, _rows(p)))
+            if st.q is None or (st.pending_refresh and self.basis_method == "svd"):
+                flags = torch.stack([g.any(), ~g.isfinite().all()]).float()
+                nonzero, nonfinite = (all_reduce(flags) if is_sharded(p) else flags).tolist()
+                if not nonzero or nonfinite:  # a zero gradient spans nothing (and adds
+                    return  # nothing): the basis comes from a later micro-batch
+                if self.basis_method == "svd":
+                    self._switch_basis(st, basis(g, self.rank, st.side, "svd"))
+                    st.pending_refresh = False
+                else:  # the first step's provisional basis: Y so far (see the docstring)
+                    y = all_reduce(st.y.clone()) if is_sharded(p) else st.y
+                    self._switch_basis(st, self._range_basis(st, y))
+            st.s.add_(sketch(g, st.q, st.side))
         return hook
 
-    def _refresh(self, st: Sketched, g: torch.Tensor) -> None:
-        rows = (row_block(st.param)[0], st.param.shape[0]) if is_sharded(st.param) else None
-        q_new = basis(g, self.rank, st.side, self.basis_method, self.oversample,
-                      self.power_iters, st.generator, rows)
-        if st.q is None:
-            shape = (self.rank, g.shape[1]) if st.side == "left" else (g.shape[0], self.rank)
-            st.s, st.m, st.v = (torch.zeros(shape, device=g.device) for _ in range(3))
-        elif self.transfer == "rotate":
+    def _schedule_refresh(self, st: Sketched) -> None:
+        """The next step refreshes st's basis (range: with a fresh Ω)."""
+        if self.basis_method == "range" and not st.pending_refresh:
+            st.omega_seed = int(torch.randint(2**62, (1,), generator=st.generator))
+        st.pending_refresh = True
+
+    def _range_basis(self, st: Sketched, y: torch.Tensor) -> torch.Tensor:
+        return range_basis(y, self.rank, st.omega_seed,
+                           st.param.shape[1 if st.side == "left" else 0])
+
+    def _switch_basis(self, st: Sketched, q_new: torch.Tensor) -> None:
+        """Q ← q_new, carrying the moments into it (transfer "rotate", see the docstring)."""
+        if st.q is not None and self.transfer == "rotate":
             r = q_new.T @ st.q
+            r2 = r.square()
+            lost = (1 - r2.sum(1)).clamp_(min=0)  # share of each new direction outside Q_old
             if st.side == "left":
                 st.m.copy_(r @ st.m)
-                st.v.copy_(r.square() @ st.v)
+                st.v.copy_(r2 @ st.v + lost[:, None] * st.v.mean(0, keepdim=True))
             else:
                 st.m.copy_(st.m @ r.T)
-                st.v.copy_(st.v @ r.square().T)
+                st.v.copy_(st.v @ r2.T + lost[None, :] * st.v.mean(1, keepdim=True))
         st.q = q_new
-        st.pending_refresh = False
-        st.basis_changed = True
 
     # -- the method interface -------------------------------------------------------------------
     @torch.no_grad()
     def propose(self) -> dict:
-        b1, b2 = self.betas
-        self.t += 1
-        step_size = self.lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
-        coefs, sq = [], []
-        for st in self.sketched:
-            if st.s is None:  # no non-zero gradient yet, so no basis: nothing to update
-                coefs.append(None)
-                continue
-            sq.append(st.s.square().sum())
-            st.m.mul_(b1).add_(st.s, alpha=1 - b1)
-            st.v.mul_(b2).addcmul_(st.s, st.s, value=1 - b2)
-            coefs.append((st.m / (st.v.sqrt() + self.eps)).mul_(-step_size * self.scale))
-            st.s.zero_()
-            st.pending_refresh = self.t % self.refresh_every == 0
-        dense = self.dense.propose()
+        sq = [st.s.square().sum() for st in self.sketched if st.q is not None]
         # one host sync, not one per weight; summed over the ranks' row blocks under FSDP
         sketch_sq = all_reduce(torch.stack(sq).sum()).item() if sq else 0.0
+        dense = self.dense.propose(skip=not math.isfinite(sketch_sq))
         self.grad_norm = math.sqrt(sketch_sq + self.dense.grad_norm ** 2)
-        return {"sketched": coefs, "dense": dense}
+        bases = [st.q for st in self.sketched]
+        if not math.isfinite(self.grad_norm):  # skipped: nothing reaches the moments or Y
+            for st in self.sketched:
+                for buffer in (st.s, st.y):
+                    if buffer is not None:
+                        buffer.zero_()
+            return {"sketched": [None if q is None else torch.full_like(st.s, math.nan)
+                                 for st, q in zip(self.sketched, bases)],
+                    "bases": bases, "dense": dense}
+        self.t += 1
+        b1, b2 = self.betas
+        coefs = []
+        for st in self.sketched:
+            if st.q is None:  # no non-zero gradient yet, so no basis: nothing to update
+                coefs.append(None)
+                continue
+            st.t += 1
+            st.m.mul_(b1).add_(st.s, alpha=1 - b1)
+            st.v.mul_(b2).addcmul_(st.s, st.s, value=1 - b2)
+            step_size = self.lr * self.scale * math.sqrt(1 - b2 ** st.t) / (1 - b1 ** st.t)
+            coefs.append((st.m / (st.v.sqrt() + self.eps)).mul_(-step_size))
+            st.s.zero_()
+            if st.pending_refresh and st.y is not None:  # Y has seen the whole batch
+                y = all_reduce(st.y) if is_sharded(st.param) else st.y
+                if y.any():  # else the refresh stays pending
+                    self._switch_basis(st, self._range_basis(st, y))
+                    st.pending_refresh = False
+                y.zero_()
+            if (self.t + 1) % self.refresh_every == 0 and self.basis_method == "range":
+                self._schedule_refresh(st)  # the next step's Y: the basis of steps t + 2, ...
+            elif self.t % self.refresh_every == 0 and self.basis_method == "svd":
+                self._schedule_refresh(st)  # the next step's first micro-batch
+        return {"sketched": coefs, "bases": bases, "dense": dense}
 
     @torch.no_grad()
     def apply(self, step: dict, scale: float = 1.0) -> None:
-        for st, c in zip(self.sketched, step["sketched"]):
-            if c is not None:
-                st.applied = c * scale
-                lift_add_(local(st.param.data), st.q, st.applied, st.side)
+        """W += scale · lift(C) in the basis the step was formed in; scale 0 (a skipped step)
+        changes nothing."""
+        if scale != 0:
+            for st, q, c in zip(self.sketched, step["bases"], step["sketched"]):
+                if c is not None:
+                    st.applied = (q, c * scale)
+                    lift_add_(local(st.param.data), q, st.applied[1], st.side)
         self.dense.apply(step["dense"], scale)
 
     @contextlib.contextmanager
@@ -197,14 +283,14 @@ class LoGRA:
         branches on their Linear outputs (x·lift(ηC)ᵀ, no weight copy), dense parameters
         through the dense rule's exact save-and-restore."""
         handles = []
-        for st, c in zip(self.sketched, step["sketched"]):
+        for st, q, c in zip(self.sketched, step["bases"], step["sketched"]):
             if c is None:
                 continue
 
             if is_sharded(st.param):
                 c = gather_rows(c, st.param)
 
-            def branch(mod, args, out, q=st.q, c=c * eta, side=st.side):
+            def branch(mod, args, out, q=q, c=c * eta, side=st.side):
                 x = args[0].to(q.dtype)
                 delta = (x @ c.T) @ q.T if side == "left" else (x @ q) @ c.T
                 return out + delta.to(out.dtype)
@@ -217,17 +303,18 @@ class LoGRA:
                 h.remove()
 
     def sync_payload(self) -> dict:
-        """Per sketched weight the factors of the step applied since the last sync (basis only
-        when it changed); dense parameters in full. Call once after each apply, before the
-        next backward (which may refresh the basis); a step is never sent twice."""
+        """Per sketched weight the factors of the step applied since the last sync (its basis
+        only when the engine does not hold it yet); dense parameters in full. Call once after
+        each apply; a step is never sent twice."""
         lowrank = {}
         for st in self.sketched:
             if st.applied is None:
                 continue
-            coef = gather_rows(st.applied, st.param) if is_sharded(st.param) else st.applied
+            q, coef = st.applied
+            coef = gather_rows(coef, st.param) if is_sharded(st.param) else coef
             lowrank[st.name] = {"side": st.side, "coef": coef,
-                                "basis": st.q if st.basis_changed else None}
-            st.applied, st.basis_changed = None, False
+                                "basis": q if q is not st.synced_q else None}
+            st.applied, st.synced_q = None, q
         return {"dense": self.dense.sync_payload()["dense"], "lowrank": lowrank}
 
     def engine_weights(self) -> dict[str, torch.Tensor]:
@@ -242,33 +329,42 @@ class LoGRA:
             self.dense.state_tensors()
 
     def grad_buffers(self) -> list[torch.Tensor]:
-        return [st.s for st in self.sketched]
+        """The sketch accumulators and the range finder's Ys."""
+        return [st.s for st in self.sketched] + [st.y for st in self.sketched if st.y is not None]
 
     def state_dict(self) -> dict:
-        """Bases, sketch accumulators, moments, refresh flags and basis-sampling generators.
-        Taken after a sync, so no applied step is pending."""
+        """Bases, accumulators, moments, refresh state and basis-sampling generators. Taken
+        after a sync, so no applied step is pending."""
         return {"t": self.t, "dense": self.dense.state_dict(), "sketched": {
-            st.name: {"q": st.q, "s": st.s, "m": st.m, "v": st.v,
-                      "pending_refresh": st.pending_refresh,
+            st.name: {"q": st.q, "s": st.s, "m": st.m, "v": st.v, "y": st.y, "t": st.t,
+                      "pending_refresh": st.pending_refresh, "omega_seed": st.omega_seed,
                       "generator": st.generator.get_state()} for st in self.sketched}}
 
+    @torch.no_grad()
     def load_state_dict(self, state: dict) -> None:
         self.t = state["t"]
         self.dense.load_state_dict(state["dense"])
         for st in self.sketched:
             s = state["sketched"][st.name]
-            st.q, st.s, st.m, st.v = (None if s[k] is None else s[k].to(st.param.device)
-                                      for k in ("q", "s", "m", "v"))
-            st.pending_refresh = s["pending_refresh"]
+            for k in ("s", "m", "v", "y"):  # in place: the memory meter labels them by storage
+                if getattr(st, k) is not None:
+                    getattr(st, k).copy_(s[k])
+            st.q = None if s["q"] is None else s["q"].to(st.param.device)
+            st.t, st.pending_refresh, st.omega_seed = s["t"], s["pending_refresh"], s["omega_seed"]
             st.generator.set_state(s["generator"])
             # a fresh rollout engine has no bases: the next low-rank sync must carry them
-            st.applied, st.basis_changed = None, st.q is not None
+            st.applied, st.synced_q = None, None
 
     def state_bytes(self) -> int:
         return tensor_bytes(self.state_tensors())
 
     def peak_grad_bytes(self) -> int:
-        """Analytic: dense gradients + the largest sketched gradient (freed in its hook) +
-        the sketch accumulators."""
+        """Analytic: dense gradients + the largest sketched gradient (freed in its hook) + the
+        sketch accumulators and the range finder's Ys."""
         largest = max(local(st.param).numel() * 4 for st in self.sketched)
         return self.dense.peak_grad_bytes() + largest + tensor_bytes(self.grad_buffers())
+
+
+def _rows(p: torch.Tensor) -> tuple[int, int] | None:
+    """(first row, total rows) of this rank's block of a sharded weight; None if unsharded."""
+    return (row_block(p)[0], p.shape[0]) if is_sharded(p) else None

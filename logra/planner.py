@@ -14,7 +14,8 @@ Categories (bytes per GPU):
 - master: fp32 master copy of the trained weights (`policy="bf16"` only), / gpus;
 - grads: gradients alive at the end of backward, fp32 (FSDP reduces in fp32), / gpus.
   dense_adam, galore: every trained weight's. logra: unsketched weights' + the largest sketched
-  weight's (freed in its hook) + the sketch accumulators r·max(m, n). lora: the adapters';
+  weight's (freed in its hook) + the sketch accumulators r·max(m, n) + the range finder's
+  accumulators Y, min(m, n)·min(r + p, max(m, n)) (basis "range"). lora: the adapters';
 - optimizer: Adam moments in fp32, / gpus. dense_adam: 2 per weight. logra: per sketched
   weight 2·r·max(m, n) (moments of the sketch) + r·min(m, n) (basis). galore: per projected
   weight 2·r·max(m, n) + min(m, n)² (galore-torch keeps the projection as a slice of the full
@@ -98,7 +99,10 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
         master = n_all * f if policy == "bf16" else 0
         if rule == "logra":
             sketches = sum(r * max(m, n) for m, n in low_rank)
-            grads = ((n_all - n_low) + max(m * n for m, n in low_rank) + sketches) * f
+            k = r + options.get("oversample", 8)
+            ys = (sum(min(m, n) * min(k, max(m, n)) for m, n in low_rank)
+                  if options.get("basis", "range") == "range" else 0)
+            grads = ((n_all - n_low) + max(m * n for m, n in low_rank) + sketches + ys) * f
             optimizer = (2 * (n_all - n_low) + 2 * sketches
                          + sum(r * min(m, n) for m, n in low_rank)) * f
         elif rule == "galore":

@@ -4,15 +4,19 @@ Side: the basis lives on the smaller dimension. m < n: left basis Q (m x r), ske
 (r x n), lift(N) = QN. Otherwise right basis Q (n x r), S = GQ (m x r), lift(N) = NQᵀ.
 Square matrices take the right side, as galore-torch does, so the two can be compared exactly.
 
-Basis: a randomized range finder (Halko, Martinsson & Tropp 2011, Alg. 4.4 + 5.1): Y = GΩ with
-a seeded Gaussian Ω of r + p columns, optional power iterations (re-orthonormalised), then the
-top-r left singular vectors of the small projection QₖᵀG rotate Qₖ = orth(Y) onto G's top-r
-subspace. Cost O(mn(r + p)). Deviation, so that the same code runs on a row-sharded gradient
-(FSDP): a power iteration orthonormalises (GGᵀ)Q once rather than GᵀQ and then G(·), and the
-final rotation takes the eigenvectors of the k x k Gram matrix (QₖᵀG)(QₖᵀG)ᵀ (float64) rather
-than an SVD of QₖᵀG; both span the same subspaces. `basis="svd"` takes the top-r singular
-vectors of a full SVD as galore-torch does (U[:, :r] on the left, Vh[:r].T on the right), for
-comparisons on equal terms.
+Basis: a randomized range finder (Halko, Martinsson & Tropp 2011, Alg. 4.1) in one pass:
+Y = AΩ for A = G (left) or Gᵀ (right) and a Gaussian Ω of k = r + p columns (oversampling p),
+then Q = the top-r left singular vectors of YΩ⁺ = AΩΩ⁺, the least-squares estimate of A from
+Y. Y is linear in G, so the sketches of the micro-batches' gradients add up to the sketch of
+the batch's (Ω is drawn again from its seed wherever it is needed, never stored) and no
+gradient is needed twice. Deviations from the two-pass algorithm, which needs A again: no
+power iterations, and YΩ⁺'s top-r singular vectors stand in for the rotation onto the top-r
+left singular vectors of orth(Y)ᵀA, so k is not capped at d (YΩ⁺ = A once k = cols(A)).
+Cost O(mn(r + p)). Under FSDP (`rows=`: a row block of G, right side) each rank sketches its
+block with its rows of the same Ω and the partial Ys are summed (one all-reduce of n x k);
+every rank gets the same Q. `basis="svd"` takes the top-r singular vectors of a full SVD as
+galore-torch does (U[:, :r] on the left, Vh[:r].T on the right), for comparisons on equal
+terms.
 """
 from __future__ import annotations
 
@@ -28,35 +32,44 @@ def side_of(shape: tuple[int, int]) -> str:
     return "left" if shape[0] < shape[1] else "right"
 
 
-def range_finder(a: torch.Tensor, rank: int, oversample: int, power_iters: int,
-                 generator: torch.Generator, cols: tuple[int, int] | None = None) -> torch.Tensor:
-    """Orthonormal (rows(a) x rank) basis approximating the top-`rank` column space of `a`.
+def omega(total: int, k: int, seed: int) -> torch.Tensor:
+    """The range finder's Gaussian Ω (total x k), drawn afresh from `seed` on every call."""
+    return torch.randn(total, k, generator=torch.Generator().manual_seed(seed))
 
-    `a` may be the column block [offset, offset + a.shape[1]) of a matrix with `total` columns
-    whose other blocks live on other ranks (`cols=(offset, total)`, FSDP): every product that
-    sums over the columns is then all-reduced (sizes rows x k and k x k), each rank draws the
-    same Ω and keeps its rows, and every rank ends with the same basis; A is never gathered."""
-    reduce = all_reduce if cols else (lambda t: t)
-    offset, total = cols or (0, a.shape[1])
-    k = min(rank + oversample, a.shape[0], total)
-    omega = torch.randn(total, k, generator=generator, dtype=a.dtype, device="cpu")
-    q = torch.linalg.qr(reduce(a @ omega[offset:offset + a.shape[1]].to(a.device))).Q
-    for _ in range(power_iters):  # the span of (AAᵀ)Q, re-orthonormalised
-        q = torch.linalg.qr(reduce(a @ (a.T @ q))).Q
-    # rotate onto the top-r left singular vectors of B = QᵀA: eigenvectors of BBᵀ (k x k, in
-    # float64, so the squared spectrum loses nothing that matters at rank r)
-    b = (q.T @ a).double()
-    _, u = torch.linalg.eigh(reduce(b @ b.T))
-    return q @ u[:, -rank:].flip(-1).to(q.dtype)
+
+def range_sketch(g: torch.Tensor, k: int, side: str, seed: int,
+                 rows: tuple[int, int] | None = None) -> torch.Tensor:
+    """Y = AΩ (A = G on the left, Gᵀ on the right; d x k, d = the basis side's size), with
+    Ω = omega(cols(A), k, seed), so Σᵢ range_sketch(Gᵢ) = range_sketch(ΣGᵢ) and Ω is never
+    stored. `rows=(offset, total)`: `g` is a row block of a gradient with `total` rows (FSDP,
+    right side only): the result is this block's share of Y, to be summed over the ranks."""
+    a = g.float() if side == "left" else g.float().T
+    offset, total = rows or (0, a.shape[1])
+    return a @ omega(total, k, seed)[offset:offset + a.shape[1]].to(a.device)
+
+
+def range_basis(y: torch.Tensor, rank: int, seed: int, total: int) -> torch.Tensor:
+    """Q: the top-`rank` left singular vectors of YΩ⁺ = AΩΩ⁺, the least-squares estimate of A
+    from Y (A on span(Ω)), for Y = range_sketch(·, k, ·, seed) of an A with `total` columns.
+    YΩ⁺ has the left singular vectors of YL⁻ᵀ (ΩᵀΩ = LLᵀ); float64, all k x k or d x k."""
+    om = omega(total, y.shape[1], seed).double()
+    chol = torch.linalg.cholesky(om.T @ om)
+    z = torch.linalg.solve_triangular(chol, y.double().T.cpu(), upper=False).T
+    u = torch.linalg.svd(z, full_matrices=False).U
+    return u[:, :rank].to(y.device, y.dtype).contiguous()
+
+
+def oversampled(rank: int, oversample: int, shape: tuple[int, int], side: str) -> int:
+    """k = r + p columns of Ω, at most cols(A) (where YΩ⁺ = A already)."""
+    return min(rank + oversample, shape[1] if side == "left" else shape[0])
 
 
 def basis(g: torch.Tensor, rank: int, side: str, method: str = "range", oversample: int = 8,
-          power_iters: int = 1, generator: torch.Generator | None = None,
-          rows: tuple[int, int] | None = None) -> torch.Tensor:
+          seed: int = 0, rows: tuple[int, int] | None = None) -> torch.Tensor:
     """Basis Q for gradient `g` on `side`: (m x r) on the left, (n x r) on the right.
 
     `rows=(offset, total)`: `g` is a row block of the gradient, the rest on other ranks (FSDP);
-    only the right side's range finder can work on it (see `range_finder`)."""
+    only the right side's range finder can work on it (one all-reduce of Y)."""
     g = g.float()
     if rows is not None and (side != "right" or method != "range"):
         raise ValueError(f"a row-sharded gradient needs side='right' and basis='range', got "
@@ -67,8 +80,10 @@ def basis(g: torch.Tensor, rank: int, side: str, method: str = "range", oversamp
         return (u[:, :rank] if side == "left" else vh[:rank].T).contiguous()
     if method != "range":
         raise ValueError(f"basis: unknown {method!r}; known: {BASES}")
-    return range_finder(g if side == "left" else g.T, rank, oversample, power_iters,
-                        generator or torch.Generator().manual_seed(0), cols=rows)
+    shape = (rows[1], g.shape[1]) if rows else tuple(g.shape)
+    y = range_sketch(g, oversampled(rank, oversample, shape, side), side, seed, rows)
+    return range_basis(all_reduce(y) if rows else y, rank, seed,
+                       shape[1] if side == "left" else shape[0])
 
 
 def sketch(g: torch.Tensor, q: torch.Tensor, side: str) -> torch.Tensor:

@@ -4,11 +4,13 @@ One run = one (task, method, seed). The loop knows nothing about the method: it 
 rule (`logra/methods.py`) to propose a step and applies it, then ships the rule's sync payload
 to the rollout engine, which holds its own copy of the weights in another process.
 
-Per step it writes one row of `metrics.csv` (columns in `METRIC_COLUMNS`). One step
-(`grpo.profile_step`) is measured with `logra.memory.MemoryMeter` around the whole update phase
-(forward, backward, propose, apply); that measurement is the run's `peak_mem_bytes`, stored
-with the analytic breakdown beside it. Rollout memory lives in the engine's process and is not
-part of the trainer's peak on CPU.
+Per step it writes one row of `metrics.csv` (columns in `METRIC_COLUMNS`). Two steps are
+measured with `logra.memory.MemoryMeter` around the whole update phase (forward, backward,
+propose, apply): step 1, where every rule builds its state and LoGRA and GaLore refresh their
+bases (LoGRA holds its range finder's sketches then), and `grpo.profile_step`, a steady step.
+The larger peak is the run's `peak_mem_bytes`, stored with its step's breakdown and the
+analytic one beside it; `peak_mem_bytes_by_step` keeps both. Rollout memory lives in the
+engine's process and is not part of the trainer's peak on CPU.
 
 One update per rollout batch (TRL's default `num_iterations=1`): the old log-probs are the
 current ones detached, so the importance ratio is exactly 1 and clipping is inactive, as in
@@ -31,8 +33,8 @@ backwards in bf16 on float32 master weights (FSDP's mixed precision, else autoca
 Out-of-memory is a result: with `memory_budget_gb` set, a run that needs more stops with
 `status: oom` and `oom_needed_bytes` (kept like a divergence). On CUDA the allocator is capped
 at the budget and `torch.OutOfMemoryError` is caught; on CPU, where exceeding memory kills the
-process, the measured peak of the profiled step is compared with the budget (`oom_check` says
-which).
+process, the larger measured peak of the profiled steps is compared with the budget after the
+last of them (`oom_check` says which).
 """
 from __future__ import annotations
 
@@ -117,6 +119,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         ref_model = load_model()[0]
         ref_model.eval().requires_grad_(False)
     autocast = compute_context(device, compute_dtype if mesh is None else torch.float32)
+    # after torch.manual_seed(seed): a rule's random draws (LoGRA's Ω) follow the run's seed
     rule = methods.build(cfg["method"]["rule"], model, cfg["method"]["options"])
     kl_control = KLControl(**cfg["method"]["kl_control"]) if cfg["method"]["kl_control"] else None
     shuffle_gen = torch.Generator().manual_seed(seed)
@@ -125,7 +128,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     params = dict(model.named_parameters())
     param_bytes = tensor_bytes(model.parameters())  # LoRA: adapters included
     # everything below but the weights and the rule is the loop's state, checkpointed as `run`
-    run = {"step": 0, "metrics": [], "memory": None, "memory_seq_len": None,
+    run = {"step": 0, "metrics": [], "memory": {}, "memory_seq_len": {},  # by profiled step
            "lowrank_bytes": 0,  # low-rank sync bytes ...
            "lowrank_full": 0,  # ... and what those weights take in full
            "wall_s": 0.0, "resumed_from": []}
@@ -150,7 +153,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     full_sync_every = cfg["rollout"]["full_sync_every"]
     # CPU + FSDP: the profiler's memory timeline cannot follow FSDP's storage resizes (it fails
     # its own version checks), so sharded CPU runs are not measured; CUDA uses the allocator
-    profile_step = None if mesh is not None and device.type == "cpu" else g["profile_step"]
+    profiled = set() if mesh is not None and device.type == "cpu" else {1, g["profile_step"]}
     try:
         if engine_weights is not None:  # the engine starts from the base weights: restore its own
             engine.sync({"dense": engine_weights})
@@ -174,7 +177,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             probe = (ids[:g["probe_size"]], attn[:g["probe_size"]], mask[:g["probe_size"]])
             meter = (MemoryMeter(device, labels={"optimizer": rule.state_tensors(),
                                                  "grads": rule.grad_buffers()})
-                     if step == profile_step else contextlib.nullcontext())
+                     if step in profiled else contextlib.nullcontext())
             try:
                 with meter, autocast:
                     loss, eta, kl_pred, kl_real = update_step(
@@ -187,14 +190,16 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                     write_json(out_dir / f"oom.rank{rank}.json", oom)
                     raise
                 break
-            if step == profile_step:
-                run["memory"], run["memory_seq_len"] = meter.report, ids.shape[1]
+            if step in profiled:
+                run["memory"][step], run["memory_seq_len"][step] = meter.report, ids.shape[1]
+            if step == max(profiled, default=None):
                 peak = distributed.all_reduce(  # the largest rank's: every rank decides alike
-                    torch.tensor(meter.report.peak_bytes, device=device), op="max").item()
+                    torch.tensor(max(r.peak_bytes for r in run["memory"].values()),
+                                 device=device), op="max").item()
                 if budget and peak > budget:
-                    status, oom = "oom", {"oom_at_step": step,
-                                          "oom_check": "measured peak vs budget, after the step",
-                                          "oom_needed_bytes": peak}
+                    status, oom = "oom", {"oom_at_step": step, "oom_check": (
+                        "measured peak vs budget, after the step (the larger of the profiled "
+                        "steps' peaks)"), "oom_needed_bytes": peak}
                     break
             if not all(map(math.isfinite, (loss, rule.grad_norm, kl_real))):
                 status, diverged_at = "diverged", step
@@ -218,7 +223,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                 "reward_std": rewards.std().item(), "loss": loss, "kl_pred": kl_pred,
                 "kl_real": kl_real, "step_scale": eta, "grad_norm": rule.grad_norm,
                 "step_time_s": time.time() - t0, "sync_bytes": sync_bytes,
-                "peak_mem_bytes": (run["memory"].peak_bytes if step == profile_step
+                "peak_mem_bytes": (run["memory"][step].peak_bytes if step in profiled
                                    else math.nan),
                 "sync_drift": drift})
             run["step"], run["wall_s"] = step, time.time() - t_start
@@ -265,7 +270,10 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         with contextlib.suppress(OSError):  # the directories too, when nothing else is in them
             ckpt_path.parent.rmdir()
             ckpt_path.parent.parent.rmdir()
-    memory, memory_seq_len = run["memory"], run["memory_seq_len"]
+    # the profiled step with the larger peak (step 1 or grpo.profile_step) is the run's
+    peak_step = max(run["memory"], key=lambda s: run["memory"][s].peak_bytes, default=None)
+    memory = run["memory"].get(peak_step)
+    memory_seq_len = run["memory_seq_len"].get(peak_step)
 
     breakdown = mem_check = None
     if memory and mesh is None:  # sharded runs: the planner models FSDP's categories
@@ -301,14 +309,16 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "steps": len(metrics), "wall_s": time.time() - t_start,
         "peak_mem_bytes": memory.peak_bytes if memory else None,
+        "peak_mem_step": peak_step,
+        "peak_mem_bytes_by_step": {str(s): r.peak_bytes for s, r in sorted(run["memory"].items())},
         "mem_breakdown": memory.by_category if memory else None,
         "mem_measure": (memory.method if memory else
-                        "not measured (FSDP on CPU)" if profile_step is None else None),
+                        "not measured (FSDP on CPU)" if not profiled else None),
         "mem_rss_peak_bytes": memory.rss_peak_bytes if memory else None,
         "mem_analytic": breakdown, "mem_check": mem_check,
-        # the profiled step runs under the profiler (several times slower): left out
+        # the profiled steps run under the profiler (several times slower): left out
         "mean_step_time_s": mean(m["step_time_s"] for m in metrics
-                                 if m["step"] != g["profile_step"]),
+                                 if m["step"] not in (1, g["profile_step"])),
         "sync_bytes_per_step": mean(m["sync_bytes"] for m in metrics),
         # the whole model's bytes (a sharded parameter's numel is its full size); parameters()
         # lists a tied weight once

@@ -49,3 +49,18 @@ def test_galore_step_cannot_be_scaled(tiny_dir):
         rule.apply(None, 0.5)
     with pytest.raises(NotImplementedError, match="predicted-KL control"):
         rule.perturbed(None, 1.0)
+
+
+def test_every_rule_uses_one_adam_eps(tiny_dir):
+    """GaLore, LoGRA and dense Adam default to the same ε (galore-torch's own is 1e-6)."""
+    import inspect
+
+    from baselines.dense_adam import DenseAdam
+    from baselines.galore import GaLore
+    from logra.logra import LoGRA
+
+    defaults = {cls.__name__: inspect.signature(cls).parameters["eps"].default
+                for cls in (GaLore, LoGRA, DenseAdam)}
+    assert set(defaults.values()) == {1e-8}, defaults
+    rule = methods.build("galore", load(tiny_dir)[0], {"rank": 4})
+    assert {g["eps"] for g in rule.optimizer.param_groups} == {1e-8}

@@ -1,4 +1,5 @@
-"""LoGRA's invariants (/work/shared/LOGRA.md §4), one test each, plus constructor errors.
+"""LoGRA's invariants (the project's LoGRA definition, §4), one test each, plus the fixes that
+came with them (non-finite steps, seeds, the profiled refresh step) and constructor errors.
 
 Every test draws fresh random inputs: tests that use torch draw a seed with `torch.seed()` and
 name it in every assertion message (re-run with the printed seed to reproduce: see `_seed`);
@@ -11,9 +12,8 @@ Tolerances (each one also stated at its assertion):
  2. LoGRA vs galore-torch GaLoreAdamW: after every step max|ΔW_LoGRA − ΔW_GaLore| ≤ 1e-4 ·
     max|ΔW_GaLore| (observed ≤ 3e-6: the two differ only in the order of fp32 products) and
     max|W_LoGRA − W_GaLore| ≤ 1e-6 (weights are O(0.1); fp32 ulp ≈ 1e-8).
- 3. range finder ≥ 0.98 × SVD's top-r energy with 1 power iteration (worst of 400 random
-    draws: 0.9986), ≥ 0.85 × with none (worst seen: 0.93), for σ_i ∝ i^-a or e^(-a(i-1)/r),
-    a ∈ [1, 2.5].
+ 3. single-pass range finder (p = 8), mean over 8 draws of Ω, ≥ RANGE_VS_SVD × SVD's top-r
+    energy for σ_i ∝ i^-a or e^(-a(i-1)/r), a ∈ [1, 2.5] (the constant says what was measured).
  4. rank: singular values above 1e-4 · σ_max of ΔW (float64 of fp32 weights: rounding noise is
     ~1e-6 · σ_max); the same threshold sees rank > r across a refresh (sensitivity check).
  5. memory: exact byte bound (the profiler's GRADIENT category + the labelled sketch buffers).
@@ -25,14 +25,19 @@ Tolerances (each one also stated at its assertion):
     η²K₀ = 3e-5 nats and half that η (observed ≲ 2%; at η = 1 the ratio is 0.85-1.35).
     KLControl(refine=False) η vs min(η_max, √(δ/K₁)): 1e-3 relative (K₁ measured independently
     by changing the weights); refine=True: realized KL within 25% of δ.
- 8. state bytes: exact (numel-based and storage-based). basis="svd" FAILS: see the BUG note in
-    test_state_bytes_match_formula.
+ 8. state bytes: exact (numel-based and storage-based).
+ 9. stationary stream: mean update norm over updates 701-1000 within 1.3x of updates 21-80
+    (LoGRA, default options); dense Adam's within 1.05x.
+10. refresh basis from all micro-batches ≥ 0.9 × the full-batch gradient's top-r SVD energy
+    (medians over 6 weights; a common low-rank part, each micro-batch's own directions, noise);
+    the best first-micro-batch basis (its SVD) < 0.9 on the same gradients (sensitivity).
 """
 from __future__ import annotations
 
 import math
 import os
 import re
+import statistics
 
 import pytest
 import torch
@@ -47,6 +52,12 @@ from logra.modeling import build_tiny, load
 from logra.sync import payload_bytes
 
 SKETCHED_NAME = re.compile(r"\.(q|k|v|o|gate|up|down)_proj\.weight$")  # independent of the code
+# single-pass range finder (p = 8, no power iteration, no second pass) vs SVD's top-r energy on
+# test 3's spectra, averaged over 8 draws of Ω: worst 0.86 in 400 draws biased to the hard end
+# (r = 1, σ_i ∝ 1/i; median over test 3's range 0.99). One draw alone can fall to 0.5 there: Y's
+# top singular vector is a noisy estimate of G's when the spectrum is that flat. (The two-pass
+# finder with a power iteration reaches 0.998, but it needs each gradient twice.)
+RANGE_VS_SVD = 0.8
 
 
 def _seed() -> int:
@@ -121,7 +132,7 @@ def test_sketch_lift_round_trip(m, n, method, seed):
     g = torch.Generator().manual_seed(seed)
     grad = torch.randn(m, n, generator=g)
     side, r = S.side_of((m, n)), max(1, min(m, n) // 2)
-    q = S.basis(grad, r, side, method, generator=g)
+    q = S.basis(grad, r, side, method, seed=seed)
     coef = torch.randn(*((r, n) if side == "left" else (m, r)), generator=g)
     tol = dict(rtol=0, atol=1e-5 * max(coef.abs().max().item(), grad.abs().max().item()))
     torch.testing.assert_close(S.sketch(S.lift(coef, q, side), q, side), coef, **tol)
@@ -141,7 +152,7 @@ def test_accumulator_after_microbatches_equals_sketch_of_summed_gradient(basis):
     names = ["layers.0.q_proj.weight", "layers.0.up_proj.weight", "layers.1.down_proj.weight"]
     assert [st.name for st in rule.sketched] == names
     weights = model.sketched()
-    for step in range(2):  # step 0 refreshes the basis (from micro-batch 1), step 1 does not
+    for step in range(2):  # step 0 refreshes the basis, step 1 does not
         total = [torch.zeros_like(w) for w in weights]
         first = None
         for micro in range(3):
@@ -164,13 +175,24 @@ def test_accumulator_after_microbatches_equals_sketch_of_summed_gradient(basis):
         q_before = [st.q.clone() for st in rule.sketched]
         s_before = [st.s.clone() for st in rule.sketched]
         m_before = [st.m.clone() for st in rule.sketched]
+        seeds = [st.omega_seed for st in rule.sketched]
         rule.apply(rule.propose())
         b1 = rule.betas[0]
-        for st, q0, s0, m0 in zip(rule.sketched, q_before, s_before, m_before):
+        for st, q0, s0, m0, gsum, om in zip(rule.sketched, q_before, s_before, m_before, total,
+                                            seeds):
+            assert not st.s.any(), f"seed={seed}: accumulator not reset"
+            if step == 0 and basis == "range":
+                # the range finder's Y saw every micro-batch: the new basis is the one of the
+                # summed gradient (compared as projectors: singular vectors have signs)
+                k = S.oversampled(2, rule.oversample, tuple(st.param.shape), st.side)
+                total = st.param.shape[1 if st.side == "left" else 0]
+                q_sum = S.range_basis(S.range_sketch(gsum, k, st.side, om), 2, om, total)
+                torch.testing.assert_close(st.q @ st.q.T, q_sum @ q_sum.T, rtol=0, atol=1e-4,
+                                           msg=lambda s: f"seed={seed} {st.name}: {s}")
+                continue
             assert torch.equal(st.q, q0), f"seed={seed}: basis changed without a refresh"
             # propose consumed exactly the accumulated sketch
             torch.testing.assert_close(st.m, b1 * m0 + (1 - b1) * s0)
-            assert not st.s.any(), f"seed={seed}: accumulator not reset"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -272,14 +294,14 @@ def test_range_finder_captures_topr_energy_close_to_svd(m, n, r, decay, a, seed)
     e_svd = S.energy_captured(grad, S.basis(grad, r, side, "svd"), side)
     assert e_svd == pytest.approx((sigma[:r].square().sum() / sigma.square().sum()).item(),
                                   rel=1e-4)
-    for power_iters, tol in ((1, 0.98), (0, 0.85)):
-        q = S.basis(grad, r, side, "range", oversample=8, power_iters=power_iters,
-                    generator=torch.Generator().manual_seed(seed + 1))
+    energies = []
+    for draw in range(8):
+        q = S.basis(grad, r, side, "range", oversample=8, seed=seed + 1 + draw)
         assert q.shape == ((m if side == "left" else n), r)
         torch.testing.assert_close(q.T @ q, torch.eye(r), atol=1e-5, rtol=0)
-        e = S.energy_captured(grad, q, side)
-        assert e >= tol * e_svd, (f"power_iters={power_iters}: range {e:.4f} < {tol} x "
-                                  f"svd {e_svd:.4f}")
+        energies.append(S.energy_captured(grad, q, side))
+    e = sum(energies) / len(energies)
+    assert e >= RANGE_VS_SVD * e_svd, f"range {e:.4f} < {RANGE_VS_SVD} x svd {e_svd:.4f}"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -303,7 +325,11 @@ def test_weight_change_between_refreshes_has_rank_at_most_r(basis):
     window_start = None
     crossed = []
     for step in range(1, 3 * T + 1):
-        if (step - 1) % T == 0:  # this step refreshes the basis
+        # the steps that use a new basis: 1, T + 1, 2T + 1, ... (svd: from that step's first
+        # micro-batch; range: from the whole previous step), and range's step 2 (step 1 has a
+        # provisional basis)
+        new_basis = (step - 1) % T == 0 or (basis == "range" and step == 2)
+        if new_basis:
             if window_start is not None:
                 crossed.append([w.detach().clone() for w in window_start])
             window_start = [w.detach().clone() for w in weights]
@@ -374,13 +400,14 @@ def test_peak_gradient_bytes_largest_sketched_plus_dense(deep_dir):
     largest = max(p.numel() * 4 for p in sketched)
     dense_grads = sum(p.numel() * 4 for p in dense)
     # the sketch accumulators (labelled "grads" in the meter): r * max(m, n) fp32 per weight,
-    # alive all the time (48 KiB here)
-    buffers = sum(4 * 4 * max(p.shape) for p in sketched)
+    # alive all the time (48 KiB here), and at a refresh step the range finder's Y: min(m, n) x
+    # (r + p) per weight (p = 8; 63 KiB here)
+    buffers = sum(4 * 4 * max(p.shape) + 4 * (4 + 8) * min(p.shape) for p in sketched)
     bound = largest + dense_grads + buffers
     all_grads = sum(p.numel() * 4 for p in model.parameters())
     assert rule.peak_grad_bytes() == bound
     assert bound < 0.3 * all_grads  # the bound is a real saving (sum >> largest)
-    assert [refresh for _, refresh in peaks] == [False, True]  # a refresh step is measured too
+    assert sorted(refresh for _, refresh in peaks) == [False, True]  # a refresh step too
     for peak, refresh in peaks:
         assert 0 < peak <= bound, (f"seed={seed} refresh={refresh}: peak grads {peak} > "
                                    f"largest {largest} + dense {dense_grads} + sketches {buffers}")
@@ -404,8 +431,10 @@ def test_rollout_engine_matches_trainer_after_each_sync(tiny_dir):
     rule = LoGRA(model, lr=1e-2, rank=r, refresh_every=T, basis="range")
     full_bytes = sum(p.numel() * 4 for p in model.parameters())
     with HFRolloutEngine(str(tiny_dir)) as engine:
-        for step in range(1, 6):  # refreshes at steps 1, 3, 5
-            refresh = (step - 1) % T == 0
+        for step in range(1, 6):
+            # a basis is sent with the first step that uses it: steps 1 (provisional), 2 (from
+            # step 1's whole batch), 3 and 5 (from steps 2 and 4, the range finder's)
+            refresh = step <= 2 or (step - 1) % T == 0
             for _ in range(2):
                 ids = torch.randint(3, 98, (3, 10), generator=gen)
                 model(input_ids=ids, labels=ids).loss.backward()
@@ -487,8 +516,8 @@ def _curvature_jvp(model, rule, step, probe, base) -> float:
     ids, attn, mask = probe
     params = {n: p.detach() for n, p in model.named_parameters()}
     tangent = {n: torch.zeros_like(p) for n, p in params.items()}
-    for st, c in zip(rule.sketched, step["sketched"]):
-        tangent[st.name] = S.lift(c, st.q, st.side)
+    for st, q, c in zip(rule.sketched, step["bases"], step["sketched"]):
+        tangent[st.name] = S.lift(c, q, st.side)
     for (n, _), s in zip(rule.dense.named, step["dense"]):
         tangent[n] = s.detach().clone()
     pos = (attn.long().cumsum(-1) - 1).clamp(min=0)
@@ -576,10 +605,175 @@ def test_state_bytes_match_formula(basis):
         msg = (f"seed={seed} step={step + 1} basis={basis}: numel {by_numel}, storages {held}, "
                f"formula {expected}, state_bytes() {rule.state_bytes()}")
         assert by_numel == expected, msg
-        # BUG (basis="svd"): logra/sketch.py returns Q as a view u[:, :r] / vh[:r].T of the full
-        # SVD factor, so the stored basis keeps the whole U (m x m) / Vh (min x n) alive.
-        assert held == expected, msg
+        assert held == expected, msg  # no view of a larger tensor (e.g. a full SVD factor)
         assert rule.state_bytes() == expected, msg
+
+
+# ------------------------------------------------------------------------------------------------
+# 9. On a stationary gradient stream the update's size is stationary, across many refreshes
+# ------------------------------------------------------------------------------------------------
+
+def _update_norms(rule_kind: str, seed: int, steps: int = 1000) -> torch.Tensor:
+    """‖ΔW‖_F of every update on a stationary stream G_t = A + N_t (A fixed, rank 4; N_t fresh
+    standard Gaussian noise) for one 64 x 128 weight: rank 8, a refresh every 20 updates."""
+    from baselines.dense_adam import DenseAdam
+
+    g = torch.Generator().manual_seed(seed)
+    net = Bare([(64, 128)])
+    w = net.layers[0].q_proj.weight
+    rule = (LoGRA(net, lr=1e-3, rank=8, refresh_every=20, seed=seed) if rule_kind == "logra"
+            else DenseAdam(net, lr=1e-3))
+    u = torch.linalg.qr(torch.randn(64, 4, generator=g)).Q
+    v = torch.linalg.qr(torch.randn(128, 4, generator=g)).Q
+    signal = 3 * (u * torch.tensor([4.0, 3.0, 2.0, 1.0])) @ v.T
+    norms = []
+    for _ in range(steps):
+        before = w.detach().clone()
+        (w * (signal + torch.randn(64, 128, generator=g))).sum().backward()
+        rule.apply(rule.propose())
+        norms.append((w.detach() - before).norm().item())
+    return torch.tensor(norms)
+
+
+def test_update_size_is_stationary_on_a_stationary_stream():
+    seed = _seed()
+    for kind, tol in (("logra", 1.3), ("dense_adam", 1.05)):
+        norms = _update_norms(kind, seed)
+        early, late = norms[20:80].mean().item(), norms[700:1000].mean().item()
+        msg = (f"seed={seed} {kind}: mean update norm {early / 1e-3:.3f}·lr over updates 21-80, "
+               f"{late / 1e-3:.3f}·lr over 701-1000")
+        print(msg)
+        # a bare (R∘R)V transfer grows it 3.5x here: new directions get V ≈ 0
+        assert 1 / tol <= late / early <= tol, msg
+
+
+# ------------------------------------------------------------------------------------------------
+# 10. A refresh basis sees every micro-batch
+# ------------------------------------------------------------------------------------------------
+
+def _low_rank(m, n, sigma, gen):
+    u = torch.linalg.qr(torch.randn(m, len(sigma), generator=gen)).Q
+    v = torch.linalg.qr(torch.randn(n, len(sigma), generator=gen)).Q
+    return (u * torch.tensor(sigma)) @ v.T
+
+
+def test_refresh_basis_from_all_microbatches_captures_the_batch_gradient():
+    """8 micro-batches, as GRPO's: each one's gradient is 1/8 of the batch's common directions
+    (rank 4, σ = 4, 3, 2, 1.5) plus directions of its own (rank 2, σ = 0.35: its prompts) plus
+    noise. The batch gradient's top 4 are the common ones; a micro-batch alone sees its own
+    directions as strongly as the common third and fourth. Three wide and three tall weights;
+    medians over them, as one draw of the single-pass range finder can fall short on one."""
+    seed = _seed()
+    gen = torch.Generator().manual_seed(seed)
+    shapes, r, micro = [(48, 96)] * 3 + [(96, 48)] * 3, 4, 8
+    net = Bare(shapes)
+    rule = LoGRA(net, lr=1e-3, rank=r, refresh_every=100, seed=seed)
+    common = [_low_rank(m, n, [4.0, 3.0, 2.0, 1.5], gen) for m, n in shapes]
+    grads = [[c / micro + _low_rank(m, n, [0.35, 0.35], gen)
+              + 0.002 * torch.randn(m, n, generator=gen) for c, (m, n) in zip(common, shapes)]
+             for _ in range(micro)]
+    for g_i in grads:  # d/dW sum(W * G) = G: the hooks see exactly these gradients
+        sum((b.q_proj.weight * g).sum() for b, g in zip(net.layers, g_i)).backward()
+    rule.propose()  # the step's range finder has seen every micro-batch: the new basis
+    ours, first = [], []
+    for j, st in enumerate(rule.sketched):
+        batch = sum(g_i[j] for g_i in grads)
+        top = S.energy_captured(batch, S.basis(batch, r, st.side, "svd"), st.side)
+        ours.append(S.energy_captured(batch, st.q, st.side) / top)
+        # the best any basis from the first micro-batch alone can do: its own top-r SVD
+        first.append(S.energy_captured(batch, S.basis(grads[0][j], r, st.side, "svd"),
+                                       st.side) / top)
+    msg = (f"seed={seed}: energy / the batch's top-{r} SVD energy, whole-batch basis "
+           f"{[round(e, 3) for e in ours]}, first micro-batch's {[round(e, 3) for e in first]}")
+    print(msg)
+    assert statistics.median(ours) >= 0.9, msg
+    assert statistics.median(first) < 0.9, msg  # sensitivity: the test tells the two apart
+
+
+# ------------------------------------------------------------------------------------------------
+# A non-finite step changes nothing; the range finder's seed follows the run's
+# ------------------------------------------------------------------------------------------------
+
+def test_non_finite_step_is_skipped_without_touching_weights_or_moments(tiny_dir):
+    """A NaN gradient gives a NaN step, KL control answers η = 0, and apply(step, 0) leaves the
+    weights, the moments, t and the refresh schedule as they were: the run then continues
+    exactly as a twin that never saw those batches (one at a plain step, one at the step whose
+    range finder builds the next basis). Dense Adam on its own alike."""
+    from baselines.dense_adam import DenseAdam
+
+    seed = _seed()
+    gen = torch.Generator().manual_seed(seed)
+    models = [load(tiny_dir)[0] for _ in range(2)]
+    rules = [LoGRA(m, lr=1e-2, rank=4, refresh_every=2, seed=seed) for m in models]
+    batches = [torch.randint(3, 98, (3, 10), generator=gen) for _ in range(5)]
+    probe = (batches[0], torch.ones_like(batches[0]), torch.ones(3, 9))
+    nan_steps = {1, 3}  # steps 2 and 4; step 2 is a range finder step (Y accumulates)
+    for i, ids in enumerate(batches):
+        for model, rule, twin in zip(models, rules, (False, True)):
+            if i in nan_steps and twin:
+                continue  # the twin never sees the NaN batches
+            loss = model(input_ids=ids, labels=ids).loss
+            (loss * (math.nan if i in nan_steps else 1.0)).backward()
+            step = rule.propose()
+            if i not in nan_steps:
+                rule.apply(step, 1.0)
+                continue
+            weights = [p.detach().clone() for p in model.parameters()]
+            state = [t.clone() for t in rule.state_tensors()] + [rule.t, rule.dense.t]
+            base = probe_logprobs(model, probe[0], probe[1])
+            eta, pred = KLControl(target=1e-3).scale(model, rule, step, probe, base)
+            assert (eta, pred) == (0.0, 0.0), f"seed={seed}: η={eta} for a NaN step"
+            rule.apply(step, eta)
+            for p, w in zip(model.parameters(), weights):
+                assert torch.equal(p.detach(), w), f"seed={seed}: a skipped step moved W"
+            after = [t.clone() for t in rule.state_tensors()] + [rule.t, rule.dense.t]
+            assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+                       for a, b in zip(state, after)), f"seed={seed}: the moments moved"
+    for name, p in models[0].named_parameters():
+        assert torch.equal(p, dict(models[1].named_parameters())[name]), \
+            f"seed={seed}: {name} differs from the twin that skipped the NaN batches"
+
+    net = torch.nn.Linear(4, 3)
+    rule = DenseAdam(net, lr=1e-2)
+    net(torch.randn(2, 4)).sum().backward()
+    rule.apply(rule.propose(), 1.0)
+    w, m, t = net.weight.detach().clone(), [x.clone() for x in rule.m + rule.v], rule.t
+    (net(torch.randn(2, 4)).sum() * math.nan).backward()
+    rule.apply(rule.propose(), 0.0)
+    assert torch.equal(net.weight.detach(), w) and rule.t == t
+    assert all(torch.equal(a, b) for a, b in zip(m, rule.m + rule.v))
+    assert all(p.grad is None for p in net.parameters())
+
+
+def test_range_finder_seed_follows_the_run_seed(tiny_dir):
+    """Unset, LoGRA's `seed` is drawn from torch's global generator, which train() seeds with
+    the run's seed before building the rule: each run seed draws its own Ω; a set seed draws
+    the same Ω whatever the run's seed."""
+    def omega_seeds(run_seed, **options):
+        torch.manual_seed(run_seed)
+        model, _ = load(tiny_dir)
+        return [st.omega_seed for st in LoGRA(model, rank=2, **options).sketched]
+
+    assert omega_seeds(0) == omega_seeds(0) != omega_seeds(7)
+    assert omega_seeds(0, seed=3) == omega_seeds(7, seed=3)
+    # and a different seed draws a different Ω: a different basis from the same gradient
+    g = torch.randn(12, 20)
+    assert not torch.allclose(S.basis(g, 2, "left", seed=0), S.basis(g, 2, "left", seed=7))
+
+
+def test_refresh_step_is_profiled_too(tmp_path, tiny_dir):
+    """Step 1 (every rule's first refresh; LoGRA holds its range finder's Ys then) is measured
+    besides grpo.profile_step, and the run's peak is the larger of the two."""
+    from logra.train import train
+    from test_resume import make_run
+
+    cfg, train_jsonl = make_run(tmp_path, "logra")
+    cfg["grpo"].update(steps=3, checkpoint_every=0)
+    summary = train(cfg, tiny_dir, train_jsonl, tmp_path / "run")
+    by_step = summary["peak_mem_bytes_by_step"]
+    assert set(by_step) == {"1", "3"}, by_step
+    assert summary["peak_mem_bytes"] == max(by_step.values())
+    assert by_step[str(summary["peak_mem_step"])] == summary["peak_mem_bytes"]
 
 
 # ------------------------------------------------------------------------------------------------

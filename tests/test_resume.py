@@ -122,7 +122,9 @@ def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, tiny_dir, 
     first = summary["resumed_from_steps"][0]  # rows before it are the first step's index
     resync = got["sync_bytes"] != ref["sync_bytes"]
     assert (got["sync_bytes"] >= ref["sync_bytes"]).all() and set(got[resync].index) <= {first}
-    assert resync.any() == (method == "logra")
+    # only LoGRA's can differ: its first sync after the resume carries the bases, which the
+    # reference's carried as well when that step began a new basis window
+    assert method == "logra" or not resync.any()
     assert summary["steps"] == 6
     assert summary["peak_mem_bytes"] == pytest.approx(reference["peak_mem_bytes"], rel=0.01)
     for key in ("final_reward", "optimizer_state_bytes", "kl"):
