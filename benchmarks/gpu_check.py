@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 import transformers
 
-SIZES = {  # tiny-config options (character vocabulary): 0.47B, 1.44B, 0.4M parameters
+SIZES = {  # tiny-config options (character vocabulary): 0.45B, 1.44B, 0.35M parameters
     "0.5b": dict(hidden_size=1536, intermediate_size=4096, num_hidden_layers=16,
                  num_attention_heads=12),
     "1.5b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=28,
