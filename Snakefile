@@ -15,7 +15,12 @@ from logra.repro import pin_cpu
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# A --configfile replaces the default config instead of being merged over it: every config
+# here is complete (the schema fills defaults), and a merge would carry, e.g., the default's
+# per-task lrs into a config with other tasks.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 validate(config, "workflow/schemas/config.schema.yaml")

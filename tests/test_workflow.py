@@ -47,19 +47,21 @@ def test_default_config_targets_resolve(tmp_path, target, jobs):
         assert re.search(rf"^{rule}\s+{count}$", stats, re.M), (rule, stats)
 
 
-def test_paper_config_resolves_on_slurm(tmp_path):
+def test_paper_config_resolves_on_slurm():
     """config/paper.yaml through snakemake-executor-plugin-slurm and the slurm workflow profile,
-    as the README's cluster command runs it, dry: the full paper grid resolves, sharded runs
-    ask for the node's 8 GPUs, LoRA runs and lm-eval for one."""
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
-                          "--executor", "slurm", "--workflow-profile",
-                          str(ROOT / "workflow/profiles/slurm"), "--configfile",
-                          str(ROOT / "config/paper.yaml"), "-n", "--directory", str(tmp_path)],
-                         capture_output=True, text=True)
+    dry, exactly as the README's cluster command runs it: from the repository root, where
+    config/config.yaml is found too (a --configfile replaces it, never merges into it). The
+    full paper grid resolves, sharded runs ask for the node's 8 GPUs, LoRA runs and lm-eval
+    for one."""
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--executor", "slurm",
+                          "--workflow-profile", "workflow/profiles/slurm",
+                          "--configfile", "config/paper.yaml", "-n"],
+                         capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     stats = out.stdout[out.stdout.index("Job stats"):]
     # 2 tasks x 7 run_methods x 3 seeds + 2 stability methods x 3 seeds; hub models: no SFT
     # base, the hub model evaluated once per seed
+    assert "Config file config/config.yaml" not in out.stdout + out.stderr
     for rule, count in {"train": 42 + 6, "eval_run": 42, "eval_base": 6, "memory_point": 8,
                         "stability_27b": 1, "memory_reduction": 1}.items():
         assert re.search(rf"^{rule}\s+{count}$", stats, re.M), (rule, stats)
