@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from logra import methods
-from logra.tasks import HubTask, get_task
+from logra.tasks import TASKS, HubTask, get_task
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -55,12 +55,16 @@ def check(config: dict) -> None:
                 for name, m in config["methods"].items()
                 for key, value in m.get("options", {}).items()]
     for key, value in [*per_task, ("sft.steps", config["sft"]["steps"])]:
-        missing = sorted(set(config["tasks"]) - set(value)) if isinstance(value, dict) else []
+        missing = (sorted(set(config["tasks"]) - set(value))
+                   if isinstance(value, dict) and "default" not in value else [])
         if missing:
             raise ConfigError(f"{key}: no value for task {missing[0]!r} (given for: "
-                              f"{sorted(value)})")
+                              f"{sorted(value)}; add it, or a `default`)")
     _check_rules_fit_model(config)
     for name, t in config["tasks"].items():
+        if t["type"] not in TASKS:
+            raise ConfigError(f"tasks.{name}.type: {t['type']!r} is not a registered task "
+                              f"(registered: {sorted(TASKS)}; see logra.tasks.register_task)")
         try:
             task = get_task(t["type"], **t.get("options", {}))
         except (TypeError, ValueError) as e:
@@ -124,8 +128,9 @@ def _check_rules_fit_model(config: dict) -> None:
 def task_options(options: dict, task: str) -> dict:
     """A method's (or SFT's) options on one task: a value given per task ({task: value}, e.g.
     the lr `lr_sweep` chose on each task's validation split, or SFT's steps) takes that task's
-    value."""
-    return {k: v[task] if isinstance(v, dict) else v for k, v in options.items()}
+    value, or its `default` for a task it does not name."""
+    return {k: v.get(task, v.get("default")) if isinstance(v, dict) else v
+            for k, v in options.items()}
 
 
 def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:

@@ -7,7 +7,8 @@ import pytest
 import yaml
 from snakemake.exceptions import WorkflowError
 
-from logra.config import ConfigError, add_lr_sweep_methods, run_config, validate_file
+from logra.config import (ConfigError, add_lr_sweep_methods, run_config, task_options,
+                          validate_file)
 from logra.tasks import get_task
 
 from conftest import ROOT
@@ -34,7 +35,6 @@ def test_default_and_smoke_configs_are_valid():
     (lambda c: c["grpo"].update(learning_rate=1), "'learning_rate' was unexpected"),
     (lambda c: c["grpo"].update(steps="ten"), "'ten' is not of type 'integer'"),
     (lambda c: c["grpo"].update(aggregation="sum"), "'sum' is not one of"),
-    (lambda c: c["tasks"]["arithmetic"].update(type="chess"), "'chess' is not one of"),
     (lambda c: c.update(seed=[1]), "'seed' was unexpected"),
     (lambda c: c["methods"]["dense_adam"]["options"].update(rank=4), "'rank' was unexpected"),
     (lambda c: c["methods"].update(logra={"rule": "logra", "options": {"rank": "8"}}),
@@ -63,7 +63,9 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: c["grpo"].update(profile_step=9), "grpo.profile_step=9 is after the last step"),
     (lambda c: c.update(threads=2), r"threads: 2; reproducible CPU runs use one thread per job"),
     (lambda c: c["sft"].update(steps={"arithmetic": 10}),
-     r"sft.steps: no value for task 'countdown' \(given for: \['arithmetic'\]\)"),
+     r"sft.steps: no value for task 'countdown' \(given for: \['arithmetic'\]; add it, or a"),
+    (lambda c: c["tasks"]["arithmetic"].update(type="chess"),
+     r"tasks.arithmetic.type: 'chess' is not a registered task \(registered: \["),
     (lambda c: c.update(verdict={"reference": "adam"}), r"verdict.reference: 'adam' is not defined"),
     (lambda c: c["methods"].update(logra={"rule": "logra", "options": {"rank": 200}}),
      r"methods.logra.options: rank=200 exceeds min\(shape\)=128 of model.layers.0.self_attn"),
@@ -81,7 +83,7 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
                                   "lrs": {"dense_adam": [1e-3]}}),
      "lr_sweep.tasks: 'gsm8k' is not defined under tasks"),
     (lambda c: c["methods"]["dense_adam"]["options"].update(lr={"arithmetic": 1e-4}),
-     r"methods.dense_adam.options.lr: no value for task 'countdown' \(given for: \['arithmetic'\]\)"),
+     r"methods.dense_adam.options.lr: no value for task 'countdown' \(given for: \['arithmetic'\]"),
     (lambda c: (c["tasks"].update(gsm8k={"type": "gsm8k", "options": {
                     "train_path": "train.jsonl", "test_path": "test.jsonl"}}),
                 c["data"].update(n_train=None), c["methods"]["dense_adam"].update(options={}),
@@ -163,3 +165,16 @@ def test_default_config_splits_fit_every_sweep_task():
             data["seed"], data["n_train"], data["n_test"], config["lr_sweep"]["n_val"])
         assert [len(splits[k]) for k in ("train", "test", "val")] == [
             data["n_train"], data["n_test"], config["lr_sweep"]["n_val"]], name
+
+
+def test_per_task_values_fall_back_to_default(tmp_path):
+    """A value given per task covers the tasks it does not name with its `default`: a new task
+    needs no edit of every per-task map."""
+    config = copy.deepcopy(SMOKE)
+    config["methods"]["dense_adam"]["options"]["lr"] = {"arithmetic": 1e-4, "default": 3e-4}
+    config["sft"]["steps"] = {"default": 7, "countdown": 9}
+    config = validate_file(_write(tmp_path, config))
+    lrs = {t: run_config(config, t, "dense_adam", 0)["method"]["options"]["lr"]
+           for t in ("arithmetic", "countdown")}
+    assert lrs == {"arithmetic": 1e-4, "countdown": 3e-4}
+    assert [task_options(config["sft"], t)["steps"] for t in ("arithmetic", "countdown")] == [7, 9]
