@@ -203,11 +203,11 @@ def verdicts(table: pd.DataFrame, summary: pd.DataFrame, outputs: list[str]) -> 
         for i, r in d.iterrows():
             ax.errorbar(r["diff_mean"], i, xerr=[[r["diff_mean"] - r["diff_lo"]],
                                                  [r["diff_hi"] - r["diff_mean"]]],
-                        fmt="o", color=colors[r["call"]], capsize=3)
+                        fmt="o", color=colors.get(r["call"], "gray"), capsize=3)
         ax.set_yticks(range(len(d)), d["method"])
         ax.axvline(0, color="k", lw=0.8)
         ax.axvline(-margin, color="gray", ls="--", lw=0.8)
-        ax.set_title("across tasks (IQM)" if task == "all" else task)
+        ax.set_title("across tasks (IQM, no call)" if task == "all" else task)
         ax.set_xlabel(f"accuracy − {reference}")
         ax.grid(alpha=0.3)
     problems = "/".join(str(int(p)) for p in sorted(table["problems"].dropna().unique()))

@@ -92,25 +92,34 @@ def file_digest(path: str | Path) -> str:
     return _digest([Path(path).read_bytes()])
 
 
+def _tensor_parts(name: str, t) -> list:
+    import torch
+    flat = t.detach().cpu().contiguous().view(-1)
+    return [name, t.dtype, tuple(t.shape), flat.view(torch.uint8).numpy().tobytes()]
+
+
 def tensors_digest(state: dict) -> str:
     """Names, dtypes, shapes and bytes of every tensor, in name order."""
-    import torch
-    parts = []
-    for name in sorted(state):
-        t = state[name].detach().cpu().contiguous().view(-1)
-        parts += [name, t.dtype, tuple(state[name].shape), t.view(torch.uint8).numpy().tobytes()]
-    return _digest(parts)
+    return _digest(p for name in sorted(state) for p in _tensor_parts(name, state[name]))
 
 
 def model_digest(model_dir: str | Path) -> str:
-    """The tensors of a saved HF checkpoint (every *.safetensors file in it)."""
-    from safetensors.torch import load_file
-    state = {}
-    for f in sorted(Path(model_dir).glob("*.safetensors")):
-        state.update(load_file(f))
-    if not state:
+    """The tensors of a saved HF checkpoint (every *.safetensors file in it), read one at a
+    time (a 32B checkpoint is never whole in memory twice); equal to `tensors_digest` of them."""
+    from safetensors import safe_open
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
         raise FileNotFoundError(f"{model_dir}: no *.safetensors file to fingerprint")
-    return tensors_digest(state)
+    where = {}
+    for f in files:
+        with safe_open(f, "pt") as sf:
+            where.update(dict.fromkeys(sf.keys(), f))
+
+    def parts():
+        for name in sorted(where):
+            with safe_open(where[name], "pt") as sf:
+                yield from _tensor_parts(name, sf.get_tensor(name))
+    return _digest(parts())
 
 
 def metrics_digest(rows: list[dict]) -> str:

@@ -8,10 +8,14 @@ lm-eval's doc_id; a seed or problem missing on either side is an error that name
 Per task and method:
 - `diff_mean`, its 95% interval `diff_lo`/`diff_hi`: a t-interval on the per-seed differences
   (df = seeds − 1). The seed is the unit that is replicated, so the interval carries what
-  varies between seeds (rollout sampling, the range finder's draws, the base) and the problem
-  sampling within each seed. It is the interval that covers at 3 seeds: a percentile
-  bootstrap over 3 seeds under-covers, since it can only rearrange three values
-  (`coverage` simulates the default design; tests/test_verdict.py holds both to it).
+  varies between seeds (the base, rollout sampling, the range finder's draws). Every seed is
+  scored on the same test problems, so the interval is conditional on that test set: it does
+  not carry the variance of drawing another one. It is the interval that covers at 3 seeds: a
+  percentile bootstrap over 3 seeds under-covers, since it can only rearrange three values
+  (`coverage` simulates the design; tests/test_verdict.py holds both to it).
+- Every run counts, whatever its status: a diverged or out-of-memory run is scored on the
+  model it saved (its last good checkpoint or its base), as that seed's outcome of the method
+  (intent to treat; `results/accuracy.csv` averages finished runs only).
 - `p_better`: the share of seed pairs where the method is ahead (ties count half).
 - `call` at the declared margin δ (`verdict.margin`): `non-inferior` if the interval's lower
   end is above −δ, `inferior` if its upper end is below −δ, else `inconclusive`.
@@ -20,9 +24,10 @@ Per task and method:
   `informative: False`.
 - Power, reported, not acted on: `half_width` of the interval, and `seeds_to_halve` it (the
   smallest seed count whose t-interval, at the observed spread, is half as wide).
-Across tasks (`task == "all"`): the interquartile mean of the per-(task, seed) paired
-differences, with a stratified bootstrap interval that resamples seeds within each task
-(rliable's convention; 2,000 resamples, seeded).
+Across tasks (`task == "all"`, `statistic == "IQM"`): the interquartile mean of the
+per-(task, seed) paired differences, with a stratified bootstrap interval that resamples seeds
+within each task (rliable's convention; 2,000 resamples, seeded). Being a bootstrap over a few
+seeds per task, that interval is descriptive: no non-inferiority call is made from it.
 """
 from __future__ import annotations
 
@@ -48,8 +53,8 @@ def per_problem(eval_json: str | Path) -> dict[int, float]:
 def paired_difference(a: dict[int, float], b: dict[int, float], what: str) -> float:
     """Mean of a − b over the same problems; a problem missing on either side is an error."""
     if a.keys() != b.keys():
-        missing = sorted(a.keys() ^ b.keys())
-        raise ValueError(f"{what}: problems {missing[:5]} are evaluated on one side only")
+        raise ValueError(f"{what}: problems {sorted(b.keys() - a.keys())[:5]} missing on the "
+                         f"first side, {sorted(a.keys() - b.keys())[:5]} on the second")
     return float(np.mean([a[k] - b[k] for k in a]))
 
 
@@ -117,6 +122,8 @@ def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, referen
         for task in tasks:
             seeds = sorted(s for t, m, s in scores if (t, m) == (task, method))
             ref_seeds = sorted(s for t, m, s in scores if (t, m) == (task, reference))
+            if not seeds and not ref_seeds:
+                raise ValueError(f"{task}: no evaluation of {method} or {reference}")
             if seeds != ref_seeds:
                 raise ValueError(f"{task}: {method} has seeds {seeds}, {reference} has "
                                  f"{ref_seeds}: every seed needs both runs")
@@ -124,14 +131,16 @@ def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, referen
                                    f"{task}/seed{s}: {method} vs {reference}") for s in seeds]
             base = [base_scores.get((task, s), base_scores.get(task)) for s in seeds]
             if any(b is None for b in base):
-                raise ValueError(f"{task}: no SFT base evaluation for seeds {seeds}")
+                raise ValueError(f"{task}: no SFT base evaluation for seeds "
+                                 f"{[s for s, b in zip(seeds, base) if b is None]}")
             gain = [paired_difference(scores[task, method, s], b, f"{task}/seed{s}: {method} "
                                       "vs its base") for s, b in zip(seeds, base)]
             mean, lo, hi = t_interval(d)
             g_mean, g_lo, g_hi = t_interval(gain)
             across.setdefault(method, {})[task] = d
             rows.append({
-                "task": task, "method": method, "reference": reference, "seeds": len(seeds),
+                "task": task, "method": method, "reference": reference, "statistic": "mean",
+                "seeds": len(seeds),
                 "problems": len(scores[task, method, seeds[0]]),
                 "diff_mean": mean, "diff_lo": lo, "diff_hi": hi,
                 "p_better": float(np.mean([1.0 if x > 0 else 0.5 if x == 0 else 0.0
@@ -144,9 +153,10 @@ def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, referen
         if len(tasks) > 1:
             mean, lo, hi = stratified_iqm_interval(across[method])
             rows.append({"task": "all", "method": method, "reference": reference,
+                         "statistic": "IQM",
                          "seeds": sum(len(v) for v in across[method].values()),
                          "diff_mean": mean, "diff_lo": lo, "diff_hi": hi, "margin": margin,
-                         "call": call(lo, hi, margin), "half_width": (hi - lo) / 2,
+                         "call": "none (descriptive interval)", "half_width": (hi - lo) / 2,
                          "interval": "IQM over tasks x seeds, stratified bootstrap over seeds"})
     return pd.DataFrame(rows)
 

@@ -78,3 +78,11 @@ def test_this_process_and_its_children_are_pinned():
     assert info["reproducible"] and info["pinned"] == repro.PIN
     if AVX2:
         assert info["torch_capability"] == "AVX2"
+
+
+def test_model_digest_reads_a_checkpoint_tensor_by_tensor(tiny_dir):
+    from safetensors.torch import load_file
+    state = {}
+    for f in sorted(tiny_dir.glob("*.safetensors")):
+        state.update(load_file(f))
+    assert repro.model_digest(tiny_dir) == repro.tensors_digest(state)

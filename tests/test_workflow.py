@@ -47,16 +47,19 @@ def test_default_config_targets_resolve(tmp_path, target, jobs):
         assert re.search(rf"^{rule}\s+{count}$", stats, re.M), (rule, stats)
 
 
-def test_paper_config_resolves_on_slurm():
+def test_paper_config_resolves_on_slurm(tmp_path):
     """config/paper.yaml through snakemake-executor-plugin-slurm and the slurm workflow profile,
-    dry, exactly as the README's cluster command runs it: from the repository root, where
-    config/config.yaml is found too (a --configfile replaces it, never merges into it). The
-    full paper grid resolves, sharded runs ask for the node's 8 GPUs, LoRA runs and lm-eval
-    for one."""
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--executor", "slurm",
-                          "--workflow-profile", "workflow/profiles/slurm",
+    dry, as the README's cluster command runs it from the repository root: in a copy of the
+    root's config/ and profile, so config/config.yaml is found too (a --configfile replaces it,
+    never merges into it), and no results of the checkout count. The full paper grid
+    resolves, sharded runs ask for the node's 8 GPUs, LoRA runs and lm-eval for one."""
+    import shutil
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    shutil.copytree(ROOT / "workflow/profiles", tmp_path / "workflow/profiles")
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+                          "--executor", "slurm", "--workflow-profile", "workflow/profiles/slurm",
                           "--configfile", "config/paper.yaml", "-n"],
-                         capture_output=True, text=True, cwd=ROOT)
+                         capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     stats = out.stdout[out.stdout.index("Job stats"):]
     # 2 tasks x 7 run_methods x 3 seeds + 2 stability methods x 3 seeds; hub models: no SFT
@@ -121,7 +124,8 @@ def test_smoke_run_end_to_end(smoke_run):
     assert ev["n"] == 6
     verdicts = pd.read_csv(tmp_path / "results/verdicts.csv")
     assert set(verdicts["task"]) == {"arithmetic", "countdown", "all"}
-    assert set(verdicts["method"]) == {"logra"} and verdicts["call"].isin(CALLS).all()
+    per_task = verdicts[verdicts["task"] != "all"]
+    assert set(verdicts["method"]) == {"logra"} and per_task["call"].isin(CALLS).all()
     assert (verdicts["diff_lo"] <= verdicts["diff_mean"]).all()
     for fig in ("reward_curves", "verdicts", "memory_reduction", "stability_27b", "sync_bytes"):
         for ext in ("png", "pdf"):
@@ -183,10 +187,13 @@ def test_smoke_run_repeats_the_reference_fingerprints(smoke_run):
     if diff is None:
         return
     made_on["reproducible"] = True  # references are made on the pinned path
-    uncovered = repro.covered(machine) or repro.covered(made_on)
+    versions = {k: (made_on[k], machine[k]) for k in ("torch", "transformers")
+                if made_on[k] != machine[k]}
+    uncovered = ((f"library versions differ from the reference's: {versions}" if versions
+                  else None) or repro.covered(machine) or repro.covered(made_on))
     where = (f"this machine: {machine['cpu_vendor']} {machine['cpu_model']}; reference "
              f"{references[0].name}: {made_on['cpu_vendor']} {made_on['cpu_model']}")
-    if all(made_on[k] == machine[k] for k in cpu) or not uncovered:
+    if not versions and (all(made_on[k] == machine[k] for k in cpu) or not uncovered):
         pytest.fail(f"{diff} ({where})")
     pytest.skip(f"{uncovered}: {diff} ({where})")
 
