@@ -138,7 +138,8 @@ class MemoryReport:
     category_max: dict[str, int] = dataclasses.field(default_factory=dict)
     """Max over the region of each ``by_category`` key taken separately."""
     phase_peaks: dict[str, int] = dataclasses.field(default_factory=dict)
-    """CUDA: the allocator's peak within each phase ended by ``MemoryMeter.phase``, in order."""
+    """The peak within each phase ended by ``MemoryMeter.phase``, in order (CUDA: the
+    allocator's; CPU: the timeline's, split at the times the phases ended)."""
     peak_time_frac: float | None = None
     """Where in the region (0 = start, 1 = end) the peak happened (CPU)."""
     rss_scope: str | None = None
@@ -288,12 +289,16 @@ def _allocator_net_peak(memory_profile, device: torch.device) -> int | None:
 
 
 def _analyze_memory_profile(prof, device: torch.device,
-                            labels: dict[int, str] | None = None) -> dict[str, Any]:
+                            labels: dict[int, str] | None = None,
+                            phases: list[tuple[str, int]] = ()) -> dict[str, Any]:
     """Read peak / category breakdown off the profiler's memory timeline for ``device``.
 
     Walks ``MemoryProfile.timeline`` (sorted by (time, action)): PREEXISTING (t=-1) and CREATE
     add bytes, DESTROY removes them, INCREMENT_VERSION moves bytes between the categories of two
     versions of one tensor.  The running total is sampled after all events sharing one timestamp.
+    ``phases`` [(name, end time in ns)] splits the timeline: each phase's peak is the largest
+    sample up to its end time after the previous phase's (the timeline's times are
+    ``time.time_ns()``'s clock).
     """
     mp = _import_memory_profiler()
     try:
@@ -355,8 +360,19 @@ def _analyze_memory_profile(prof, device: torch.device,
     def add(raw: str, n: int) -> None:
         live_raw[raw] = live_raw.get(raw, 0) + n
 
+    phase_ends = list(phases)
+    phase_peaks: dict[str, int] = {}
+    level = 0  # the live total at the previous sample: where the next phase starts
+
     def sample(t) -> None:
-        nonlocal peak, peak_raw, peak_t
+        nonlocal peak, peak_raw, peak_t, level
+        while len(phase_ends) > 1 and t > phase_ends[0][1]:  # the last phase takes the rest
+            phase_ends.pop(0)
+            phase_peaks[phase_ends[0][0]] = max(phase_peaks.get(phase_ends[0][0], 0), level)
+        if phase_ends:
+            name = phase_ends[0][0]
+            phase_peaks[name] = max(phase_peaks.get(name, 0), total)
+        level = total
         if total > peak:
             peak, peak_raw, peak_t = total, dict(live_raw), t
         buckets: dict[str, int] = {}
@@ -413,6 +429,8 @@ def _analyze_memory_profile(prof, device: torch.device,
         end_bytes=int(total),
         peak_time_frac=frac,
         allocator_net_peak_bytes=_allocator_net_peak(memory_profile, device),
+        # a phase without events holds the level it started at
+        phase_peaks={name: int(phase_peaks.get(name, level)) for name, _ in phases},
     )
 
 
@@ -455,13 +473,15 @@ class MemoryMeter:
         self._cuda_before = 0
         self._cuda_peak = 0
         self._phase_peaks: dict[str, int] = {}
+        self._phase_ends: list[tuple[str, int]] = []
 
     def phase(self, name: str) -> None:
-        """Ends a phase of the region (forward/backward, propose, ...). CUDA: the allocator's
-        peak since the previous phase ended goes into ``report.phase_peaks[name]`` and the
-        counter restarts; the region's peak is still the largest. CPU: nothing (the profiler's
-        timeline is not split by phase)."""
+        """Ends a phase of the region (forward/backward, propose, ...): the peak since the
+        previous phase ended goes into ``report.phase_peaks[name]``; the region's peak is still
+        the largest. CUDA: the allocator's peak, whose counter restarts. CPU: the time is noted
+        and the profiler's timeline is split there."""
         if self.device.type != "cuda":
+            self._phase_ends.append((name, time.time_ns()))
             return
         torch.cuda.synchronize(self.device)
         peak = torch.cuda.max_memory_allocated(self.device)
@@ -480,6 +500,7 @@ class MemoryMeter:
         _import_memory_profiler()  # fail before running the step if the API is gone
         self._rss_before = _read_rss_now_bytes()
         self._rss_reset = _reset_rss_hwm()
+        self._phase_ends = []
         self._prof = _new_profiler()
         self._t0 = time.perf_counter()
         self._prof.__enter__()
@@ -512,7 +533,7 @@ class MemoryMeter:
         if exc_type is not None:
             return False
         t1 = time.perf_counter()
-        res = _analyze_memory_profile(prof, self.device, self._labels)
+        res = _analyze_memory_profile(prof, self.device, self._labels, self._phase_ends)
         analysis_s = time.perf_counter() - t1
         del prof
         self.report = MemoryReport(
@@ -574,6 +595,7 @@ def activation_breakdown(
     attn_implementation: str | None = None,
     attention_mask: bool = False,
     include_head: bool = True,
+    frozen: bool = False,
 ) -> dict[str, int]:
     """Bytes autograd saves for backward in ONE forward of an HF Llama/Qwen2-style decoder.
 
@@ -606,6 +628,10 @@ def activation_breakdown(
     counted).  A GRPO loss of the form ``logits.float().log_softmax(-1).gather(...)`` saves the
     same N*V*f.  Caller-owned input_ids (saved by the embedding) are not counted.
 
+    ``frozen=True``: the base weights do not train (LoRA): the RMSNorms' normalised values and
+    the lm_head input, saved only for those weights' gradients, are not saved (the adapters'
+    own rank-r tensors are not counted: N·r per adapted module).
+
     With ``checkpointing=True`` (HF per-layer gradient checkpointing) only each layer's input
     (N*H*b) is kept from the forward; during backward one layer is recomputed, so the peak of
     saved activations is L*N*H*b + max(head, one layer).
@@ -634,8 +660,8 @@ def activation_breakdown(
 
     def rmsnorm() -> int:
         # fp32 input copy (when b == 4 the .to() is a no-op and the input itself is saved),
-        # rsqrt, normalised value cast back to dtype.
-        return N * H * f + N * f + N * H * b
+        # rsqrt, normalised value cast back to dtype (saved for the weight's gradient only).
+        return N * H * f + N * f + (0 if frozen else N * H * b)
 
     if impl == "eager":
         attn = 3 * N * A * b + B * nh * T * T * f + (B * nh * T * T * b if b != f else 0)
@@ -649,7 +675,8 @@ def activation_breakdown(
     per_layer = 2 * rmsnorm() + N * H * b + attn + o_in + N * H * b + 4 * N * I * b
     rope = 2 * T * hd * b
     # + fp32 scalar total_weight saved by nll_loss
-    head = (rmsnorm() + N * H * b + N * V * f + N * 8 + f) if include_head else 0
+    head = (rmsnorm() + (0 if frozen else N * H * b) + N * V * f + N * 8 + f) \
+        if include_head else 0
 
     if not checkpointing:
         layers, head_part = L * per_layer, head

@@ -26,7 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from logra import methods
-from logra.kl_control import KLControl
+from logra.kl_control import CHUNK_TOKENS, KLControl
 from logra.memory import MemoryMeter
 from logra.modeling import n_params, tiny_config
 from logra.planner import plan
@@ -68,13 +68,17 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
     ids, attn = batch[0], batch[1]
     cap_cuda_memory(budget_bytes, dev)
 
-    point = {"n_params": n_params(model), "rule": method["rule"], "device": str(dev),
+    point = {"n_params": n_params(model), "vocab_size": hf_config.vocab_size,
+             "rule": method["rule"], "device": str(dev),
              "threads": torch.get_num_threads(), "compute_dtype": compute_dtype,
              "batch": n, "micro_batch": shape["micro_batch"], "seq_len": p_len + c_len,
              "memory_budget_bytes": budget_bytes, "status": "ok"}
     point["planned"] = plan(hf_config, method["rule"], method["options"],
                             micro_batch=shape["micro_batch"], seq_len=p_len + c_len,
-                            probe_size=g["probe_size"])
+                            probe_size=g["probe_size"], completion_len=c_len,
+                            kl_control=bool(method.get("kl_control")),
+                            attention_mask=False,  # no padding: HF's sdpa then takes no mask
+                            kl_chunk_tokens=g.get("kl_chunk_tokens") or CHUNK_TOKENS)
     rule = methods.build(method["rule"], model, method["options"])
     kl = KLControl(**method["kl_control"]) if method.get("kl_control") else None
     times, rollout_times, sync = [], [], []
@@ -108,12 +112,13 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
         return point
     point.update(
         peak_mem_bytes=report.peak_bytes, mem_breakdown=report.by_category,
-        # CUDA: the allocator's peak in each phase of the measured step (rollout first)
-        phase_peaks={"rollout": rollout_peak, **report.phase_peaks} if dev.type == "cuda" else {},
+        # each phase's peak in the measured step (CUDA: the rollout's first)
+        phase_peaks=({"rollout": rollout_peak} if dev.type == "cuda" else {}) | report.phase_peaks,
         mem_measure=report.method, optimizer_state_bytes=rule.state_bytes(),
         update_time_s=statistics.median(times), rollout_time_s=statistics.median(rollout_times),
         sync_bytes_per_step=statistics.mean(sync[1:]),
         planned_error=point["planned"]["total"] / report.peak_bytes - 1)
+    point["peak_phase"] = max(point["phase_peaks"], key=point["phase_peaks"].get, default=None)
     if budget_bytes and report.peak_bytes > budget_bytes:
         point.update(status="oom", oom_check="measured peak vs budget (CPU: after the fact)",
                      oom_needed_bytes=report.peak_bytes)

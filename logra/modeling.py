@@ -41,8 +41,11 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
 def tiny_config(*, architecture: str = "llama", hidden_size: int = 256,
                 intermediate_size: int = 512, num_hidden_layers: int = 2,
                 num_attention_heads: int = 4, num_key_value_heads: int | None = None,
-                max_position_embeddings: int = 256, tie_word_embeddings: bool = False):
-    """The HF config of a tiny decoder over the character vocabulary."""
+                max_position_embeddings: int = 256, tie_word_embeddings: bool = False,
+                vocab_size: int | None = None):
+    """The HF config of a tiny decoder over the character vocabulary (`vocab_size`: a larger
+    one, for memory measurements at a real model's vocabulary size; token ids beyond the
+    characters mean nothing)."""
     if architecture not in ARCHITECTURES:
         raise ValueError(f"model.architecture: unknown {architecture!r}; "
                          f"known: {sorted(ARCHITECTURES)}")
@@ -51,7 +54,7 @@ def tiny_config(*, architecture: str = "llama", hidden_size: int = 256,
                          f"model.num_attention_heads={num_attention_heads}")
     pad, eos = SPECIAL_TOKENS.index("<pad>"), SPECIAL_TOKENS.index("<eos>")
     return ARCHITECTURES[architecture](
-        vocab_size=len(SPECIAL_TOKENS) + len(CHARSET), hidden_size=hidden_size,
+        vocab_size=vocab_size or len(SPECIAL_TOKENS) + len(CHARSET), hidden_size=hidden_size,
         intermediate_size=intermediate_size, num_hidden_layers=num_hidden_layers,
         num_attention_heads=num_attention_heads,
         num_key_value_heads=num_key_value_heads or num_attention_heads,

@@ -42,8 +42,8 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
         row["mean_step_time_s"] = s.get("mean_step_time_s")
         for key in ("sync_bytes_per_step", "sync_full_bytes", "sync_lowrank_fraction"):
             row[key] = s.get(key)
-        for key in ("median_real_over_pred", "median_real_over_pred_scaled", "scaled_steps"):
-            row[f"kl_{key}"] = (s.get("kl") or {}).get(key)
+        for eta, stats in ((s.get("kl") or {}).get("calibration") or {}).items():
+            row.update({f"kl_{eta}_{k}": v for k, v in stats.items()})  # realized / predicted
         row["eval_accuracy"] = json.loads(Path(eval_path).read_text())["accuracy"]
         row["base_accuracy"] = base.get((s["task"], s["seed"]))
         rows.append(row)
@@ -96,6 +96,7 @@ def memory_sweep_table(points: dict[tuple[str, str], dict]) -> pd.DataFrame:
     for (size, method), p in points.items():
         rows.append({
             "size": size, "method": method, "rule": p["rule"], "n_params": p["n_params"],
+            "vocab_size": p.get("vocab_size"), "peak_phase": p.get("peak_phase"),
             "device": p["device"], "threads": p.get("threads"), "batch": p["batch"],
             "micro_batch": p["micro_batch"], "seq_len": p["seq_len"], "status": p["status"],
             "peak_mem_bytes": p["peak_mem_bytes"],

@@ -53,7 +53,8 @@ from tqdm import tqdm
 from logra import checkpoint, distributed, methods, repro
 from logra.grpo import group_advantages, kl_k3, policy_loss, token_logprobs
 from logra.io import atomic_path, save_pretrained, write_json
-from logra.kl_control import KLControl, mean_kl, probe_logprobs
+from logra.kl_control import (CHUNK_TOKENS, KLControl, probe_base, probe_kl, split_probe,
+                              calibration as kl_calibration)
 from logra.memory import MemoryMeter, activation_bytes_estimate, analytic_breakdown, tensor_bytes
 from logra.modeling import load, n_params
 from logra.rollout import make_engine
@@ -292,11 +293,6 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         values = list(values)
         return sum(values) / len(values) if values else None
 
-    ratios = [m["kl_real"] / m["kl_pred"] for m in metrics if m["kl_pred"] > 0]
-    # at η = 1 the prediction is K₁ itself, measured at the applied step on the same probe, so
-    # the ratio is 1 by construction; only steps at η ≠ 1 test the η² extrapolation
-    scaled = [m["kl_real"] / m["kl_pred"] for m in metrics
-              if m["kl_pred"] > 0 and m["step_scale"] != 1]
     kl_real = [m["kl_real"] for m in metrics]
     return {
         "status": status, "diverged_at_step": diverged_at, "memory_budget_bytes": budget, **oom,
@@ -329,9 +325,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         "final_reward": mean(m["reward_mean"] for m in metrics[-10:]),
         "kl": {"median_real": statistics.median(kl_real) if kl_real else None,
                "max_real": max(kl_real, default=None),
-               "median_real_over_pred": statistics.median(ratios) if ratios else None,
-               "scaled_steps": len(scaled),
-               "median_real_over_pred_scaled": statistics.median(scaled) if scaled else None},
+               "calibration": kl_calibration(metrics)},
         "eval_accuracy": None, "config": cfg,
         # what the bits depend on, and the bits: weights and metrics without machine columns
         "machine": repro.machine(), "fingerprint": fingerprint}
@@ -341,23 +335,26 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, g,
                 max_scale: float = 1.0, phase=None) -> tuple[float, ...]:
     """One update: gradients, propose, (KL-controlled) apply, realized KL on the probe.
 
-    `max_scale` caps the step scale (linear warmup). `phase(name)`, if given, is called at the
-    end of each phase (`MemoryMeter.phase`: forward_backward, propose, kl_control, apply).
-    Returns (loss, step scale η, predicted KL at η or nan, realized KL)."""
+    The probe is split (logra/kl_control.py): KL control predicts on its first half, the
+    realized KL is measured on the second. `max_scale` caps the step scale (linear warmup).
+    `phase(name)`, if given, is called at the end of each phase (`MemoryMeter.phase`:
+    forward_backward, propose, kl_control, apply). Returns (loss, step scale η, predicted KL
+    at η or nan, realized KL)."""
     phase = phase or (lambda name: None)
-    temperature = g["temperature"]
+    fit, held_out = split_probe(probe)
+    chunk = g.get("kl_chunk_tokens") or CHUNK_TOKENS
     loss = accumulate_gradients(model, ref_model, *batch, g)
     phase("forward_backward")
-    base = probe_logprobs(model, probe[0], probe[1], temperature)
+    base_fit, base_held_out = probe_base(model, probe, g["temperature"], chunk).split(fit)
     step_delta = rule.propose()
     phase("propose")
-    eta, kl_pred = (kl_control.scale(model, rule, step_delta, probe, base, max_scale, temperature)
+    eta, kl_pred = (kl_control.scale(model, rule, step_delta, fit, base_fit, max_scale)
                     if kl_control else (max_scale, math.nan))
+    del base_fit
     phase("kl_control")
     rule.apply(step_delta, eta)
     del step_delta
-    after = probe_logprobs(model, probe[0], probe[1], temperature)
-    kl_real = distributed.broadcast(mean_kl(base, after, probe[2]))
+    kl_real = probe_kl(model, base_held_out, held_out)
     phase("apply")
     return loss, eta, kl_pred, kl_real
 

@@ -45,7 +45,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from logra import sketch as S
-from logra.kl_control import KLControl, mean_kl, probe_logprobs
+from logra.kl_control import KLControl, probe_base, probe_kl
 from logra.logra import LoGRA
 from logra.memory import MemoryMeter, tensor_bytes
 from logra.modeling import build_tiny, load
@@ -484,7 +484,7 @@ def kl_setup(tiny_dir):
     mask = attn[:, 1:].float()
     mask[:, :5] = 0  # "completion" tokens only
     probe = (ids, attn, mask)
-    base = probe_logprobs(model, ids, attn)
+    base = probe_base(model, probe)
     return model, rule, step, probe, base, seed
 
 
@@ -493,7 +493,7 @@ def _realized_kl(model, rule, step, probe, base, eta):
     saved = [p.detach().clone() for p in model.parameters()]
     applied = [st.applied for st in rule.sketched]
     rule.apply(step, eta)
-    kl = mean_kl(base, probe_logprobs(model, probe[0], probe[1]), probe[2])
+    kl = probe_kl(model, base, probe)
     with torch.no_grad():  # restore θ exactly
         for p, w in zip(model.parameters(), saved):
             p.copy_(w)
@@ -504,7 +504,7 @@ def _realized_kl(model, rule, step, probe, base, eta):
 
 def _predicted_kl(model, rule, step, probe, base, eta):
     with rule.perturbed(step, eta):
-        return mean_kl(base, probe_logprobs(model, probe[0], probe[1]), probe[2])
+        return probe_kl(model, base, probe)
 
 
 def _curvature_jvp(model, rule, step, probe, base) -> float:
@@ -527,9 +527,9 @@ def _curvature_jvp(model, rule, step, probe, base) -> float:
                                                   position_ids=pos)).logits
 
     with torch.no_grad():
-        _, t = jvp(logits, (params,), (tangent,))
+        out, t = jvp(logits, (params,), (tangent,))
     t = t[:, :-1].double()
-    prob = base.double().exp()
+    prob = torch.softmax(out[:, :-1].double(), dim=-1)
     var = (prob * t.square()).sum(-1) - (prob * t).sum(-1).square()
     return (0.5 * (var * mask).sum() / mask.sum()).item()
 
@@ -720,7 +720,7 @@ def test_non_finite_step_is_skipped_without_touching_weights_or_moments(tiny_dir
                 continue
             weights = [p.detach().clone() for p in model.parameters()]
             state = [t.clone() for t in rule.state_tensors()] + [rule.t, rule.dense.t]
-            base = probe_logprobs(model, probe[0], probe[1])
+            base = probe_base(model, probe)
             eta, pred = KLControl(target=1e-3).scale(model, rule, step, probe, base)
             assert (eta, pred) == (0.0, 0.0), f"seed={seed}: η={eta} for a NaN step"
             rule.apply(step, eta)

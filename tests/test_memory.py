@@ -300,6 +300,28 @@ def test_freeing_grads_in_hooks_lowers_grads_at_peak():
     assert hooked.peak_bytes < plain.peak_bytes - 0.5 * gb
 
 
+def test_cpu_phase_peaks_split_the_timeline_where_the_phases_end():
+    """Each phase's peak is the largest live total between its end and the previous phase's;
+    the region's peak is the largest phase peak."""
+    mib = 2**20
+    kept = torch.zeros(mib // 4)  # pre-existing, touched in the region
+    with MemoryMeter("cpu") as mm:
+        a = kept + 1  # phase "a": +1 MiB, kept
+        mm.phase("a")
+        b = torch.full((mib,), 2.0)  # phase "b": +4 MiB, freed before it ends
+        del b
+        mm.phase("b")
+        c = a * 3  # phase "c": +1 MiB, kept
+        mm.phase("c")
+    peaks = mm.report.phase_peaks
+    assert list(peaks) == ["a", "b", "c"]
+    assert peaks["a"] == pytest.approx(2 * mib, rel=0.01)
+    assert peaks["b"] == pytest.approx(6 * mib, rel=0.01)
+    assert peaks["c"] == pytest.approx(3 * mib, rel=0.01)
+    assert max(peaks.values()) == mm.report.peak_bytes
+    del a, c
+
+
 # ------------------------------------------------------------------------------------------------
 # Robustness
 # ------------------------------------------------------------------------------------------------

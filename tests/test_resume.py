@@ -129,11 +129,14 @@ def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, tiny_dir, 
     assert summary["peak_mem_bytes"] == pytest.approx(reference["peak_mem_bytes"], rel=0.01)
     for key in ("final_reward", "optimizer_state_bytes", "kl"):
         assert summary[key] == reference[key], key
-    if method == "logra":  # the KL ratio over the steps at η ≠ 1, where η²·K₁ extrapolates
-        scaled = ref[(ref["kl_pred"] > 0) & (ref["step_scale"] != 1)]
-        assert summary["kl"]["scaled_steps"] == len(scaled) > 0
-        assert summary["kl"]["median_real_over_pred_scaled"] == pytest.approx(
-            (scaled["kl_real"] / scaled["kl_pred"]).median())
+    if method == "logra":  # realized (held-out half) / predicted, at η = 1 and at η < 1
+        ok = ref[ref["kl_pred"] > 0]
+        for key, part in (("eta_1", ok[ok["step_scale"] == 1]),
+                          ("eta_below_1", ok[ok["step_scale"] < 1])):
+            assert summary["kl"]["calibration"][key]["steps"] == len(part)
+            if len(part):
+                assert summary["kl"]["calibration"][key]["median"] == pytest.approx(
+                    (part["kl_real"] / part["kl_pred"]).median())
 
 
 def test_divergence_stops_with_status_and_keeps_last_good_checkpoint(tmp_path, tiny_dir):

@@ -12,9 +12,9 @@ rule memory_point:
     output:
         "results/memory/{size}/{method}.json",
     params:
-        size=lambda w: MEMORY["sizes"][w.size],
+        size=lambda w: {k: v for k, v in MEMORY["sizes"][w.size].items() if k != "shape"},
         method=lambda w: run_config(config, TASKS[0], w.method, 0),
-        shape=MEMORY.get("shape"),
+        shape=lambda w: MEMORY.get("shape", {}) | MEMORY["sizes"][w.size].get("shape", {}),
         steps=MEMORY.get("steps"),
     threads: config["threads"]
     conda:
