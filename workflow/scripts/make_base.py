@@ -4,7 +4,7 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import torch
 
-from logra.io import save_pretrained, write_json
+from logra.io import progress, save_pretrained, write_json
 from logra.modeling import build_tiny, load
 from logra.repro import machine
 from logra.sft import sft
@@ -28,4 +28,5 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
                      max_new_tokens=snakemake.params.max_new_tokens, seed=snakemake.params.seed)
     save_pretrained(model, tokenizer, snakemake.output.model)
     write_json(snakemake.output.sft, {"source": str(m["name"]), **report, "machine": machine()})
-    print(f"SFT stopped at step {report['steps']}, held-out accuracy {report['accuracy']}")
+    progress(f"base {snakemake.wildcards.task}/seed{snakemake.params.seed}",
+             sft_steps=report["steps"], accuracy=report["accuracy"])
