@@ -100,7 +100,11 @@ def smoke_run(tmp_path_factory):
     out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path)],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (tmp_path / CONSOLE).write_text(out.stdout + out.stderr)
     return tmp_path
+
+
+CONSOLE = "console.txt"  # what the smoke run printed, beside its results
 
 
 def test_smoke_run_end_to_end(smoke_run):
@@ -153,6 +157,49 @@ def test_smoke_run_end_to_end(smoke_run):
     val_eval = json.loads(
         (tmp_path / "results/lr_sweep/arithmetic/dense_adam_lr0p0001/seed0.json").read_text())
     assert {s["prompt"] for s in val_eval["samples"]} == {f"Q: {q}\nA: " for q in questions["val"]}
+
+
+def test_smoke_run_reports_progress_and_writes_the_report(smoke_run):
+    """One progress line per finished job on the console; results/REPORT.md formats the CSVs'
+    numbers and its time ledger counts every job the run ran; `snakemake --report` bundles the
+    figures with captions that state the device, model size and steps."""
+    console = (smoke_run / CONSOLE).read_text()
+    summary = pd.read_csv(smoke_run / "results/summary.csv")
+    for r in summary.itertuples():
+        assert re.search(rf"^train {r.task}/{r.method}/seed{r.seed}: ok, steps 3, reward "
+                         r"[-0-9.e]+, peak [0-9.]+ MiB$", console, re.M), (r, console[-2000:])
+        assert re.search(rf"^eval/{r.task}/{r.method}/seed{r.seed}: accuracy [0-9.e-]+, "
+                         r"problems 6$", console, re.M)
+        assert re.search(rf"^base {r.task}/seed{r.seed}: sft_steps 150, accuracy ", console, re.M)
+    assert re.search(r"^memory s1/logra: ok, params \d+, peak [0-9.]+ MiB, planner_error ",
+                     console, re.M)
+
+    report = (smoke_run / "results/REPORT.md").read_text()
+    for r in pd.read_csv(smoke_run / "results/accuracy.csv").itertuples():
+        sd = "n/a" if pd.isna(r.accuracy_sd) else f"{r.accuracy_sd:.3f}"
+        assert f"| {r.task} | {r.method} | {r.accuracy_mean:.3f} ± {sd} |" in report
+    for section in ("## Verdicts", "## Memory sweep", "## Planner predictions", "## Sync bytes",
+                    "## Time ledger"):
+        assert section in report
+    ran = int(re.search(r"^total\s+(\d+)$", console, re.M).group(1))
+    ledger_jobs = int(re.search(r"^\| total \| (\d+) \|", report, re.M).group(1))
+    assert ledger_jobs == ran - 2  # every job but the report's own and `all`
+    for stage in ("data", "base", "train", "eval", "memory", "tables", "figures"):
+        assert re.search(rf"^\| {stage} \| \d+ \| [0-9.]+ \| [0-9.]+% \|$", report, re.M)
+    machine = json.loads(next((smoke_run / "results/runs").glob("*/*/*/summary.json"))
+                         .read_text())["machine"]
+    assert machine["cpu_model"] in report
+
+    out = subprocess.run(SNAKEMAKE + ["--directory", str(smoke_run), "--report",
+                                      str(smoke_run / "report.html")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    html = (smoke_run / "report.html").read_text()
+    for fig in ("reward_curves", "verdicts", "memory_reduction", "stability_27b", "sync_bytes"):
+        assert f"{fig}.png" in html
+    assert "REPORT.md" in html and "summary.csv" in html
+    # the captions state the scale
+    assert "3 GRPO steps" in html and "hidden_size 128, num_hidden_layers 1" in html
 
 
 REFERENCE = ROOT / "tests/data/fingerprints"
@@ -248,3 +295,4 @@ def test_killed_workflow_resumes_and_records_divergence(tmp_path):
     assert 1 <= at <= 8 and summary.loc["diverges", "steps"] == at - 1
     acc = pd.read_csv(tmp_path / "results/accuracy.csv")
     assert list(acc["method"]) == ["dense_adam"]  # means over finished runs only
+

@@ -13,6 +13,8 @@ rule base:
     threads: config["threads"]
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/base/base/{task}/seed{seed}.tsv",
     log:
         "results/logs/base/{task}/seed{seed}.log",
     script:

@@ -9,6 +9,8 @@ rule data:
         max_gen_toks=config["eval"]["max_gen_toks"],
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/data/data/{task}.tsv",
     log:
         "results/logs/data/{task}.log",
     script:
@@ -25,5 +27,7 @@ use rule data as data_val with:
         task=lambda w: config["tasks"][w.task],
         data=config["data"] | {"n_val": LR_SWEEP.get("n_val", 0)},
         max_gen_toks=config["eval"]["max_gen_toks"],
+    benchmark:
+        "results/benchmarks/lr_sweep/data_val/{task}.tsv",
     log:
         "results/logs/data/{task}_val.log",
