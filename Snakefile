@@ -8,8 +8,8 @@ import os
 
 from snakemake.utils import min_version, validate
 
-from logra.config import (add_lr_sweep_methods, base_input, check, gpus_per_run, run_config,
-                          start_model, task_options)
+from logra.config import (add_lr_sweep_methods, base_input, check, generation_room,
+                          gpus_per_run, hub_models, run_config, start_model, task_options)
 from logra.repro import pin_cpu
 
 min_version("9.0")

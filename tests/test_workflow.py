@@ -10,7 +10,7 @@ import pytest
 
 from logra import repro
 from logra.verdict import CALLS
-from logra.tasks import read_jsonl
+from logra.tasks import get_task, read_jsonl
 
 from conftest import ROOT
 
@@ -296,3 +296,68 @@ def test_killed_workflow_resumes_and_records_divergence(tmp_path):
     acc = pd.read_csv(tmp_path / "results/accuracy.csv")
     assert list(acc["method"]) == ["dense_adam"]  # means over finished runs only
 
+
+def test_own_task_and_local_gsm8k_each_in_one_config_line(tmp_path):
+    """The README's recipe, literally, on the smoke config: a task type registered in a file of
+    one's own (`task_files`) and GSM8K from local JSONL, each one line under `tasks`. A per-task
+    lr that names neither stops the dry run naming the key; with a `default` they run end to
+    end (one seed, one method), each base model's context sized from its own task's data, so
+    lm-eval keeps every prompt whole."""
+    import yaml
+
+    (tmp_path / "my_tasks.py").write_text(
+        "from logra.tasks import SyntheticTask, register_task\n\n\n@register_task\n"
+        "class Successor(SyntheticTask):\n    name = 'successor'\n\n"
+        "    def generate(self, rng):\n        n = rng.randint(0, 999)\n"
+        "        return {'question': f'after {n}', 'answer': str(n + 1)}\n")
+    for split, n in (("train", 24), ("test", 4)):  # GSM8K's format: "... #### <number>"
+        with open(tmp_path / f"{split}.jsonl", "w") as f:
+            for i in range(n):
+                a, b, c = i + 2, 3 * i + 1, 7
+                f.write(json.dumps({
+                    "question": f"Sam had {a} marbles in a box at home and bought {b} more marbles "
+                                f"at the shop after school on a sunny afternoon. His friend then "
+                                f"gave him {c} further marbles as a present for his birthday. "
+                                f"How many marbles does Sam have now in total ({split} {i})?",
+                    "answer": f"Sam had {a} and bought {b}, so {a}+{b}=<<{a}+{b}={a + b}>>"
+                              f"{a + b}. Then {a + b}+{c}=<<{a + b}+{c}={a + b + c}>>"
+                              f"{a + b + c}.\n#### {a + b + c}"}) + "\n")
+    config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
+    for paper_only in ("memory_sweep", "planner", "stability", "lr_sweep"):
+        del config[paper_only]
+    config.update(seeds=[0], run_methods=["dense_adam"], task_files=["my_tasks.py"], tasks={
+        "successor": {"type": "successor"},
+        "gsm8k": {"type": "gsm8k", "options": {"train_path": str(tmp_path / "train.jsonl"),
+                                               "test_path": str(tmp_path / "test.jsonl")}}})
+    config["sft"]["steps"] = 20
+    config["grpo"]["steps"] = 2
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--configfile",
+           str(path), "--cores", "2", "--directory", str(tmp_path)]
+    out = subprocess.run(cmd + ["-n"], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode != 0
+    assert "methods.dense_adam.options.lr: no value for task 'gsm8k'" in out.stdout + out.stderr
+
+    config["methods"]["dense_adam"]["options"]["lr"]["default"] = 1.0e-4
+    path.write_text(yaml.safe_dump(config))
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = pd.read_csv(tmp_path / "results/summary.csv")
+    assert sorted(summary["task"]) == ["gsm8k", "successor"] and (summary["status"] == "ok").all()
+    room = max(config["grpo"]["max_new_tokens"], config["eval"]["max_gen_toks"])
+    completion = {"successor": lambda r: r["answer"], "gsm8k": get_task("gsm8k").target}
+    positions = {}
+    for task in ("successor", "gsm8k"):
+        model = json.loads((tmp_path / f"results/base/{task}/seed0/model/config.json")
+                           .read_text())
+        rows = [r for split in ("train", "test")
+                for r in read_jsonl(tmp_path / f"results/data/{task}/{split}.jsonl")]
+        positions[task] = model["max_position_embeddings"]
+        # characters are tokens; every prompt + completion + eos fits with room to generate,
+        # and lm-eval, which keeps a prompt's last positions - max_gen_toks tokens, cuts none
+        assert positions[task] >= max(len(r["prompt"] + completion[task](r)) + 1
+                                      for r in rows) + room
+        assert positions[task] - config["eval"]["max_gen_toks"] >= max(
+            len(r["prompt"]) for r in rows)
+    assert positions["successor"] < 256 < positions["gsm8k"]  # sized per task, not fixed
