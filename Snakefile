@@ -1,15 +1,15 @@
 """logra-repro: tasks x methods x seeds GRPO runs, lm-eval, summary table and figures.
 
 Targets: `all` (the default grid of run_methods, the memory sweep, the planner, the long
-stability runs and every figure), `ablations` (run_methods + ablation_methods,
+stability runs, every figure and results/REPORT.md), `ablations` (run_methods + ablation_methods,
 under results/ablations/ and figures/ablations/), `lr_sweep` (results/lr_sweep.csv).
 """
 import os
 
 from snakemake.utils import min_version, validate
 
-from logra.config import (add_lr_sweep_methods, base_input, check, gpus_per_run, run_config,
-                          start_model, task_options)
+from logra.config import (add_lr_sweep_methods, base_input, check, generation_room,
+                          gpus_per_run, hub_models, run_config, start_model, task_options)
 from logra.repro import pin_cpu
 
 min_version("9.0")
@@ -59,8 +59,15 @@ PAPER = {"memory_sweep", "planner", "stability"} <= set(config)  # the paper's f
 VERDICTS = config["verdict"]["reference"] in METHODS and len(METHODS) > 1
 
 
+include: "workflow/rules/report.smk"
+
+
+report: "workflow/report/workflow.rst"  # `snakemake --report report.html` after a run
+
+
 rule all:
     input:
+        "results/REPORT.md",
         "results/summary.csv",
         "results/accuracy.csv",
         "results/fingerprints.csv",

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from logra import methods
-from logra.tasks import TASKS, HubTask, get_task
+from logra.tasks import TASKS, HubTask, get_task, load_task_files
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -27,7 +27,9 @@ class ConfigError(ValueError):
 
 
 def check(config: dict) -> None:
-    """Cross-key checks: references between sections, options accepted by the code."""
+    """Cross-key checks: references between sections, options accepted by the code. The
+    `task_files` are imported first, so the tasks they register are checked like the others."""
+    load_task_files(config.get("task_files", []))
     if config["device"] == "cpu" and config["reproducible"] and config["threads"] != 1:
         raise ConfigError(f"threads: {config['threads']}; reproducible CPU runs use one thread "
                           "per job (set threads: 1, or reproducible: false)")
@@ -123,6 +125,21 @@ def _check_rules_fit_model(config: dict) -> None:
             methods.build(m["rule"], model, task_options(m.get("options", {}), task))
         except (TypeError, ValueError) as e:
             raise ConfigError(f"methods.{name}.options: {e}") from None
+
+
+def generation_room(config: dict) -> int:
+    """Tokens a model must have room to generate after a prompt: the longest of lm-eval's
+    `eval.max_gen_toks` and every method's `grpo.max_new_tokens`."""
+    return max(config["eval"]["max_gen_toks"], config["grpo"]["max_new_tokens"],
+               *(m.get("grpo", {}).get("max_new_tokens", 0) for m in config["methods"].values()))
+
+
+def hub_models(config: dict) -> list[str]:
+    """The hub models (names or directories) runs of this config load: `model.name` unless it
+    is `tiny`, and every method's own `model`."""
+    names = [config["model"]["name"]] + [m["model"]["name"] for m in config["methods"].values()
+                                         if m.get("model")]
+    return [n for n in dict.fromkeys(names) if n != "tiny"]
 
 
 def task_options(options: dict, task: str) -> dict:

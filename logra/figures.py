@@ -15,15 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from logra.io import atomic_path  # noqa: E402
-
-
-def scale_label(summary: pd.DataFrame) -> str:
-    """'cpu, 1.36M params (tiny), 50 GRPO steps, 3 seeds' from the runs in `summary`."""
-    def join(values, fmt=str):
-        return "/".join(fmt(v) for v in sorted(set(values)))
-    return (f"{join(summary['device'])}, {join(summary['n_params'], lambda n: f'{n / 1e6:.2f}M')}"
-            f" params ({join(summary['model'])}), {join(summary['steps'])} GRPO steps, "
-            f"{summary['seed'].nunique()} seeds")
+from logra.report import scale_label  # noqa: E402
 
 
 def _save(fig, outputs) -> None:

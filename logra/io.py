@@ -6,6 +6,9 @@ renamed into place only once complete, so a job killed mid-write leaves nothing 
 or a directory; on success it is renamed over `path` (a directory replaces the old one), on any
 error it is removed. A leftover from a killed writer has the same name and is cleared by the next
 write. One writer per path is assumed (Snakemake runs one job per output).
+
+`progress` prints the one line a finished job reports: into the job's log and onto the console
+Snakemake shows (the process's own stderr, which the scripts' log redirection leaves alone).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -51,3 +55,23 @@ def save_pretrained(model, tokenizer, out_dir: str | os.PathLike) -> None:
     with atomic_path(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+
+
+
+def mib(n_bytes: float | None) -> str | None:
+    """Bytes as MiB for a progress line (None stays None: not measured)."""
+    return None if n_bytes is None else f"{n_bytes / 2**20:.1f} MiB"
+
+
+def progress(job: str, *notes: str, **measured) -> str:
+    """The one line a finished job reports, `<job>: <notes>, <name> <value>, ...`, e.g.
+    `train arithmetic/logra/seed1: ok, steps 80, reward 0.438, peak 13.3 MiB` (floats to three
+    significant digits, None as "n/a"). Printed to stdout (the job's log, where the scripts
+    redirect it) and to the console Snakemake shows (this process's own stderr)."""
+    values = {k: "n/a" if v is None else f"{v:.3g}" if isinstance(v, float) else v
+              for k, v in measured.items()}
+    line = f"{job}: " + ", ".join([*notes, *(f"{k} {v}" for k, v in values.items())])
+    print(line, flush=True)
+    if sys.stdout is not sys.__stdout__:
+        print(line, file=sys.__stderr__, flush=True)
+    return line

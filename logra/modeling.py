@@ -84,6 +84,26 @@ def model_config(model: dict):
     return AutoConfig.from_pretrained(model["name"])
 
 
+def context_needed(tokenizer, task, examples, room: int) -> int:
+    """Positions a model needs for `examples` of `task`: the longest prompt + target + `<eos>` in
+    `tokenizer`'s tokens, plus `room` tokens to generate (`logra.config.generation_room`). lm-eval
+    keeps a prompt's last max_position_embeddings - max_gen_toks tokens, so with this many no
+    prompt of these examples is cut."""
+    return room + max(len(tokenizer(task.prompt(e) + task.target(e)).input_ids) + 1
+                      for e in examples)
+
+
+def check_context(hf_config, needed: int, task: str, model: str) -> None:
+    """Stop, naming the task, when `model` (its HF config) holds fewer than `needed` positions
+    (`context_needed`)."""
+    have = getattr(hf_config.get_text_config(), "max_position_embeddings", None)
+    if have is not None and have < needed:
+        raise ValueError(f"tasks.{task}: its longest prompt + completion plus generation room "
+                         f"needs {needed} positions; model {model} holds "
+                         f"max_position_embeddings={have} (shorten the task's examples, lower "
+                         "grpo.max_new_tokens / eval.max_gen_toks, or choose another model)")
+
+
 def load(name_or_path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
     """Load (model, tokenizer) from a local directory or a hub name (same code path).
 

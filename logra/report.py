@@ -118,6 +118,153 @@ def memory_sweep_table(points: dict[tuple[str, str], dict]) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
+def scale_label(summary: pd.DataFrame) -> str:
+    """'cpu, 1.36M params (tiny), 50 GRPO steps, 3 seeds' from the runs in `summary`."""
+    def join(values, fmt=str):
+        return "/".join(fmt(v) for v in sorted(set(values)))
+    return (f"{join(summary['device'])}, {join(summary['n_params'], lambda n: f'{n / 1e6:.2f}M')}"
+            f" params ({join(summary['model'])}), {join(summary['steps'])} GRPO steps, "
+            f"{summary['seed'].nunique()} seeds")
+
+
+def time_ledger(benchmarks: list[str | Path]) -> pd.DataFrame:
+    """Wall seconds per stage from Snakemake benchmark files `.../benchmarks/{stage}/...tsv`
+    (column `s`, one row per repeat): stage, jobs, seconds, share of the total; stages in the
+    order they first appear."""
+    rows = [{"stage": Path(b).parts[Path(b).parts.index("benchmarks") + 1],
+             "seconds": pd.read_csv(b, sep="\t")["s"].sum()} for b in benchmarks]
+    if not rows:
+        raise ValueError("time ledger: no benchmark files")
+    df = pd.DataFrame(rows)
+    out = df.groupby("stage", sort=False).agg(jobs=("seconds", "size"),
+                                              seconds=("seconds", "sum")).reset_index()
+    out["share"] = out["seconds"] / out["seconds"].sum()
+    return out
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    """A GitHub-markdown table of `df`'s cells as they are (format them first)."""
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |",
+             "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _fmt(values, spec: str = ".3f", scale: float = 1.0) -> list[str]:
+    """Each value / scale formatted with `spec`; a missing value as "n/a"."""
+    return ["n/a" if v is None or pd.isna(v) else format(v / scale, spec) for v in values]
+
+
+def _pm(means, sds) -> list[str]:
+    return [f"{m} ± {s}" for m, s in zip(_fmt(means), _fmt(sds))]
+
+
+def _section(title: str, source: str, intro: str, table: dict) -> list[str]:
+    return ["", f"## {title} (`{source}`)", "", intro, "", markdown_table(pd.DataFrame(table))]
+
+
+def _machines(runs: list[dict]) -> str:
+    seen = dict.fromkeys(
+        f"{m['cpu_model']} ({m['cpu_vendor']}; torch {m['torch']} at {m['torch_capability']}, "
+        f"transformers {m['transformers']}; pinned CPU path: "
+        f"{'yes' if m['reproducible'] else 'no'})"
+        for m in (r.get("machine") for r in runs) if m)
+    return "; ".join(seen) or "not recorded"
+
+
+def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[dict],
+                    long_runs: list[dict], ledger: pd.DataFrame,
+                    verdicts: pd.DataFrame | None = None, sweep: pd.DataFrame | None = None,
+                    planner: pd.DataFrame | None = None,
+                    lr_sweep: pd.DataFrame | None = None) -> str:
+    """results/REPORT.md from the workflow's tables; `runs` and `long_runs` are the summary.json
+    contents of the grid's runs and of the stability runs; a table that is None (its stage is
+    not in the config, or the lr sweep has not run) is left out."""
+    ok = summary[summary["status"] == "ok"]
+    seeds = ", ".join(map(str, sorted(set(summary["seed"]))))
+    out = ["# Results", "",
+           "Written by the workflow (rule `report`) from the files named in each section; "
+           "every number is formatted from them.", "",
+           f"- Runs: {scale_label(summary)} ({seeds}); {len(ok)} of {len(summary)} runs "
+           "finished ok.",
+           f"- Machine: {_machines(runs + long_runs)}."]
+    if long_runs:
+        steps = "/".join(str(s) for s in sorted({r["steps"] for r in long_runs}))
+        out.append(f"- Stability runs: {len(long_runs)} runs of "
+                   f"{', '.join(sorted({r['method'] for r in long_runs}))}, {steps} steps.")
+    bases = accuracy.groupby("task", as_index=False)["base_accuracy"].first()
+    out += _section("SFT bases", "results/accuracy.csv", "lm-eval accuracy of each task's SFT "
+                    "base, mean over seeds.",
+                    {"task": bases["task"], "base accuracy": _fmt(bases["base_accuracy"])})
+    out += _section("Accuracy", "results/accuracy.csv", "lm-eval accuracy after GRPO per task "
+                    "and method: mean ± sd over the seeds whose run finished ok.",
+                    {"task": accuracy["task"], "method": accuracy["method"],
+                     "accuracy": _pm(accuracy["accuracy_mean"], accuracy["accuracy_sd"]),
+                     "gain over base": _fmt(accuracy["gain_mean"], "+.3f"),
+                     "seeds": accuracy["n_seeds"]})
+    if verdicts is not None:
+        v = verdicts
+        out += _section("Verdicts", "results/verdicts.csv", "Accuracy minus the reference's, "
+                        "paired by task and seed, with its 95% interval (logra/verdict.py says "
+                        "how each row is computed).",
+                        {"task": v["task"], "method": v["method"], "reference": v["reference"],
+                         "statistic": v["statistic"],
+                         "difference [95% interval]": [
+                             f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
+                                 *(_fmt(v[c], "+.3f") for c in ("diff_mean", "diff_lo",
+                                                                "diff_hi")))],
+                         "margin": v["margin"], "call": v["call"]})
+    if sweep is not None:
+        out += _section("Memory sweep", "results/memory/sweep.csv", "One GRPO step per method "
+                        "and model size, measured; the planner's prediction beside it (error = "
+                        "predicted / measured - 1).",
+                        {"size": sweep["size"], "parameters": sweep["n_params"],
+                         "method": sweep["method"], "status": sweep["status"],
+                         "peak (MiB)": _fmt(sweep["peak_mem_bytes"], ".1f", 2**20),
+                         "vs dense Adam": _fmt(sweep["peak_mem_bytes_vs_dense"]),
+                         "planner error": _fmt(sweep["planned_error"], "+.1%")})
+    if planner is not None:
+        out += _section("Planner predictions", "results/memory/planner.csv", "Predicted, not "
+                        "measured: bytes per GPU by the planner (logra/planner.py).",
+                        {"model": planner["model"], "method": planner["method"],
+                         "GPUs": planner["gpus"], "policy": planner["policy"],
+                         "GB per GPU": _fmt(planner["total"], ".1f", 1e9),
+                         "GPU GB": _fmt(planner["gpu_bytes"], ".0f", 1e9),
+                         "fits": planner["fits"],
+                         "sync GB": _fmt(planner["sync_bytes"], ".3g", 1e9)})
+    sync = ok.groupby("method", as_index=False).agg(
+        per_step=("sync_bytes_per_step", "mean"), full=("sync_full_bytes", "mean"))
+    out += _section("Sync bytes", "results/summary.csv", "Bytes sent to the rollout engine per "
+                    "step (mean over the runs that finished ok), and as a share of the whole "
+                    "model's bytes, which a dense sync sends.",
+                    {"method": sync["method"],
+                     "MiB per step": _fmt(sync["per_step"], ".3f", 2**20),
+                     "model MiB": _fmt(sync["full"], ".2f", 2**20),
+                     "share of dense": _fmt(sync["per_step"] / sync["full"], ".1%")})
+    if lr_sweep is not None:
+        chosen = lr_sweep[lr_sweep["chosen"]]
+        out += _section("lr sweep", "results/lr_sweep.csv", "The lr with the best mean "
+                        "validation accuracy per task and method.",
+                        {"task": chosen["task"], "method": chosen["method"],
+                         "lr": _fmt(chosen["lr"], "g"),
+                         "validation accuracy": _pm(chosen["val_accuracy_mean"],
+                                                    chosen["val_accuracy_sd"]),
+                         "seeds": chosen["n_seeds"]})
+    else:
+        out += ["", "The lr sweep has not run (`snakemake lr_sweep` writes "
+                "`results/lr_sweep.csv`; the next report includes it)."]
+    total = pd.concat([ledger, pd.DataFrame([{"stage": "total", "jobs": ledger["jobs"].sum(),
+                                              "seconds": ledger["seconds"].sum(),
+                                              "share": 1.0}])])
+    out += _section("Time ledger", "results/benchmarks/", "Wall seconds of every job of the "
+                    "default target (Snakemake's `benchmark:` files), summed per stage; jobs that "
+                    "ran side by side each count in full, and this report's own job is not in it.",
+                    {"stage": total["stage"], "jobs": total["jobs"],
+                     "seconds": _fmt(total["seconds"], ".1f"),
+                     "share": _fmt(total["share"], ".1%")})
+    return "\n".join(out) + "\n"
+
+
 def write_csv(df: pd.DataFrame, path: str | Path) -> None:
     """Atomic CSV write (temp file + rename)."""
     with atomic_path(path) as tmp:

@@ -1,7 +1,10 @@
 """Reasoning tasks with verifiable rewards.
 
 Every task is a small :class:`Task` object found by name through a registry
-(:func:`get_task`, :func:`register_task`). A task turns a seed into train/test
+(:func:`get_task`, :func:`register_task`). A task of one's own lives in a Python file named
+in the config's ``task_files`` (:func:`load_task_files`): it is imported before the config is
+checked, and in every process the workflow starts, through the ``LOGRA_TASK_FILES``
+environment variable that this module reads when it is imported. A task turns a seed into train/test
 lists of examples, formats prompts, gives the supervised completion for
 warm-start SFT, and scores a model completion with a 0/1 reward.
 
@@ -30,13 +33,17 @@ train nor test.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import os
 import random
 import re
+import sys
 import unicodedata
 from collections import Counter
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from logra.io import atomic_path
@@ -626,3 +633,36 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
+
+
+# ---------------------------------------------------------------------------
+# Tasks of one's own: config `task_files`
+# ---------------------------------------------------------------------------
+
+TASK_FILES_ENV = "LOGRA_TASK_FILES"
+
+
+def load_task_files(paths: Iterable[str | os.PathLike]) -> None:
+    """Import each Python file of ``paths`` (config ``task_files``, relative to the working
+    directory) once, so the tasks it registers are known, and put the files into
+    ``LOGRA_TASK_FILES``: every process started from here on (each workflow job, lm-eval's
+    scorer, torchrun's ranks) imports them when it imports this module."""
+    files = [Path(p).resolve() for p in paths]
+    for path in files:
+        if not path.is_file():
+            raise FileNotFoundError(f"task_files: {path} is not a file")
+        name = f"logra_task_file_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+    known = [p for p in os.environ.get(TASK_FILES_ENV, "").split(os.pathsep) if p]
+    os.environ[TASK_FILES_ENV] = os.pathsep.join(dict.fromkeys(known + list(map(str, files))))
+
+
+load_task_files(p for p in os.environ.get(TASK_FILES_ENV, "").split(os.pathsep) if p)

@@ -48,3 +48,17 @@ def test_a_directory_replaces_a_file_and_a_symlink_is_replaced_not_followed(tmp_
     write_json(link, {"a": 1})
     assert not link.is_symlink() and link.read_text() == '{\n "a": 1\n}'
     assert (target / "keep").exists()  # what the symlink pointed to is untouched
+
+
+def test_progress_is_one_line_on_the_console_and_in_the_log(tmp_path, capfd):
+    """A job's progress line reaches the console (the process's stderr) even while the script
+    redirects stdout and stderr into its log, and the log gets it too."""
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from logra.io import mib, progress
+    with open(tmp_path / "job.log", "w") as log, redirect_stdout(log), redirect_stderr(log):
+        line = progress("train a/logra/seed1", "ok", steps=80, reward=0.43812, peak=mib(3 * 2**20),
+                        accuracy=None)
+    assert line == "train a/logra/seed1: ok, steps 80, reward 0.438, peak 3.0 MiB, accuracy n/a"
+    assert (tmp_path / "job.log").read_text() == line + "\n"
+    assert capfd.readouterr().err == line + "\n"

@@ -49,3 +49,20 @@ def test_load_errors_name_the_problem(tmp_path, tiny_dir):
         load(no_tok)
     with pytest.raises(ValueError, match="hidden_size=30 is not divisible"):
         build_tiny(tmp_path / "bad", hidden_size=30, num_attention_heads=4)
+
+
+def test_context_is_sized_from_the_data_and_a_short_model_is_named_with_its_task():
+    """The positions a task needs hold its longest prompt + target + eos, plus the room to
+    generate; a model holding fewer stops with the task and the model named."""
+    from logra.modeling import char_tokenizer, check_context, context_needed, tiny_config
+    from logra.tasks import get_task
+
+    task = get_task("arithmetic", digits=3)
+    examples = task.splits(0, 20, 5)["train"]
+    needed = context_needed(char_tokenizer(), task, examples, room=16)
+    longest = max(len(task.prompt(e) + task.target(e)) for e in examples)  # one token a char
+    assert needed == longest + 1 + 16
+    check_context(tiny_config(max_position_embeddings=needed), needed, "sums", "tiny")
+    with pytest.raises(ValueError, match=r"tasks\.sums: .* needs 40 positions; model org/m "
+                                         r"holds max_position_embeddings=39"):
+        check_context(tiny_config(max_position_embeddings=39), 40, "sums", "org/m")

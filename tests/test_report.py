@@ -50,3 +50,65 @@ def test_lr_sweep_refuses_evaluations_that_do_not_match_the_runs(tmp_path):
         lr_sweep_table(runs, vals[:-1], SWEEP)
     with pytest.raises(ValueError, match="adam_lr1/seed1/model, not the model of .*adam_lr1/seed0"):
         lr_sweep_table(runs, [vals[1]] + vals[1:], SWEEP)
+
+
+def _bench(root: Path, rel: str, seconds: float) -> Path:
+    path = root / "results/benchmarks" / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:00\t1.0\n")
+    return path
+
+
+def test_time_ledger_sums_each_stage_and_shares_add_up(tmp_path):
+    from logra.report import time_ledger
+    files = [_bench(tmp_path, "data/data/a.tsv", 1.5),
+             _bench(tmp_path, "train/train/a/m/seed0.tsv", 6.0),
+             _bench(tmp_path, "train/train/a/m/seed1.tsv", 2.0),
+             _bench(tmp_path, "figures/f.tsv", 0.5)]
+    ledger = time_ledger(files).set_index("stage")
+    assert list(ledger.index) == ["data", "train", "figures"]  # in the order jobs were listed
+    assert ledger.loc["train", "jobs"] == 2 and ledger.loc["train", "seconds"] == 8.0
+    assert ledger["seconds"].sum() == 10.0 and ledger["share"].sum() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="no benchmark files"):
+        time_ledger([])
+
+
+def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not_run(tmp_path):
+    import pandas as pd
+
+    from logra.report import report_markdown, time_ledger
+    summary = pd.DataFrame({
+        "status": ["ok", "ok", "oom"], "task": "a", "method": ["dense_adam", "logra", "logra"],
+        "seed": [0, 0, 1], "device": "cpu", "n_params": 1_360_000, "model": "tiny", "steps": 80,
+        "sync_bytes_per_step": [4 * 2**20, 2**19, None], "sync_full_bytes": 4 * 2**20})
+    accuracy = pd.DataFrame({"task": ["a", "a"], "method": ["dense_adam", "logra"],
+                             "base_accuracy": [0.25, 0.25], "accuracy_mean": [0.4375, 0.5],
+                             "accuracy_sd": [0.0211, float("nan")], "gain_mean": [0.1875, 0.25],
+                             "n_seeds": [3, 1]})
+    machine = {"cpu_model": "Some CPU", "cpu_vendor": "GenuineIntel", "torch": "2.x",
+               "torch_capability": "AVX2", "transformers": "5.x", "reproducible": True}
+    ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0),
+                          _bench(tmp_path, "train/train/a.tsv", 3.0)])
+    text = report_markdown(summary, accuracy, [{"machine": machine}], [], ledger)
+    assert ("cpu, 1.36M params (tiny), 80 GRPO steps, 2 seeds (0, 1); 2 of 3 runs finished ok"
+            in text)
+    assert "Some CPU (GenuineIntel; torch 2.x at AVX2" in text
+    assert "| a | 0.250 |" in text  # the base
+    assert "| a | dense_adam | 0.438 ± 0.021 | +0.188 | 3 |" in text
+    assert "| a | logra | 0.500 ± n/a | +0.250 | 1 |" in text  # one seed: no sd
+    assert "| logra | 0.500 | 4.00 | 12.5% |" in text  # sync: of the runs that finished ok
+    assert "| train | 1 | 3.0 | 75.0% |" in text and "| total | 2 | 4.0 | 100.0% |" in text
+    for absent in ("## Verdicts", "## Memory sweep", "## Planner", "## lr sweep"):
+        assert absent not in text  # not in the config, or not run
+    assert "The lr sweep has not run" in text
+
+    lr_sweep = pd.DataFrame({"task": ["a", "a"], "method": "logra", "lr": [1e-4, 2.5e-4],
+                             "val_accuracy_mean": [0.3, 0.35], "val_accuracy_sd": [0.01, 0.02],
+                             "n_seeds": 3, "chosen": [False, True]})
+    planner = pd.DataFrame({"model": ["m32b"], "method": ["logra"], "gpus": [8], "policy": "bf16",
+                            "total": [61.2e9], "gpu_bytes": [80e9], "fits": [True],
+                            "sync_bytes": [1.5e8]})
+    text = report_markdown(summary, accuracy, [{"machine": machine}], [], ledger,
+                           planner=planner, lr_sweep=lr_sweep)
+    assert "| m32b | logra | 8 | bf16 | 61.2 | 80 | True | 0.15 |" in text
+    assert "| a | logra | 0.00025 | 0.350 ± 0.020 | 3 |" in text and "0.0001 |" not in text

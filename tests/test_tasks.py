@@ -474,3 +474,27 @@ def test_gsm8k_gold_number_always_scores_one(a, cents, style):
     with_commas = f"{a:,}" + (f".{cents:02d}" if cents else "")
     text = [f"#### {gold}", f"A: {gold}.", f"so the answer is {with_commas}", f"${gold}"][style]
     assert get_task("gsm8k").reward(text, ex) == 1.0
+
+
+def test_task_files_register_their_tasks_here_and_in_every_process_started_later(tmp_path,
+                                                                                 monkeypatch):
+    """A file named in `task_files` is imported once (its @register_task runs), and a process
+    started afterwards (a workflow job) knows its task too; a missing file is named."""
+    import subprocess
+    import sys
+
+    from logra.tasks import TASK_FILES_ENV, TASKS, load_task_files
+    monkeypatch.delenv(TASK_FILES_ENV, raising=False)  # restored when the test ends
+    (tmp_path / "mine.py").write_text(
+        "from logra.tasks import SyntheticTask, register_task\n\n\n@register_task\n"
+        "class Echo(SyntheticTask):\n    name = 'echo_file_test'\n\n"
+        "    def generate(self, rng):\n        n = rng.randint(0, 99)\n"
+        "        return {'question': str(n), 'answer': str(n)}\n")
+    load_task_files([tmp_path / "mine.py"])
+    load_task_files([tmp_path / "mine.py"])  # once only: no second registration
+    assert TASKS["echo_file_test"]().splits(0, 3, 2)["train"][0]["prompt"].startswith("Q: ")
+    child = subprocess.run([sys.executable, "-c", "from logra.tasks import TASKS; "
+                            "print('echo_file_test' in TASKS)"], capture_output=True, text=True)
+    assert child.stdout.strip() == "True", child.stderr
+    with pytest.raises(FileNotFoundError, match="task_files: .*missing.py is not a file"):
+        load_task_files([tmp_path / "missing.py"])

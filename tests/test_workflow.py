@@ -10,7 +10,7 @@ import pytest
 
 from logra import repro
 from logra.verdict import CALLS
-from logra.tasks import read_jsonl
+from logra.tasks import get_task, read_jsonl
 
 from conftest import ROOT
 
@@ -100,7 +100,11 @@ def smoke_run(tmp_path_factory):
     out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path)],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (tmp_path / CONSOLE).write_text(out.stdout + out.stderr)
     return tmp_path
+
+
+CONSOLE = "console.txt"  # what the smoke run printed, beside its results
 
 
 def test_smoke_run_end_to_end(smoke_run):
@@ -153,6 +157,49 @@ def test_smoke_run_end_to_end(smoke_run):
     val_eval = json.loads(
         (tmp_path / "results/lr_sweep/arithmetic/dense_adam_lr0p0001/seed0.json").read_text())
     assert {s["prompt"] for s in val_eval["samples"]} == {f"Q: {q}\nA: " for q in questions["val"]}
+
+
+def test_smoke_run_reports_progress_and_writes_the_report(smoke_run):
+    """One progress line per finished job on the console; results/REPORT.md formats the CSVs'
+    numbers and its time ledger counts every job the run ran; `snakemake --report` bundles the
+    figures with captions that state the device, model size and steps."""
+    console = (smoke_run / CONSOLE).read_text()
+    summary = pd.read_csv(smoke_run / "results/summary.csv")
+    for r in summary.itertuples():
+        assert re.search(rf"^train {r.task}/{r.method}/seed{r.seed}: ok, steps 3, reward "
+                         r"[-0-9.e]+, peak [0-9.]+ MiB$", console, re.M), (r, console[-2000:])
+        assert re.search(rf"^eval/{r.task}/{r.method}/seed{r.seed}: accuracy [0-9.e-]+, "
+                         r"problems 6$", console, re.M)
+        assert re.search(rf"^base {r.task}/seed{r.seed}: sft_steps 150, accuracy ", console, re.M)
+    assert re.search(r"^memory s1/logra: ok, params \d+, peak [0-9.]+ MiB, planner_error ",
+                     console, re.M)
+
+    report = (smoke_run / "results/REPORT.md").read_text()
+    for r in pd.read_csv(smoke_run / "results/accuracy.csv").itertuples():
+        sd = "n/a" if pd.isna(r.accuracy_sd) else f"{r.accuracy_sd:.3f}"
+        assert f"| {r.task} | {r.method} | {r.accuracy_mean:.3f} ± {sd} |" in report
+    for section in ("## Verdicts", "## Memory sweep", "## Planner predictions", "## Sync bytes",
+                    "## Time ledger"):
+        assert section in report
+    ran = int(re.search(r"^total\s+(\d+)$", console, re.M).group(1))
+    ledger_jobs = int(re.search(r"^\| total \| (\d+) \|", report, re.M).group(1))
+    assert ledger_jobs == ran - 2  # every job but the report's own and `all`
+    for stage in ("data", "base", "train", "eval", "memory", "tables", "figures"):
+        assert re.search(rf"^\| {stage} \| \d+ \| [0-9.]+ \| [0-9.]+% \|$", report, re.M)
+    machine = json.loads(next((smoke_run / "results/runs").glob("*/*/*/summary.json"))
+                         .read_text())["machine"]
+    assert machine["cpu_model"] in report
+
+    out = subprocess.run(SNAKEMAKE + ["--directory", str(smoke_run), "--report",
+                                      str(smoke_run / "report.html")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    html = (smoke_run / "report.html").read_text()
+    for fig in ("reward_curves", "verdicts", "memory_reduction", "stability_27b", "sync_bytes"):
+        assert f"{fig}.png" in html
+    assert "REPORT.md" in html and "summary.csv" in html
+    # the captions state the scale
+    assert "3 GRPO steps" in html and "hidden_size 128, num_hidden_layers 1" in html
 
 
 REFERENCE = ROOT / "tests/data/fingerprints"
@@ -248,3 +295,69 @@ def test_killed_workflow_resumes_and_records_divergence(tmp_path):
     assert 1 <= at <= 8 and summary.loc["diverges", "steps"] == at - 1
     acc = pd.read_csv(tmp_path / "results/accuracy.csv")
     assert list(acc["method"]) == ["dense_adam"]  # means over finished runs only
+
+
+def test_own_task_and_local_gsm8k_each_in_one_config_line(tmp_path):
+    """The README's recipe, literally, on the smoke config: a task type registered in a file of
+    one's own (`task_files`) and GSM8K from local JSONL, each one line under `tasks`. A per-task
+    lr that names neither stops the dry run naming the key; with a `default` they run end to
+    end (one seed, one method), each base model's context sized from its own task's data, so
+    lm-eval keeps every prompt whole."""
+    import yaml
+
+    (tmp_path / "my_tasks.py").write_text(
+        "from logra.tasks import SyntheticTask, register_task\n\n\n@register_task\n"
+        "class Successor(SyntheticTask):\n    name = 'successor'\n\n"
+        "    def generate(self, rng):\n        n = rng.randint(0, 999)\n"
+        "        return {'question': f'after {n}', 'answer': str(n + 1)}\n")
+    for split, n in (("train", 24), ("test", 4)):  # GSM8K's format: "... #### <number>"
+        with open(tmp_path / f"{split}.jsonl", "w") as f:
+            for i in range(n):
+                a, b, c = i + 2, 3 * i + 1, 7
+                f.write(json.dumps({
+                    "question": f"Sam had {a} marbles in a box at home and bought {b} more marbles "
+                                f"at the shop after school on a sunny afternoon. His friend then "
+                                f"gave him {c} further marbles as a present for his birthday. "
+                                f"How many marbles does Sam have now in total ({split} {i})?",
+                    "answer": f"Sam had {a} and bought {b}, so {a}+{b}=<<{a}+{b}={a + b}>>"
+                              f"{a + b}. Then {a + b}+{c}=<<{a + b}+{c}={a + b + c}>>"
+                              f"{a + b + c}.\n#### {a + b + c}"}) + "\n")
+    config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
+    for paper_only in ("memory_sweep", "planner", "stability", "lr_sweep"):
+        del config[paper_only]
+    config.update(seeds=[0], run_methods=["dense_adam"], task_files=["my_tasks.py"], tasks={
+        "successor": {"type": "successor"},
+        "gsm8k": {"type": "gsm8k", "options": {"train_path": str(tmp_path / "train.jsonl"),
+                                               "test_path": str(tmp_path / "test.jsonl")}}})
+    config["sft"]["steps"] = 20
+    config["grpo"]["steps"] = 2
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--configfile",
+           str(path), "--cores", "2", "--directory", str(tmp_path)]
+    out = subprocess.run(cmd + ["-n"], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode != 0
+    assert "methods.dense_adam.options.lr: no value for task 'gsm8k'" in out.stdout + out.stderr
+
+    config["methods"]["dense_adam"]["options"]["lr"]["default"] = 1.0e-4
+    path.write_text(yaml.safe_dump(config))
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = pd.read_csv(tmp_path / "results/summary.csv")
+    assert sorted(summary["task"]) == ["gsm8k", "successor"] and (summary["status"] == "ok").all()
+    room = max(config["grpo"]["max_new_tokens"], config["eval"]["max_gen_toks"])
+    completion = {"successor": lambda r: r["answer"], "gsm8k": get_task("gsm8k").target}
+    positions = {}
+    for task in ("successor", "gsm8k"):
+        model = json.loads((tmp_path / f"results/base/{task}/seed0/model/config.json")
+                           .read_text())
+        rows = [r for split in ("train", "test")
+                for r in read_jsonl(tmp_path / f"results/data/{task}/{split}.jsonl")]
+        positions[task] = model["max_position_embeddings"]
+        # characters are tokens; every prompt + completion + eos fits with room to generate,
+        # and lm-eval, which keeps a prompt's last positions - max_gen_toks tokens, cuts none
+        assert positions[task] >= max(len(r["prompt"] + completion[task](r)) + 1
+                                      for r in rows) + room
+        assert positions[task] - config["eval"]["max_gen_toks"] >= max(
+            len(r["prompt"]) for r in rows)
+    assert positions["successor"] < 256 < positions["gsm8k"]  # sized per task, not fixed

@@ -1,6 +1,7 @@
 rule base:
     input:
         train="results/data/{task}/train.jsonl",
+        test="results/data/{task}/test.jsonl",  # the tiny model's context is sized from both
     output:
         model=directory("results/base/{task}/seed{seed}/model"),
         sft="results/base/{task}/seed{seed}/sft.json",
@@ -9,10 +10,13 @@ rule base:
         model=config["model"],
         sft=lambda w: task_options(config["sft"], w.task),
         max_new_tokens=config["grpo"]["max_new_tokens"],
+        room=generation_room(config),
         seed=lambda w: int(w.seed),  # the initialisation and SFT's batches
     threads: config["threads"]
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/base/base/{task}/seed{seed}.tsv",
     log:
         "results/logs/base/{task}/seed{seed}.log",
     script:

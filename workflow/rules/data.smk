@@ -7,8 +7,12 @@ rule data:
         task=lambda w: config["tasks"][w.task],
         data=config["data"],
         max_gen_toks=config["eval"]["max_gen_toks"],
+        hub_models=hub_models(config),  # each must hold the task's prompts and completions
+        room=generation_room(config),
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/data/data/{task}.tsv",
     log:
         "results/logs/data/{task}.log",
     script:
@@ -25,5 +29,9 @@ use rule data as data_val with:
         task=lambda w: config["tasks"][w.task],
         data=config["data"] | {"n_val": LR_SWEEP.get("n_val", 0)},
         max_gen_toks=config["eval"]["max_gen_toks"],
+        hub_models=hub_models(config),
+        room=generation_room(config),
+    benchmark:
+        "results/benchmarks/lr_sweep/data_val/{task}.tsv",
     log:
         "results/logs/data/{task}_val.log",

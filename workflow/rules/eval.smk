@@ -10,6 +10,8 @@ rule eval_run:
     threads: config["threads"]
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/eval/eval_run/{task}/{method}/seed{seed}.tsv",
     log:
         "results/logs/eval/{task}/{method}/seed{seed}.log",
     script:
@@ -27,6 +29,8 @@ rule eval_base:
     threads: config["threads"]
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/eval/eval_base/{task}/seed{seed}.tsv",
     log:
         "results/logs/eval/{task}/base_seed{seed}.log",
     script:

@@ -10,10 +10,12 @@ rule summary:
         evals=expand("results/eval/{run}.json", run=RUNS),
         base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
     output:
-        summary="results/summary.csv",
-        accuracy="results/accuracy.csv",
+        summary=report("results/summary.csv", caption="../report/table.rst", category="Tables"),
+        accuracy=report("results/accuracy.csv", caption="../report/table.rst", category="Tables"),
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/tables/summary.tsv",
     log:
         "results/logs/summary.log",
     script:
@@ -25,10 +27,13 @@ rule reward_curves:
         summary="results/summary.csv",
         metrics=expand("results/runs/{run}/metrics.csv", run=RUNS),
     output:
-        png="figures/reward_curves.png",
+        png=report("figures/reward_curves.png", caption="../report/reward_curves.rst",
+                   category="Figures"),
         pdf="figures/reward_curves.pdf",
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/figures/reward_curves.tsv",
     log:
         "results/logs/figures/reward_curves.log",
     script:
@@ -43,6 +48,8 @@ use rule summary as ablation_summary with:
     output:
         summary="results/ablations/summary.csv",
         accuracy="results/ablations/accuracy.csv",
+    benchmark:
+        "results/benchmarks/ablations/summary.tsv",
     log:
         "results/logs/ablations/summary.log",
 
@@ -54,6 +61,8 @@ use rule reward_curves as ablation_reward_curves with:
     output:
         png="figures/ablations/reward_curves.png",
         pdf="figures/ablations/reward_curves.pdf",
+    benchmark:
+        "results/benchmarks/ablations/reward_curves.tsv",
     log:
         "results/logs/figures/ablations/reward_curves.log",
 
@@ -63,10 +72,13 @@ rule memory_reduction:
         summary="results/summary.csv",
         sweep="results/memory/sweep.csv",
     output:
-        png="figures/memory_reduction.png",
+        png=report("figures/memory_reduction.png", caption="../report/memory_reduction.rst",
+                   category="Figures"),
         pdf="figures/memory_reduction.pdf",
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/figures/memory_reduction.tsv",
     log:
         "results/logs/figures/memory_reduction.log",
     script:
@@ -80,10 +92,13 @@ rule stability_27b:
         metrics=STABILITY_RUNS,
         summaries=[p.replace("metrics.csv", "summary.json") for p in STABILITY_RUNS],
     output:
-        png="figures/stability_27b.png",
+        png=report("figures/stability_27b.png", caption="../report/stability_27b.rst",
+                   category="Figures"),
         pdf="figures/stability_27b.pdf",
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/figures/stability_27b.tsv",
     log:
         "results/logs/figures/stability_27b.log",
     script:
@@ -95,10 +110,13 @@ rule sync_bytes:
         planner="results/memory/planner.csv",
         sweep="results/memory/sweep.csv",
     output:
-        png="figures/sync_bytes.png",
+        png=report("figures/sync_bytes.png", caption="../report/sync_bytes.rst",
+                   category="Figures"),
         pdf="figures/sync_bytes.pdf",
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/figures/sync_bytes.tsv",
     log:
         "results/logs/figures/sync_bytes.log",
     script:

@@ -13,6 +13,8 @@ rule fingerprints:
         "results/fingerprints.csv",
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/tables/fingerprints.tsv",
     log:
         "results/logs/fingerprints.log",
     script:

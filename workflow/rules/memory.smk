@@ -19,6 +19,8 @@ rule memory_point:
     threads: config["threads"]
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/memory/memory_point/{size}/{method}.tsv",
     log:
         "results/logs/memory/{size}/{method}.log",
     script:
@@ -33,9 +35,11 @@ rule memory_sweep:
             method=MEMORY["methods"],
         ),
     output:
-        "results/memory/sweep.csv",
+        report("results/memory/sweep.csv", caption="../report/table.rst", category="Tables"),
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/memory/memory_sweep.tsv",
     log:
         "results/logs/memory/sweep.log",
     script:
@@ -44,7 +48,7 @@ rule memory_sweep:
 
 rule planner:
     output:
-        "results/memory/planner.csv",
+        report("results/memory/planner.csv", caption="../report/table.rst", category="Tables"),
     params:
         planner=PLANNER,
         methods={m: config["methods"][m] for m in (PLANNER or {}).get("methods", [])},
@@ -56,6 +60,8 @@ rule planner:
         probe_size=config["grpo"]["probe_size"],
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/memory/planner.tsv",
     log:
         "results/logs/memory/planner.log",
     script:

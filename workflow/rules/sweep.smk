@@ -5,6 +5,8 @@ use rule eval_run as lr_sweep_eval with:
         lmeval="results/data/{task}/lmeval_val",
     output:
         "results/lr_sweep/{task}/{method}/seed{seed}.json",
+    benchmark:
+        "results/benchmarks/lr_sweep/lr_sweep_eval/{task}/{method}/seed{seed}.tsv",
     log:
         "results/logs/lr_sweep/{task}/{method}/seed{seed}.log",
 
@@ -27,6 +29,8 @@ rule lr_sweep:
         sweep=SWEEP,
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/lr_sweep/lr_sweep.tsv",
     log:
         "results/logs/lr_sweep.log",
     script:

@@ -17,6 +17,8 @@ rule train:
         gpu=lambda w: gpus_per_run(config, w.method),
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/train/train/{task}/{method}/seed{seed}.tsv",
     log:
         "results/logs/train/{task}/{method}/seed{seed}.log",
     script:

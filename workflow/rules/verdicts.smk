@@ -5,12 +5,14 @@ rule verdicts:
         evals=expand("results/eval/{run}.json", run=RUNS),
         base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
     output:
-        "results/verdicts.csv",
+        report("results/verdicts.csv", caption="../report/table.rst", category="Tables"),
     params:
         runs=RUNS,
         verdict=config["verdict"],
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/tables/verdicts.tsv",
     log:
         "results/logs/verdicts.log",
     script:
@@ -22,10 +24,13 @@ rule verdicts_figure:
         verdicts="results/verdicts.csv",
         summary="results/summary.csv",
     output:
-        png="figures/verdicts.png",
+        png=report("figures/verdicts.png", caption="../report/verdicts.rst",
+                   category="Figures"),
         pdf="figures/verdicts.pdf",
     conda:
         "../../environment.yml"
+    benchmark:
+        "results/benchmarks/figures/verdicts.tsv",
     log:
         "results/logs/figures/verdicts.log",
     script:
@@ -41,6 +46,8 @@ use rule verdicts as ablation_verdicts with:
     params:
         runs=ABLATION_RUNS,
         verdict=config["verdict"],
+    benchmark:
+        "results/benchmarks/ablations/verdicts.tsv",
     log:
         "results/logs/ablations/verdicts.log",
 
@@ -52,5 +59,7 @@ use rule verdicts_figure as ablation_verdicts_figure with:
     output:
         png="figures/ablations/verdicts.png",
         pdf="figures/ablations/verdicts.pdf",
+    benchmark:
+        "results/benchmarks/ablations/verdicts_figure.tsv",
     log:
         "results/logs/figures/ablations/verdicts.log",

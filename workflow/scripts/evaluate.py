@@ -4,6 +4,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import torch
 
 from logra.evaluate import evaluate
+from logra.io import progress
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     torch.set_num_threads(snakemake.threads)
@@ -11,4 +12,5 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     out = evaluate(snakemake.params.model, snakemake.input.lmeval, snakemake.wildcards.task,
                    snakemake.output[0], limit=e["limit"], batch_size=e["batch_size"],
                    device=snakemake.config["device"], dtype=e["dtype"])
-    print(f"{snakemake.wildcards.task}: accuracy {out['accuracy']:.4f} on {out['n']} examples")
+    progress(snakemake.output[0].removeprefix("results/").removesuffix(".json"),
+             accuracy=out["accuracy"], problems=out["n"])

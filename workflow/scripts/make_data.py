@@ -3,7 +3,10 @@ that evaluates its held-out split: `val` for the lr sweep's rule, `test` otherwi
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+from transformers import AutoConfig, AutoTokenizer
+
 from logra.evaluate import write_lmeval_task
+from logra.modeling import check_context, context_needed
 from logra.tasks import get_task, write_jsonl
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
@@ -11,6 +14,11 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     task = get_task(spec["type"], **spec.get("options", {}))
     splits = task.splits(data["seed"], data["n_train"], data["n_test"], data.get("n_val", 0))
     written = [split for split in splits if hasattr(out, split)]
+    for name in snakemake.params.hub_models:  # before any job loads one: does the task fit?
+        needed = context_needed(AutoTokenizer.from_pretrained(name), task,
+                                [e for split in splits.values() for e in split],
+                                snakemake.params.room)
+        check_context(AutoConfig.from_pretrained(name), needed, snakemake.wildcards.task, name)
     for split in written:
         write_jsonl(getattr(out, split), splits[split])
     held_out = "val" if "val" in written else "test"

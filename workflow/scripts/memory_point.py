@@ -3,7 +3,7 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import torch
 
-from logra.io import write_json
+from logra.io import mib, progress, write_json
 from logra.memory_sweep import measure
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
@@ -16,4 +16,6 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     point.update(size=snakemake.wildcards.size, method=snakemake.wildcards.method,
                  threads=snakemake.threads)
     write_json(snakemake.output[0], point)
-    print({k: point.get(k) for k in ("status", "n_params", "peak_mem_bytes", "planned_error")})
+    progress(f"memory {point['size']}/{point['method']}", point["status"],
+             params=point["n_params"], peak=mib(point["peak_mem_bytes"]),
+             planner_error=point.get("planned_error"))

@@ -6,7 +6,7 @@ import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from logra.io import write_json
+from logra.io import mib, progress, write_json
 from logra.train import oom_result, train
 
 nproc = snakemake.params.run["grpo"]["nproc_per_node"]
@@ -35,4 +35,5 @@ with open(snakemake.log[0], "a") as log, redirect_stdout(log), redirect_stderr(l
     else:
         summary = train(cfg, *args)
         write_json(snakemake.output.summary, summary)
-    print(json.dumps({k: summary[k] for k in ("status", "final_reward", "peak_mem_bytes")}))
+    progress(f"train {cfg['run_id']}", summary["status"], steps=summary["steps"],
+             reward=summary["final_reward"], peak=mib(summary["peak_mem_bytes"]))

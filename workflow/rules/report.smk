@@ -1,0 +1,46 @@
+# results/REPORT.md: every table of the default target, formatted from its CSVs, and the time
+# ledger: the wall seconds Snakemake benchmarked for each job of the default target, by stage
+# (the first folder under results/benchmarks/). Its inputs name every job's benchmark, so a
+# rule of the default target without a `benchmark:` stops the workflow here.
+LONG_RUNS = [os.path.relpath(os.path.dirname(p), "results/runs") for p in STABILITY_RUNS]
+BENCH = "results/benchmarks"
+DEFAULT_BENCHMARKS = (
+    expand(f"{BENCH}/data/data/{{task}}.tsv", task=TASKS)
+    + ([] if start_model(config) else
+       expand(f"{BENCH}/base/base/{{task}}/seed{{seed}}.tsv", task=TASKS, seed=SEEDS))
+    + expand(f"{BENCH}/train/train/{{run}}.tsv", run=list(dict.fromkeys(RUNS + LONG_RUNS)))
+    + expand(f"{BENCH}/eval/eval_run/{{run}}.tsv", run=RUNS)
+    + expand(f"{BENCH}/eval/eval_base/{{task}}/seed{{seed}}.tsv", task=TASKS, seed=SEEDS)
+    + expand(f"{BENCH}/tables/{{name}}.tsv",
+             name=["summary", "fingerprints"] + (["verdicts"] if VERDICTS else []))
+    + expand(f"{BENCH}/figures/{{name}}.tsv", name=["reward_curves"]
+             + (["verdicts"] if VERDICTS else [])
+             + (["memory_reduction", "stability_27b", "sync_bytes"] if PAPER else []))
+    + (expand(f"{BENCH}/memory/memory_point/{{size}}/{{method}}.tsv",
+              size=list(MEMORY["sizes"]), method=MEMORY["methods"])
+       + [f"{BENCH}/memory/memory_sweep.tsv", f"{BENCH}/memory/planner.tsv"] if PAPER else [])
+)
+
+
+rule report:
+    input:
+        benchmarks=DEFAULT_BENCHMARKS,
+        runs=expand("results/runs/{run}/summary.json", run=RUNS),
+        long_runs=expand("results/runs/{run}/summary.json", run=LONG_RUNS),
+        summary="results/summary.csv",
+        accuracy="results/accuracy.csv",
+        verdicts=["results/verdicts.csv"] if VERDICTS else [],
+        sweep=["results/memory/sweep.csv"] if PAPER else [],
+        planner=["results/memory/planner.csv"] if PAPER else [],
+    output:
+        report("results/REPORT.md", caption="../report/REPORT.rst", category="Results"),
+    params:
+        lr_sweep="results/lr_sweep.csv",  # included if `snakemake lr_sweep` wrote it before
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/report/report.tsv",  # its own ledger cannot count it
+    log:
+        "results/logs/report.log",
+    script:
+        "../scripts/report.py"

@@ -1,0 +1,30 @@
+"""results/REPORT.md: the default target's tables and time ledger (logra.report.report_markdown)."""
+import json
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pandas as pd
+
+from logra.io import atomic_path, progress
+from logra.report import report_markdown, time_ledger
+
+
+def table(paths):
+    """The CSV of an optional input (a list of zero or one path), or None."""
+    return pd.read_csv(paths[0]) if paths else None
+
+
+with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
+    i = snakemake.input
+    lr_sweep = Path(snakemake.params.lr_sweep)
+    ledger = time_ledger(i.benchmarks)
+    text = report_markdown(
+        pd.read_csv(i.summary), pd.read_csv(i.accuracy),
+        [json.loads(Path(p).read_text()) for p in i.runs],
+        [json.loads(Path(p).read_text()) for p in i.long_runs], ledger,
+        verdicts=table(i.verdicts), sweep=table(i.sweep), planner=table(i.planner),
+        lr_sweep=pd.read_csv(lr_sweep) if lr_sweep.exists() else None)
+    with atomic_path(snakemake.output[0]) as tmp:
+        tmp.write_text(text)
+    progress("report results/REPORT.md", jobs=int(ledger["jobs"].sum()),
+             job_seconds=float(ledger["seconds"].sum()))
