@@ -2,14 +2,17 @@
 
 Targets: `all` (the default grid of run_methods, the memory sweep, the planner, the long
 stability runs, every figure and results/REPORT.md), `ablations` (run_methods + ablation_methods,
-under results/ablations/ and figures/ablations/), `lr_sweep` (results/lr_sweep.csv).
+under results/ablations/ and figures/ablations/), `lr_sweep` (results/lr_sweep.csv),
+`memory_large` (the memory sweep with memory_sweep.opt_in_sizes: results/memory/sweep_large.csv),
+`stability` (the long runs over stability.opt_in_seeds: figures/stability_27b_seeds).
 """
 import os
 
 from snakemake.utils import min_version, validate
 
 from logra.config import (add_lr_sweep_methods, base_input, check, generation_room,
-                          gpus_per_run, hub_models, run_config, start_model, task_options)
+                          gpus_per_run, hub_models, run_config, stability_runs, start_model,
+                          task_options)
 from logra.repro import pin_cpu
 
 min_version("9.0")
@@ -89,3 +92,13 @@ rule ablations:
         ["results/ablations/verdicts.csv"] if VERDICTS else [],
         expand("figures/ablations/{fig}.{ext}", fig=["reward_curves"]
                + (["verdicts"] if VERDICTS else []), ext=["png", "pdf"]),
+
+
+rule memory_large:
+    input:
+        "results/memory/sweep_large.csv",
+
+
+rule stability:
+    input:
+        expand("figures/stability_27b_seeds.{ext}", ext=["png", "pdf"]),

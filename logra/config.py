@@ -178,6 +178,15 @@ def validate_file(path: str | Path) -> dict:
     return config
 
 
+def stability_runs(config: dict, opt_in: bool = False) -> list[str]:
+    """The long runs of figures/stability_27b as "task/method/seedN": `stability.methods` on its
+    task over `stability.seeds` (default: every seed), or over `stability.opt_in_seeds`."""
+    st = config.get("stability") or {}
+    seeds = st.get("opt_in_seeds" if opt_in else "seeds") or config["seeds"]
+    return [f"{st['task']}/{m}/seed{s}" for m in st.get("methods", []) for s in seeds] \
+        if st else []
+
+
 def start_model(config: dict, method: str | None = None) -> str | None:
     """The hub model (name or directory) a run of `method` (None: the task's base model) starts
     from as it is, or None when it starts from its seed's SFT base

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from logra.io import atomic_path  # noqa: E402
+from logra.planner import PHASES  # noqa: E402
 from logra.report import scale_label  # noqa: E402
 
 
@@ -99,45 +100,103 @@ def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[s
     _save(fig, outputs)
 
 
+PHASE_COLUMNS = [f"phase_{p}" for p in PHASES]
+
+
+def long_run_tables(metrics_paths, summary_paths) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The stability runs as `stability_27b` and `factor_effects` take them: their metrics, one
+    row per step with method and seed, and one row per run (method, seed, rule, KL control, lr,
+    device, size, steps, status)."""
+    import json
+    runs, summaries = [], []
+    for metrics, summary in zip(metrics_paths, summary_paths, strict=True):
+        s = json.loads(Path(summary).read_text())
+        runs.append(pd.read_csv(metrics).assign(method=s["method"], seed=s["seed"]))
+        m = s["config"]["method"]
+        summaries.append({k: s[k] for k in ("method", "seed", "device", "n_params", "steps",
+                                            "status")}
+                         | {"lr": m["options"].get("lr"), "rule": m["rule"],
+                            "kl_control": bool(m["kl_control"])})
+    return pd.concat(runs), pd.DataFrame(summaries)
+
+
+def factor_effects(long_runs: pd.DataFrame, long_summary: pd.DataFrame,
+                   last: int = 100) -> dict:
+    """Main effects of the 2 x 2 {dense Adam, LoGRA} x {KL control, none} on the final reward
+    (mean reward of each run's last `last` logged steps, averaged over its cell's seeds; a
+    diverged run's last steps are the ones before it stopped): `kl` = mean over rules of
+    (with − without), `logra` = mean over KL settings of (LoGRA − dense Adam), and a caption
+    naming the larger, with the divergences. Descriptive: no interval."""
+    final = long_runs.groupby(["method", "seed"])["reward_mean"].apply(
+        lambda r: r.tail(last).mean()).groupby("method").mean()
+    cells = long_summary.drop_duplicates("method").set_index("method")
+    cell = {(cells.loc[m, "rule"], bool(cells.loc[m, "kl_control"])): final[m] for m in final.index}
+    need = {(r, k) for r in ("dense_adam", "logra") for k in (True, False)}
+    diverged = ", ".join(f"{m} seed {s}" for m, s in long_summary.loc[
+        long_summary["status"] == "diverged", ["method", "seed"]].itertuples(index=False))
+    if not need <= set(cell):
+        return {"kl": None, "logra": None,
+                "caption": "not a 2 x 2: no factor credited" + (f"; diverged: {diverged}"
+                                                                 if diverged else "")}
+    kl = ((cell["dense_adam", True] - cell["dense_adam", False])
+          + (cell["logra", True] - cell["logra", False])) / 2
+    logra = ((cell["logra", True] - cell["dense_adam", True])
+             + (cell["logra", False] - cell["dense_adam", False])) / 2
+    credit = "KL control" if abs(kl) >= abs(logra) else "the LoGRA update"
+    return {"kl": kl, "logra": logra, "caption": (
+        f"final reward (last {last} steps), main effects: KL control {kl:+.3f}, LoGRA vs dense "
+        f"Adam {logra:+.3f}: the data credit {credit} (descriptive, "
+        f"{long_summary['seed'].nunique()} seed(s) per cell)"
+        + (f"; diverged: {diverged}" if diverged else "; none diverged"))}
+
+
 def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: pd.DataFrame,
                   sweep: pd.DataFrame, outputs: list[str], window: int = 25) -> None:
-    """(a) planner: per-GPU memory at ~27B by method and category (PREDICTION) with the GPU
-    line; (b) long runs: reward and realized KL per step, mean ± sd over seeds (measured);
-    (c) planner vs measured peak at every sweep point."""
+    """(a) planner: per-GPU memory at ~27B by method and phase (PREDICTION) with the GPU line;
+    (b) long runs, {dense Adam, LoGRA} x {KL control, none} at one lr: reward and realized KL
+    per step, mean ± sd over seeds (measured), titled with the factor the final rewards credit
+    (`factor_effects`); (c) planner vs measured peak at every sweep point."""
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     axes = axes.ravel()
     model = planner["model"].iloc[0]
     p = planner[planner["model"] == model].set_index("method")
-    cats = ["weights", "master", "grads", "optimizer", "activations", "probe", "fsdp", "rollout"]
-    (p[cats] / GB).plot.bar(stacked=True, ax=axes[0], rot=0)
+    phases = [c for c in PHASE_COLUMNS if c in p and p[c].notna().any()]
+    (p[phases].rename(columns=lambda c: c.removeprefix("phase_")) / GB).plot.bar(
+        ax=axes[0], rot=0)
     gpu = p["gpu_bytes"].iloc[0] / GB
     axes[0].axhline(gpu, color="red", ls="--", label=f"{gpu:.0f} GB GPU")
     axes[0].set_ylabel("GB per GPU (PREDICTION)")
-    axes[0].set_title(f"(a) PREDICTION (planner): {model}, {p['gpus'].iloc[0]} GPUs x {gpu:.0f} "
-                      f"GB,\n{p['sharding'].iloc[0]}, {p['policy'].iloc[0]} weights + fp32 "
-                      "master and moments", fontsize=9)
+    peaks = ", ".join(f"{m}: {r['peak_phase']}" for m, r in p.iterrows())
+    axes[0].set_title(f"(a) PREDICTION (planner) by phase: {model}, {p['gpus'].iloc[0]} GPUs x "
+                      f"{gpu:.0f} GB,\n{p['sharding'].iloc[0]}, {p['policy'].iloc[0]} weights + "
+                      f"fp32 master and moments; peak phase {peaks}", fontsize=8)
     axes[0].legend(fontsize=6)
     data = long_runs.copy()
     data["reward"] = data.groupby(["method", "seed"])["reward_mean"].transform(
         lambda r: r.rolling(window, min_periods=1).mean())
+    cells = long_summary.drop_duplicates("method").set_index("method")
     for method, d in data.groupby("method"):
+        style = dict(color="tab:blue" if cells.loc[method, "rule"] == "logra" else "tab:gray",
+                     ls="-" if cells.loc[method, "kl_control"] else "--", lw=1)
         for ax, col in ((axes[1], "reward"), (axes[2], "kl_real")):
             stats = d.groupby("step")[col].agg(["mean", "std"]).fillna(0)
-            ax.plot(stats.index, stats["mean"], label=method, lw=1)
+            ax.plot(stats.index, stats["mean"], label=method, **style)
             if col == "reward":
                 ax.fill_between(stats.index, stats["mean"] - stats["std"],
-                                stats["mean"] + stats["std"], alpha=0.2)
+                                stats["mean"] + stats["std"], alpha=0.15, color=style["color"])
     s = long_summary.iloc[0]
     scale = (f"{s['device']}, {s['n_params'] / 1e6:.2f}M params, {long_summary['steps'].max()} "
-             f"steps, {long_summary['seed'].nunique()} seeds, lr "
+             f"steps, {long_summary['seed'].nunique()} seed(s) per cell, lr "
              f"{'/'.join(sorted(set(long_summary['lr'].astype(str))))}")
     axes[1].set_title(f"(b) training reward (moving avg {window}, ± sd over seeds), measured:"
-                      f"\n{scale}", fontsize=9)
+                      f"\n{scale}\n{factor_effects(long_runs, long_summary)['caption']}",
+                      fontsize=8)
     axes[1].set_xlabel("GRPO step")
-    axes[1].legend(fontsize=7)
+    axes[1].legend(fontsize=7, title="blue LoGRA, gray dense Adam; solid: KL control",
+                   title_fontsize=6)
     axes[2].set_yscale("symlog", linthresh=1e-4)
-    axes[2].set_title("(b) realized KL(π_old ‖ π_new) per update on the probe, mean over seeds,"
-                      "\nmeasured (same runs)", fontsize=9)
+    axes[2].set_title("(b) realized KL(π_old ‖ π_new) per update on the held-out probe half, "
+                      "mean over seeds,\nmeasured (same runs)", fontsize=9)
     axes[2].set_xlabel("GRPO step")
     axes[2].legend(fontsize=7)
     points = _ok(sweep, "memory sweep")

@@ -103,9 +103,10 @@ def _forward(model, ids, attn):
 
 
 def probe_base(model, probe: tuple, temperature: float = 1.0,
-               chunk_tokens: int = CHUNK_TOKENS) -> ProbeBase:
+               chunk_tokens: int | None = None) -> ProbeBase:
     """π_θ on `probe` = (ids, attn, mask): the output layer's inputs at the positions whose next
-    token is a completion token, and its weights (copied when trained, or sharded)."""
+    token is a completion token, and its weights (copied when trained, or sharded).
+    `chunk_tokens` (None: CHUNK_TOKENS) sizes the chunks of every KL against this base."""
     ids, attn, mask = probe
     out = {}
 
@@ -113,7 +114,8 @@ def probe_base(model, probe: tuple, temperature: float = 1.0,
         copy = weight.requires_grad or distributed.world_size() > 1
         out["base"] = ProbeBase(
             x[:, :-1][mask.bool()].detach().clone(), weight.detach().clone() if copy else weight,
-            None if bias is None else bias.detach().clone(), temperature, chunk_tokens)
+            None if bias is None else bias.detach().clone(), temperature,
+            chunk_tokens or CHUNK_TOKENS)
 
     with _output_layer_replaced(model, keep):
         _forward(model, ids, attn)

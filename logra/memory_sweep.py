@@ -26,7 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from logra import methods
-from logra.kl_control import CHUNK_TOKENS, KLControl
+from logra.kl_control import KLControl
 from logra.memory import MemoryMeter
 from logra.modeling import n_params, tiny_config
 from logra.planner import plan
@@ -78,7 +78,7 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
                             probe_size=g["probe_size"], completion_len=c_len,
                             kl_control=bool(method.get("kl_control")),
                             attention_mask=False,  # no padding: HF's sdpa then takes no mask
-                            kl_chunk_tokens=g.get("kl_chunk_tokens") or CHUNK_TOKENS)
+                            kl_chunk_tokens=g.get("kl_chunk_tokens"))
     rule = methods.build(method["rule"], model, method["options"])
     kl = KLControl(**method["kl_control"]) if method.get("kl_control") else None
     times, rollout_times, sync = [], [], []

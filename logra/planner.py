@@ -92,7 +92,7 @@ def shapes(hf_config, modules: str = DEFAULT_MODULES):
 def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int, seq_len: int,
          policy: str = "fp32", gpus: int = 1, sharding: str = "none", probe_size: int = 8,
          completion_len: int | None = None, kl_control: bool = False,
-         kl_chunk_tokens: int = CHUNK_TOKENS, rollout_share: float = 0.0,
+         kl_chunk_tokens: int | None = None, rollout_share: float = 0.0,
          gpu_bytes: float | None = None, checkpointing: bool = False,
          attention_mask: bool = True, attn_implementation: str = "sdpa") -> dict:
     """Predicted per-GPU bytes by category and by phase (see the module docstring): the
@@ -150,8 +150,9 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     head_trained = rule != "lora"
     probe_tokens = probe_size * (completion_len or seq_len)
     base = probe_tokens * hidden * b + (vocab * hidden * b if head_trained else 0)
-    chunks = 3 * min(kl_chunk_tokens, math.ceil(probe_size / 2) * (completion_len or seq_len)) \
-        * vocab * f
+    chunk = min(kl_chunk_tokens or CHUNK_TOKENS,
+                math.ceil(probe_size / 2) * (completion_len or seq_len))
+    chunks = 3 * chunk * vocab * f
     out = {
         "weights": weights // shard, "master": master // shard, "grads": grads // shard,
         "optimizer": optimizer // shard,

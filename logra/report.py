@@ -176,10 +176,13 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                     long_runs: list[dict], ledger: pd.DataFrame,
                     verdicts: pd.DataFrame | None = None, sweep: pd.DataFrame | None = None,
                     planner: pd.DataFrame | None = None,
-                    lr_sweep: pd.DataFrame | None = None) -> str:
+                    lr_sweep: pd.DataFrame | None = None,
+                    stability: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> str:
     """results/REPORT.md from the workflow's tables; `runs` and `long_runs` are the summary.json
-    contents of the grid's runs and of the stability runs; a table that is None (its stage is
+    contents of the grid's runs and of the stability runs, `stability` their metrics and
+    summary as `logra.figures.factor_effects` takes them; a table that is None (its stage is
     not in the config, or the lr sweep has not run) is left out."""
+    from logra.figures import factor_effects
     ok = summary[summary["status"] == "ok"]
     seeds = ", ".join(map(str, sorted(set(summary["seed"]))))
     out = ["# Results", "",
@@ -222,16 +225,41 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                          "method": sweep["method"], "status": sweep["status"],
                          "peak (MiB)": _fmt(sweep["peak_mem_bytes"], ".1f", 2**20),
                          "vs dense Adam": _fmt(sweep["peak_mem_bytes_vs_dense"]),
-                         "planner error": _fmt(sweep["planned_error"], "+.1%")})
+                         "peak phase": sweep["peak_phase"],
+                         "planner error": _fmt(sweep["planned_error"], "+.1%"),
+                         "planner's peak phase": sweep["planned_peak_phase"]})
     if planner is not None:
         out += _section("Planner predictions", "results/memory/planner.csv", "Predicted, not "
                         "measured: bytes per GPU by the planner (logra/planner.py).",
                         {"model": planner["model"], "method": planner["method"],
                          "GPUs": planner["gpus"], "policy": planner["policy"],
                          "GB per GPU": _fmt(planner["total"], ".1f", 1e9),
+                         "peak phase": planner["peak_phase"],
                          "GPU GB": _fmt(planner["gpu_bytes"], ".0f", 1e9),
                          "fits": planner["fits"],
                          "sync GB": _fmt(planner["sync_bytes"], ".3g", 1e9)})
+    calibrated = ok[(ok.filter(like="_steps").fillna(0) > 0).any(axis=1)] \
+        if ok.filter(like="_steps").shape[1] else ok.iloc[:0]
+    if len(calibrated):
+        columns = [f"kl_{eta}_{k}" for eta in ("eta_1", "eta_below_1")
+                   for k in ("steps", "median", "p10", "p90")]
+        cal = calibrated[["task", "method"]].join(
+            calibrated.reindex(columns=columns).apply(pd.to_numeric)).groupby(
+            ["task", "method"], as_index=False).median()
+        out += _section("KL calibration", "results/summary.csv", "Realized KL on the probe's "
+                        "held-out half / the KL predicted on its other half (logra/kl_control.py)"
+                        ", at steps with η = 1 (the prediction is K₁) and η < 1 (η²·K₁): per run "
+                        "the median [p10, p90] over its steps; shown, the median over seeds.",
+                        {"task": cal["task"], "method": cal["method"], **{
+                            f"{label}: steps": cal[f"kl_{eta}_steps"].fillna(0).astype(int)
+                            for eta, label in (("eta_1", "η = 1"), ("eta_below_1", "η < 1"))},
+                         **{f"{label}: ratio": [f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
+                             *(_fmt(cal[f"kl_{eta}_{k}"], ".2f") for k in ("median", "p10",
+                                                                          "p90")))]
+                            for eta, label in (("eta_1", "η = 1"), ("eta_below_1", "η < 1"))}})
+    if stability is not None:
+        out += ["", "## Stability (`figures/stability_27b`)", "",
+                factor_effects(*stability)["caption"] + "."]
     sync = ok.groupby("method", as_index=False).agg(
         per_step=("sync_bytes_per_step", "mean"), full=("sync_full_bytes", "mean"))
     out += _section("Sync bytes", "results/summary.csv", "Bytes sent to the rollout engine per "

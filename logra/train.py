@@ -53,7 +53,7 @@ from tqdm import tqdm
 from logra import checkpoint, distributed, methods, repro
 from logra.grpo import group_advantages, kl_k3, policy_loss, token_logprobs
 from logra.io import atomic_path, save_pretrained, write_json
-from logra.kl_control import (CHUNK_TOKENS, KLControl, probe_base, probe_kl, split_probe,
+from logra.kl_control import (KLControl, probe_base, probe_kl, split_probe,
                               calibration as kl_calibration)
 from logra.memory import MemoryMeter, activation_bytes_estimate, analytic_breakdown, tensor_bytes
 from logra.modeling import load, n_params
@@ -342,10 +342,9 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, g,
     at η or nan, realized KL)."""
     phase = phase or (lambda name: None)
     fit, held_out = split_probe(probe)
-    chunk = g.get("kl_chunk_tokens") or CHUNK_TOKENS
     loss = accumulate_gradients(model, ref_model, *batch, g)
     phase("forward_backward")
-    base_fit, base_held_out = probe_base(model, probe, g["temperature"], chunk).split(fit)
+    base_fit, base_held_out = probe_base(model, probe, g["temperature"], g.get("kl_chunk_tokens")).split(fit)
     step_delta = rule.propose()
     phase("propose")
     eta, kl_pred = (kl_control.scale(model, rule, step_delta, fit, base_fit, max_scale)

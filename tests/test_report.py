@@ -106,9 +106,45 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
                              "val_accuracy_mean": [0.3, 0.35], "val_accuracy_sd": [0.01, 0.02],
                              "n_seeds": 3, "chosen": [False, True]})
     planner = pd.DataFrame({"model": ["m32b"], "method": ["logra"], "gpus": [8], "policy": "bf16",
-                            "total": [61.2e9], "gpu_bytes": [80e9], "fits": [True],
-                            "sync_bytes": [1.5e8]})
-    text = report_markdown(summary, accuracy, [{"machine": machine}], [], ledger,
+                            "total": [61.2e9], "peak_phase": ["forward_backward"],
+                            "gpu_bytes": [80e9], "fits": [True], "sync_bytes": [1.5e8]})
+    calibrated = summary.assign(kl_eta_1_steps=[None, 40, None], kl_eta_1_median=[None, 1.02, None],
+                                kl_eta_1_p10=[None, 0.5, None], kl_eta_1_p90=[None, 1.9, None],
+                                kl_eta_below_1_steps=[None, 0, None], kl_eta_below_1_median=None,
+                                kl_eta_below_1_p10=None, kl_eta_below_1_p90=None)
+    text = report_markdown(calibrated, accuracy, [{"machine": machine}], [], ledger,
                            planner=planner, lr_sweep=lr_sweep)
-    assert "| m32b | logra | 8 | bf16 | 61.2 | 80 | True | 0.15 |" in text
+    assert "| m32b | logra | 8 | bf16 | 61.2 | forward_backward | 80 | True | 0.15 |" in text
+    assert "| a | logra | 40 | 0 | 1.02 [0.50, 1.90] | n/a [n/a, n/a] |" in text  # calibration
     assert "| a | logra | 0.00025 | 0.350 ± 0.020 | 3 |" in text and "0.0001 |" not in text
+
+
+def test_stability_factor_effects_credit_the_larger_main_effect():
+    """Final reward per cell (last steps): KL control adds 0.3 on both rules, LoGRA 0.1 on both:
+    the main effects are exactly those and the caption credits KL control; swap the sizes and
+    it credits the update rule; a run that diverged is named; fewer than four cells: no credit."""
+    import pandas as pd
+
+    from logra.figures import factor_effects
+
+    def table(kl_gain, logra_gain):
+        runs, summary = [], []
+        for rule in ("dense_adam", "logra"):
+            for kl in (True, False):
+                method = f"{rule}{'_kl' if kl else ''}"
+                final = 0.2 + kl_gain * kl + logra_gain * (rule == "logra")
+                rewards = [0.0] * 50 + [final] * 100
+                runs.append(pd.DataFrame({"step": range(1, 151), "reward_mean": rewards,
+                                          "method": method, "seed": 0}))
+                summary.append({"method": method, "seed": 0, "rule": rule, "kl_control": kl,
+                                "status": "diverged" if method == "dense_adam" else "ok"})
+        return pd.concat(runs), pd.DataFrame(summary)
+
+    effects = factor_effects(*table(0.3, 0.1))
+    assert effects["kl"] == pytest.approx(0.3) and effects["logra"] == pytest.approx(0.1)
+    assert "credit KL control" in effects["caption"]
+    assert "diverged: dense_adam seed 0" in effects["caption"]
+    assert "credit the LoGRA update" in factor_effects(*table(0.1, -0.3))["caption"]
+    runs, summary = table(0.3, 0.1)
+    partial = factor_effects(runs[runs["method"] != "logra"], summary[summary["method"] != "logra"])
+    assert partial["kl"] is None and "no factor credited" in partial["caption"]

@@ -5,8 +5,7 @@ rule fingerprints:
         data=expand("results/data/{task}/{split}.jsonl", task=TASKS, split=["train", "test"]),
         bases=[] if start_model(config) else expand("results/base/{task}/seed{seed}/model",
                                                     task=TASKS, seed=SEEDS),
-        runs=list(dict.fromkeys(expand("results/runs/{run}/summary.json", run=RUNS)
-                                + [p.replace("metrics.csv", "summary.json") for p in STABILITY_RUNS])),
+        runs=expand("results/runs/{run}/summary.json", run=list(dict.fromkeys(RUNS + LONG_RUNS))),
         evals=expand("results/eval/{run}.json", run=RUNS)
         + expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
     output:

@@ -1,20 +1,20 @@
 MEMORY = config.get("memory_sweep", {"sizes": {}, "methods": []})
+# results/memory/sweep.csv: the default target's points; sweep_large.csv: every point
+SWEEP_POINTS = {"sweep": MEMORY["sizes"], "sweep_large": MEMORY["sizes"]
+                | MEMORY.get("opt_in_sizes", {})}
 PLANNER = config.get("planner")
-STABILITY_RUNS = expand(
-    "results/runs/{task}/{method}/seed{seed}/metrics.csv",
-    task=config.get("stability", {}).get("task", TASKS[0]),
-    method=config.get("stability", {}).get("methods", []),
-    seed=SEEDS,
-)
+LONG_RUNS = stability_runs(config)  # figures/stability_27b's, as task/method/seedN
 
 
 rule memory_point:
     output:
         "results/memory/{size}/{method}.json",
     params:
-        size=lambda w: {k: v for k, v in MEMORY["sizes"][w.size].items() if k != "shape"},
+        size=lambda w: {k: v for k, v in SWEEP_POINTS["sweep_large"][w.size].items()
+                        if k != "shape"},
         method=lambda w: run_config(config, TASKS[0], w.method, 0),
-        shape=lambda w: MEMORY.get("shape", {}) | MEMORY["sizes"][w.size].get("shape", {}),
+        shape=lambda w: MEMORY.get("shape", {})
+        | SWEEP_POINTS["sweep_large"][w.size].get("shape", {}),
         steps=MEMORY.get("steps"),
     threads: config["threads"]
     conda:
@@ -29,19 +29,21 @@ rule memory_point:
 
 rule memory_sweep:
     input:
-        expand(
+        lambda w: expand(
             "results/memory/{size}/{method}.json",
-            size=list(MEMORY["sizes"]),
+            size=list(SWEEP_POINTS[w.sweep]),
             method=MEMORY["methods"],
         ),
     output:
-        report("results/memory/sweep.csv", caption="../report/table.rst", category="Tables"),
+        report("results/memory/{sweep}.csv", caption="../report/table.rst", category="Tables"),
+    wildcard_constraints:
+        sweep="sweep|sweep_large",
     conda:
         "../../environment.yml"
     benchmark:
-        "results/benchmarks/memory/memory_sweep.tsv",
+        "results/benchmarks/memory/memory_{sweep}.tsv",
     log:
-        "results/logs/memory/sweep.log",
+        "results/logs/memory/{sweep}.log",
     script:
         "../scripts/memory_sweep.py"
 
@@ -57,7 +59,7 @@ rule planner:
             name: os.path.join(workflow.basedir, path)
             for name, path in (PLANNER or {}).get("models", {}).items()
         },
-        probe_size=config["grpo"]["probe_size"],
+        grpo=config["grpo"],
     conda:
         "../../environment.yml"
     benchmark:

@@ -2,7 +2,6 @@
 # ledger: the wall seconds Snakemake benchmarked for each job of the default target, by stage
 # (the first folder under results/benchmarks/). Its inputs name every job's benchmark, so a
 # rule of the default target without a `benchmark:` stops the workflow here.
-LONG_RUNS = [os.path.relpath(os.path.dirname(p), "results/runs") for p in STABILITY_RUNS]
 BENCH = "results/benchmarks"
 DEFAULT_BENCHMARKS = (
     expand(f"{BENCH}/data/data/{{task}}.tsv", task=TASKS)
@@ -27,6 +26,7 @@ rule report:
         benchmarks=DEFAULT_BENCHMARKS,
         runs=expand("results/runs/{run}/summary.json", run=RUNS),
         long_runs=expand("results/runs/{run}/summary.json", run=LONG_RUNS),
+        long_metrics=expand("results/runs/{run}/metrics.csv", run=LONG_RUNS),
         summary="results/summary.csv",
         accuracy="results/accuracy.csv",
         verdicts=["results/verdicts.csv"] if VERDICTS else [],

@@ -1,4 +1,5 @@
-"""results/memory/planner.csv: predicted per-GPU bytes by category at scale (predictions)."""
+"""results/memory/planner.csv: predicted per-GPU bytes by category and phase at scale
+(predictions)."""
 from contextlib import redirect_stderr, redirect_stdout
 
 import pandas as pd
@@ -16,7 +17,10 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
             bytes_ = plan(hf_config, spec["rule"], spec.get("options", {}),
                           micro_batch=p["micro_batch"], seq_len=p["seq_len"], policy=p["policy"],
                           gpus=p["gpus"], sharding=p["sharding"],
-                          probe_size=snakemake.params.probe_size,
+                          probe_size=snakemake.params.grpo["probe_size"],
+                          completion_len=p.get("completion_len"),
+                          kl_control=bool(spec.get("kl_control")),
+                          kl_chunk_tokens=snakemake.params.grpo.get("kl_chunk_tokens"),
                           rollout_share=p["rollout_share"], gpu_bytes=p["gpu_gb"] * 1e9,
                           checkpointing=p["checkpointing"])
             rows.append({"model": model, "method": method, "gpus": p["gpus"],
