@@ -77,7 +77,8 @@ def check(config: dict) -> None:
                               "the train rows after the first data.n_train; set data.n_train "
                               "(it is null: every row trains)")
     trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["lrs"],
-               *(config.get("stability") or {"methods": []})["methods"]}
+               *(config.get("stability") or {}).get("methods", []),
+               *(config.get("stability") or {}).get("opt_in_methods", [])}
     for name, m in config["methods"].items():
         unknown = sorted(set(m.get("grpo", {})) - set(config["grpo"]))
         if unknown:
@@ -180,11 +181,14 @@ def validate_file(path: str | Path) -> dict:
 
 def stability_runs(config: dict, opt_in: bool = False) -> list[str]:
     """The long runs of figures/stability_27b as "task/method/seedN": `stability.methods` on its
-    task over `stability.seeds` (default: every seed), or over `stability.opt_in_seeds`."""
+    task over `stability.seeds`, or `opt_in_methods` over `opt_in_seeds` (defaults: methods,
+    every seed)."""
     st = config.get("stability") or {}
+    if not st:
+        return []
+    methods = (st.get("opt_in_methods") if opt_in else None) or st["methods"]
     seeds = st.get("opt_in_seeds" if opt_in else "seeds") or config["seeds"]
-    return [f"{st['task']}/{m}/seed{s}" for m in st.get("methods", []) for s in seeds] \
-        if st else []
+    return [f"{st['task']}/{m}/seed{s}" for m in methods for s in seeds]
 
 
 def start_model(config: dict, method: str | None = None) -> str | None:
