@@ -6,6 +6,7 @@ whose window is stated in the legend title).
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -122,32 +123,42 @@ def long_run_tables(metrics_paths, summary_paths) -> tuple[pd.DataFrame, pd.Data
 
 def factor_effects(long_runs: pd.DataFrame, long_summary: pd.DataFrame,
                    last: int = 100) -> dict:
-    """Main effects of the 2 x 2 {dense Adam, LoGRA} x {KL control, none} on the final reward
-    (mean reward of each run's last `last` logged steps, averaged over its cell's seeds; a
-    diverged run's last steps are the ones before it stopped): `kl` = mean over rules of
-    (with − without), `logra` = mean over KL settings of (LoGRA − dense Adam), and a caption
-    naming the larger, with the divergences. Descriptive: no interval."""
-    final = long_runs.groupby(["method", "seed"])["reward_mean"].apply(
-        lambda r: r.tail(last).mean()).groupby("method").mean()
+    """Main effects of the 2 x 2 {dense Adam, LoGRA} x {KL control, none} on each run's mean
+    reward over all its logged steps (the area under its reward curve: a collapse counts from
+    when it happens) and, beside it, over its last `last` steps; each averaged over its cell's
+    seeds. `kl` = mean over rules of (with − without), `logra` = mean over KL settings of
+    (LoGRA − dense Adam), for the run mean; `kl_final`, `logra_final` for the last steps. The
+    caption credits the factor with the larger run-mean effect and names divergences.
+    Descriptive: no interval."""
     cells = long_summary.drop_duplicates("method").set_index("method")
-    cell = {(cells.loc[m, "rule"], bool(cells.loc[m, "kl_control"])): final[m] for m in final.index}
-    need = {(r, k) for r in ("dense_adam", "logra") for k in (True, False)}
+    runs = long_runs.groupby(["method", "seed"])["reward_mean"]
     diverged = ", ".join(f"{m} seed {s}" for m, s in long_summary.loc[
         long_summary["status"] == "diverged", ["method", "seed"]].itertuples(index=False))
-    if not need <= set(cell):
-        return {"kl": None, "logra": None,
-                "caption": "not a 2 x 2: no factor credited" + (f"; diverged: {diverged}"
-                                                                 if diverged else "")}
-    kl = ((cell["dense_adam", True] - cell["dense_adam", False])
-          + (cell["logra", True] - cell["logra", False])) / 2
-    logra = ((cell["logra", True] - cell["dense_adam", True])
-             + (cell["logra", False] - cell["dense_adam", False])) / 2
+    tail = f"; diverged: {diverged}" if diverged else "; none diverged"
+
+    def effects(per_run):
+        by_method = per_run.groupby("method").mean()
+        cell = {(cells.loc[m, "rule"], bool(cells.loc[m, "kl_control"])): by_method[m]
+                for m in by_method.index}
+        if not {(r, k) for r in ("dense_adam", "logra") for k in (True, False)} <= set(cell):
+            return None, None
+        return (((cell["dense_adam", True] - cell["dense_adam", False])
+                 + (cell["logra", True] - cell["logra", False])) / 2,
+                ((cell["logra", True] - cell["dense_adam", True])
+                 + (cell["logra", False] - cell["dense_adam", False])) / 2)
+
+    kl, logra = effects(runs.mean())
+    kl_final, logra_final = effects(runs.apply(lambda r: r.tail(last).mean()))
+    if kl is None:
+        return {"kl": None, "logra": None, "kl_final": None, "logra_final": None,
+                "caption": "not a 2 x 2: no factor credited" + tail}
     credit = "KL control" if abs(kl) >= abs(logra) else "the LoGRA update"
-    return {"kl": kl, "logra": logra, "caption": (
-        f"final reward (last {last} steps), main effects: KL control {kl:+.3f}, LoGRA vs dense "
-        f"Adam {logra:+.3f}: the data credit {credit} (descriptive, "
-        f"{long_summary['seed'].nunique()} seed(s) per cell)"
-        + (f"; diverged: {diverged}" if diverged else "; none diverged"))}
+    return {"kl": kl, "logra": logra, "kl_final": kl_final, "logra_final": logra_final,
+            "caption": (
+                f"main effects on the mean reward over the run: KL control {kl:+.3f}, LoGRA vs "
+                f"dense Adam {logra:+.3f} (over the last {last} steps: {kl_final:+.3f}, "
+                f"{logra_final:+.3f}): the data credit {credit} (descriptive, "
+                f"{long_summary['seed'].nunique()} seed(s) per cell){tail}")}
 
 
 def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: pd.DataFrame,
@@ -166,10 +177,9 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
     gpu = p["gpu_bytes"].iloc[0] / GB
     axes[0].axhline(gpu, color="red", ls="--", label=f"{gpu:.0f} GB GPU")
     axes[0].set_ylabel("GB per GPU (PREDICTION)")
-    peaks = ", ".join(f"{m}: {r['peak_phase']}" for m, r in p.iterrows())
     axes[0].set_title(f"(a) PREDICTION (planner) by phase: {model}, {p['gpus'].iloc[0]} GPUs x "
                       f"{gpu:.0f} GB,\n{p['sharding'].iloc[0]}, {p['policy'].iloc[0]} weights + "
-                      f"fp32 master and moments; peak phase {peaks}", fontsize=8)
+                      "fp32 master and moments", fontsize=9)
     axes[0].legend(fontsize=6)
     data = long_runs.copy()
     data["reward"] = data.groupby(["method", "seed"])["reward_mean"].transform(
@@ -189,8 +199,8 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
              f"steps, {long_summary['seed'].nunique()} seed(s) per cell, lr "
              f"{'/'.join(sorted(set(long_summary['lr'].astype(str))))}")
     axes[1].set_title(f"(b) training reward (moving avg {window}, ± sd over seeds), measured:"
-                      f"\n{scale}\n{factor_effects(long_runs, long_summary)['caption']}",
-                      fontsize=8)
+                      f"\n{scale}\n" + "\n".join(textwrap.wrap(
+                          factor_effects(long_runs, long_summary)["caption"], 90)), fontsize=8)
     axes[1].set_xlabel("GRPO step")
     axes[1].legend(fontsize=7, title="blue LoGRA, gray dense Adam; solid: KL control",
                    title_fontsize=6)

@@ -120,9 +120,10 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
 
 
 def test_stability_factor_effects_credit_the_larger_main_effect():
-    """Final reward per cell (last steps): KL control adds 0.3 on both rules, LoGRA 0.1 on both:
-    the main effects are exactly those and the caption credits KL control; swap the sizes and
-    it credits the update rule; a run that diverged is named; fewer than four cells: no credit."""
+    """Reward per cell: KL control adds 0.3 on both rules, LoGRA 0.1 on both, over the last 100
+    of 150 steps: the main effects on the last steps are exactly those, on the run's mean 2/3 of
+    them, and the caption credits KL control; swap the sizes and it credits the update rule; a
+    run that diverged is named; fewer than four cells: no credit."""
     import pandas as pd
 
     from logra.figures import factor_effects
@@ -141,7 +142,8 @@ def test_stability_factor_effects_credit_the_larger_main_effect():
         return pd.concat(runs), pd.DataFrame(summary)
 
     effects = factor_effects(*table(0.3, 0.1))
-    assert effects["kl"] == pytest.approx(0.3) and effects["logra"] == pytest.approx(0.1)
+    assert effects["kl_final"] == pytest.approx(0.3) and effects["logra_final"] == pytest.approx(0.1)
+    assert effects["kl"] == pytest.approx(0.2) and effects["logra"] == pytest.approx(0.1 * 2 / 3)
     assert "credit KL control" in effects["caption"]
     assert "diverged: dense_adam seed 0" in effects["caption"]
     assert "credit the LoGRA update" in factor_effects(*table(0.1, -0.3))["caption"]
