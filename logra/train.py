@@ -19,7 +19,7 @@ TRL; the clipped loss is kept so that the objective is GRPO's and rollouts may b
 Reliability: every `grpo.checkpoint_every` steps the run's full state is checkpointed
 (logra/checkpoint.py) into `checkpoint_dir`; a rerun after a crash or `kill -9` resumes from it
 and ends with the same weights and metrics. Non-finite loss, gradient (LoGRA: sketch) norm or
-probe log-probs after the update stop the run with `status: diverged` and `diverged_at_step`;
+realized KL on the probe after the update stop the run with `status: diverged` and `diverged_at_step`;
 the saved model is then the last good checkpoint's (or the base model; `model_step` says which)
 and the checkpoint is kept. A finished run removes its checkpoint. Every output is written
 atomically (logra/io.py).
