@@ -57,7 +57,6 @@ def save_pretrained(model, tokenizer, out_dir: str | os.PathLike) -> None:
         tokenizer.save_pretrained(tmp)
 
 
-
 def mib(n_bytes: float | None) -> str | None:
     """Bytes as MiB for a progress line (None stays None: not measured)."""
     return None if n_bytes is None else f"{n_bytes / 2**20:.1f} MiB"

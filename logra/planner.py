@@ -27,7 +27,8 @@ Categories (bytes per GPU; `/ gpus` under FSDP, ZeRO-3):
   saved logits / temperature (in the estimate), the gradients of logsumexp and of gather,
   their sum, and the slice's zero-padded gradient: 3 more micro_batch·seq_len·vocab fp32;
 - probe (logra/kl_control.py): the base kept across the update, the output layer's input per
-  probe token (probe_size·completion_len·hidden) and a copy of the output layer's weights when
+  probe token (base_seqs·completion_len·hidden; base_seqs = probe_size with KL control, else
+  the held-out half's ⌈probe_size/2⌉) and a copy of the output layer's weights when
   trained (vocab·hidden, whole under FSDP too), plus the chunked KL's three
   min(kl_chunk_tokens, ⌈probe_size/2⌉·completion_len)·vocab fp32 tensors;
 - fsdp: under FSDP, the all-gathered weights of two decoder layers (current + prefetched, policy
@@ -43,7 +44,7 @@ optimizer, rollout and, but in rollout, fsdp):
   writes it into them; logra: its coefficients r·max(m, n) per sketched weight; galore: two
   tensors of the largest weight's size, formed inside GaLoreAdamW.step) + the base
   forward's largest transient (a no-grad forward: one MLP's gate activation, up and product,
-  3·probe_size·seq_len·intermediate);
+  3·base_seqs·seq_len·intermediate);
 - kl_control (methods with KL control): propose's tensors + the saved copy of the dense
   parameters that `perturbed` restores (dense_adam, lora: every trained one; logra: the
   unsketched ones), in fp32 + the larger of the probe forward's transient and the chunked KL;
@@ -148,7 +149,9 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
             grads, optimizer = n_all * f, 2 * n_all * f
             step, perturbed_copy, after_apply = 0, n_all * f, 0
     head_trained = rule != "lora"
-    probe_tokens = probe_size * (completion_len or seq_len)
+    # the base covers the whole probe with KL control, else its held-out half only
+    base_seqs = probe_size if kl_control else probe_size - probe_size // 2
+    probe_tokens = base_seqs * (completion_len or seq_len)
     base = probe_tokens * hidden * b + (vocab * hidden * b if head_trained else 0)
     chunk = min(kl_chunk_tokens or CHUNK_TOKENS,
                 math.ceil(probe_size / 2) * (completion_len or seq_len))
@@ -169,7 +172,7 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     }
     # a no-grad probe forward's largest transient: one MLP's gate activation, up and their
     # product over the probe's tokens
-    probe_forward = 3 * probe_size * seq_len * hf_config.intermediate_size * b
+    probe_forward = 3 * base_seqs * seq_len * hf_config.intermediate_size * b
     kl_pass = max(probe_forward, chunks)  # the chunks are formed after the last MLP has freed
     alive = out["weights"] + out["master"] + out["optimizer"] + out["rollout"] + out["fsdp"]
     proposed = out["grads"] + base + step  # from propose until apply frees it

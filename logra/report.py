@@ -238,11 +238,11 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                          "GPU GB": _fmt(planner["gpu_bytes"], ".0f", 1e9),
                          "fits": planner["fits"],
                          "sync GB": _fmt(planner["sync_bytes"], ".3g", 1e9)})
-    calibrated = ok[(ok.filter(like="_steps").fillna(0) > 0).any(axis=1)] \
-        if ok.filter(like="_steps").shape[1] else ok.iloc[:0]
+    columns = [f"kl_{eta}_{k}" for eta in ("eta_1", "eta_below_1")
+               for k in ("steps", "median", "p10", "p90")]
+    steps = ok.reindex(columns=[c for c in columns if c.endswith("_steps")]).apply(pd.to_numeric)
+    calibrated = ok[(steps.fillna(0) > 0).any(axis=1)]  # runs with KL control
     if len(calibrated):
-        columns = [f"kl_{eta}_{k}" for eta in ("eta_1", "eta_below_1")
-                   for k in ("steps", "median", "p10", "p90")]
         cal = calibrated[["task", "method"]].join(
             calibrated.reindex(columns=columns).apply(pd.to_numeric)).groupby(
             ["task", "method"], as_index=False).median()

@@ -344,7 +344,11 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, g,
     fit, held_out = split_probe(probe)
     loss = accumulate_gradients(model, ref_model, *batch, g)
     phase("forward_backward")
-    base_fit, base_held_out = probe_base(model, probe, g["temperature"], g.get("kl_chunk_tokens")).split(fit)
+    chunk = g.get("kl_chunk_tokens")
+    if kl_control:  # one forward over the probe, split: the halves share the weights' copy
+        base_fit, base_held_out = probe_base(model, probe, g["temperature"], chunk).split(fit)
+    else:  # only the realized KL, on the held-out half
+        base_fit, base_held_out = None, probe_base(model, held_out, g["temperature"], chunk)
     step_delta = rule.propose()
     phase("propose")
     eta, kl_pred = (kl_control.scale(model, rule, step_delta, fit, base_fit, max_scale)
