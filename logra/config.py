@@ -33,10 +33,10 @@ def check(config: dict) -> None:
     if config["device"] == "cpu" and config["reproducible"] and config["threads"] != 1:
         raise ConfigError(f"threads: {config['threads']}; reproducible CPU runs use one thread "
                           "per job (set threads: 1, or reproducible: false)")
-    sweep = config.get("lr_sweep") or {"lrs": {}}
+    sweep = config.get("lr_sweep") or {"anchors": {}}
     for key, names in [("run_methods", config["run_methods"]),
                        ("ablation_methods", config.get("ablation_methods", [])),
-                       ("lr_sweep.lrs", list(sweep["lrs"])),
+                       ("lr_sweep.anchors", list(sweep["anchors"])),
                        *[(f"{k}.methods", config[k]["methods"])
                          for k in ("memory_sweep", "planner", "stability") if k in config]]:
         for i, name in enumerate(names):
@@ -76,7 +76,7 @@ def check(config: dict) -> None:
             raise ConfigError(f"lr_sweep.n_val: the validation split of dataset task {name!r} is "
                               "the train rows after the first data.n_train; set data.n_train "
                               "(it is null: every row trains)")
-    trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["lrs"],
+    trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["anchors"],
                *(config.get("stability") or {}).get("methods", []),
                *(config.get("stability") or {}).get("opt_in_methods", [])}
     for name, m in config["methods"].items():
@@ -151,21 +151,29 @@ def task_options(options: dict, task: str) -> dict:
             for k, v in options.items()}
 
 
+def lr_grid(anchor: float, points: int, factor: float) -> list[float]:
+    """The lr sweep's grid rule, the same for every method (an equal tuning budget): `points`
+    lrs spaced by `factor` around the method's declared `anchor`, anchor·factor^k for
+    k = -((points - 1) // 2) ... points // 2 (6 points, factor 2: anchor/4 ... anchor·8)."""
+    ks = range(-((points - 1) // 2), points // 2 + 1)
+    return [float(f"{anchor * factor ** k if k >= 0 else anchor / factor ** -k:.12g}") for k in ks]
+
+
 def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
-    """Add one method per (method, lr) of `lr_sweep` to config["methods"], a copy with `lr`
-    replaced, named `<method>_lr<lr>` (`dense_adam_lr0p0001`, `dense_adam_lr2p5em05`), the
-    configured lr too: adopting the sweep's choice in the config renames no sweep run.
-    Returns {name: (method, lr)}."""
-    sweep = {}
-    for method, lrs in (config.get("lr_sweep") or {"lrs": {}})["lrs"].items():
-        spec = config["methods"][method]
-        for lr in lrs:
+    """Add one method per (method, lr) of `lr_sweep` (each anchor's `lr_grid`) to
+    config["methods"], a copy with `lr` replaced, named `<method>_lr<lr>`
+    (`dense_adam_lr0p0001`, `dense_adam_lr2p5em05`), the configured lr too: adopting the
+    sweep's choice in the config renames no sweep run. Returns {name: (method, lr)}."""
+    sweep, spec = {}, config.get("lr_sweep") or {"anchors": {}}
+    for method, anchor in spec["anchors"].items():
+        base = config["methods"][method]
+        for lr in lr_grid(anchor, spec.get("points", 6), spec.get("factor", 2.0)):
             name = f"{method}_lr{lr:g}".replace("-", "m").replace("+", "").replace(".", "p")
             if name in config["methods"]:
-                raise ConfigError(f"lr_sweep.lrs.{method}: the run name {name!r} for lr={lr} "
-                                  "is already a method")
-            config["methods"][name] = {**copy.deepcopy(spec),
-                                       "options": {**spec.get("options", {}), "lr": lr}}
+                raise ConfigError(f"lr_sweep.anchors.{method}: the run name {name!r} for "
+                                  f"lr={lr} is already a method")
+            config["methods"][name] = {**copy.deepcopy(base),
+                                       "options": {**base.get("options", {}), "lr": lr}}
             sweep[name] = (method, lr)
     return sweep
 

@@ -66,8 +66,10 @@ def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
                    sweep: dict[str, tuple[str, float]]) -> pd.DataFrame:
     """One row per (task, method, lr): lm-eval accuracy on the task's validation split and final
     training reward (mean of the last 10 steps), mean ± sd over the seeds whose run finished ok,
-    and `chosen`: per task and method, the one lr with the best mean validation accuracy among
-    the lrs whose every seed finished ok (the smaller lr on a tie; none if no lr qualifies).
+    `chosen`: per task and method, the one lr with the best mean validation accuracy among
+    the lrs whose every seed finished ok (the smaller lr on a tie; none if no lr qualifies),
+    `budget`: the method's number of lrs, and `on_edge`: the choice is its grid's smallest or
+    largest lr (the optimum may lie outside; the grid is not extended for one method).
     `val_jsons[i]` evaluates the run of `run_jsons[i]`. The test split is never used."""
     rows = []
     for run, val in zip(run_jsons, val_jsons, strict=True):
@@ -86,6 +88,10 @@ def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
     complete = out[out["n_ok"] == out["n_seeds"]]
     best = complete.groupby(["task", "method"])["val_accuracy_mean"].idxmax()
     out["chosen"] = out.index.isin(best)
+    grids = pd.DataFrame(sweep.values(), columns=["method", "lr"]).groupby("method")["lr"]
+    out["budget"] = out["method"].map(grids.size())
+    out["on_edge"] = out["chosen"] & (out["lr"].eq(out["method"].map(grids.min()))
+                                      | out["lr"].eq(out["method"].map(grids.max())))
     return out
 
 
@@ -272,9 +278,11 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
     if lr_sweep is not None:
         chosen = lr_sweep[lr_sweep["chosen"]]
         out += _section("lr sweep", "results/lr_sweep.csv", "The lr with the best mean "
-                        "validation accuracy per task and method.",
+                        "validation accuracy per task and method, out of `budget` lrs (the "
+                        "method's grid); `edge`: the choice is the grid's smallest or largest lr.",
                         {"task": chosen["task"], "method": chosen["method"],
-                         "lr": _fmt(chosen["lr"], "g"),
+                         "lr": _fmt(chosen["lr"], "g"), "budget": chosen["budget"],
+                         "edge": chosen["on_edge"].map({True: "yes", False: ""}),
                          "validation accuracy": _pm(chosen["val_accuracy_mean"],
                                                     chosen["val_accuracy_sd"]),
                          "seeds": chosen["n_seeds"]})

@@ -77,17 +77,17 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      "methods.dense_adam.grpo: unknown key 'step'"),
     (lambda c: c.update(ablation_methods=["lora"]),
      r"ablation_methods\[0\]: 'lora' is not defined"),
-    (lambda c: c.update(lr_sweep={"tasks": ["arithmetic"], "lrs": {"galore": [1e-3]}}),
-     r"lr_sweep.lrs\[0\]: 'galore' is not defined"),
+    (lambda c: c.update(lr_sweep={"tasks": ["arithmetic"], "anchors": {"galore": 1e-3}}),
+     r"lr_sweep.anchors\[0\]: 'galore' is not defined"),
     (lambda c: c.update(lr_sweep={"tasks": ["arithmetic", "gsm8k"],
-                                  "lrs": {"dense_adam": [1e-3]}}),
+                                  "anchors": {"dense_adam": 1e-3}}),
      "lr_sweep.tasks: 'gsm8k' is not defined under tasks"),
     (lambda c: c["methods"]["dense_adam"]["options"].update(lr={"arithmetic": 1e-4}),
      r"methods.dense_adam.options.lr: no value for task 'countdown' \(given for: \['arithmetic'\]"),
     (lambda c: (c["tasks"].update(gsm8k={"type": "gsm8k", "options": {
                     "train_path": "train.jsonl", "test_path": "test.jsonl"}}),
                 c["data"].update(n_train=None), c["methods"]["dense_adam"].update(options={}),
-                c.update(lr_sweep={"tasks": ["gsm8k"], "lrs": {"dense_adam": [1e-3]}})),
+                c.update(lr_sweep={"tasks": ["gsm8k"], "anchors": {"dense_adam": 1e-3}})),
      r"lr_sweep.n_val: .*dataset task 'gsm8k'.*set data.n_train"),
     (lambda c: c["grpo"].update(nproc_per_node=4),  # 2 x 4 sequences, micro-batch 4
      "does not split into global micro-batches of micro_batch_size x nproc_per_node = 4 x 4"),
@@ -127,7 +127,14 @@ def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
     configured = config["methods"]["dense_adam"]["options"]["lr"]
     logra_lr = config["methods"]["logra"]["options"]["lr"]
     sweep = add_lr_sweep_methods(config)
-    assert len(sweep) == sum(len(lrs) for lrs in config["lr_sweep"]["lrs"].values())
+    # an equal budget: every method gets `points` lrs, `factor` apart, around its anchor
+    points, anchors = config["lr_sweep"]["points"], config["lr_sweep"]["anchors"]
+    for method, anchor in anchors.items():
+        grid = sorted(lr for m, lr in sweep.values() if m == method)
+        assert len(grid) == points and anchor in grid
+        assert all(b / a == pytest.approx(config["lr_sweep"]["factor"])
+                   for a, b in zip(grid, grid[1:]))
+    assert len(sweep) == points * len(anchors)
     assert "dense_adam" not in sweep and ("dense_adam", configured) in sweep.values()
     assert sweep["dense_adam_lr2p5em05"] == ("dense_adam", 2.5e-05)
     assert sweep["dense_adam_lr0p0001"] == ("dense_adam", 1e-04)
@@ -150,7 +157,7 @@ def test_lrs_given_per_task_take_the_runs_task(tmp_path):
     assert options["countdown", "logra"] == {"lr": 2e-3, "dense_lr": 5e-4, "rank": 2}
     assert options["countdown", "galore"] == {"lr": 1e-3, "dense_lr": 2e-3}
     assert options["countdown", "lora"] == {"lr": 2e-3}
-    add_lr_sweep_methods(config | {"lr_sweep": {"lrs": {"logra": [1e-4]}}})  # one lr everywhere
+    add_lr_sweep_methods(config | {"lr_sweep": {"anchors": {"logra": 1e-4}}})  # one lr everywhere
     assert run_config(config, "countdown", "logra_lr0p0001", 0)["method"]["options"]["lr"] == 1e-4
 
 

@@ -42,6 +42,10 @@ def test_lr_sweep_chooses_by_validation_accuracy_over_complete_lrs(tmp_path):
     # not adam's best training reward (1e-4) nor its incomplete 1e-2; a tie: the smaller lr;
     # none for a method without a complete lr; each task its own
     assert chosen == [("a", "adam", 1e-3), ("a", "rule", 1e-4), ("b", "adam", 1e-4)]
+    # each method's budget is its grid's size; a choice at its grid's end is flagged
+    assert table.xs("adam", level="method")["budget"].eq(3).all()
+    assert table.xs("rule", level="method")["budget"].eq(2).all()
+    assert table[table["on_edge"]].index.tolist() == [("a", "rule", 1e-4), ("b", "adam", 1e-4)]
 
 
 def test_lr_sweep_refuses_evaluations_that_do_not_match_the_runs(tmp_path):
@@ -104,7 +108,8 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
 
     lr_sweep = pd.DataFrame({"task": ["a", "a"], "method": "logra", "lr": [1e-4, 2.5e-4],
                              "val_accuracy_mean": [0.3, 0.35], "val_accuracy_sd": [0.01, 0.02],
-                             "n_seeds": 3, "chosen": [False, True]})
+                             "n_seeds": 3, "chosen": [False, True], "budget": 6,
+                             "on_edge": [False, True]})
     planner = pd.DataFrame({"model": ["m32b"], "method": ["logra"], "gpus": [8], "policy": "bf16",
                             "total": [61.2e9], "peak_phase": ["forward_backward"],
                             "gpu_bytes": [80e9], "fits": [True], "sync_bytes": [1.5e8]})
@@ -116,7 +121,8 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
                            planner=planner, lr_sweep=lr_sweep)
     assert "| m32b | logra | 8 | bf16 | 61.2 | forward_backward | 80 | True | 0.15 |" in text
     assert "| a | logra | 40 | 0 | 1.02 [0.50, 1.90] | n/a [n/a, n/a] |" in text  # calibration
-    assert "| a | logra | 0.00025 | 0.350 ± 0.020 | 3 |" in text and "0.0001 |" not in text
+    assert "| a | logra | 0.00025 | 6 | yes | 0.350 ± 0.020 | 3 |" in text
+    assert "0.0001 |" not in text
 
 
 def test_stability_factor_effects_credit_the_larger_main_effect():

@@ -33,8 +33,8 @@ def test_lint_is_clean(tmp_path):
              "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
     # the two run_methods are shared; the seven ablation methods add 2 tasks x 3 seeds each
     ("ablations", {"train": 9 * 2 * 3, "eval_run": 54, "ablation_summary": 1}),
-    # 21 (method, lr) pairs x 3 seeds on each of 2 tasks, each on the task's validation split
-    ("lr_sweep", {"data": 2, "data_val": 2, "base": 6, "train": 126, "lr_sweep_eval": 126,
+    # 4 methods x 6 lrs (an equal budget) x 3 seeds on each of 2 tasks, on the validation split
+    ("lr_sweep", {"data": 2, "data_val": 2, "base": 6, "train": 144, "lr_sweep_eval": 144,
                   "lr_sweep": 1}),
     # the default sizes and the opt-in ones (4 more), x 4 methods, in one table
     ("memory_large", {"memory_point": 24, "memory_sweep": 1}),
