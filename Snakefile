@@ -38,6 +38,9 @@ TASKS, METHODS, SEEDS = list(config["tasks"]), config["run_methods"], config["se
 ABLATIONS = [m for m in config["ablation_methods"] if m not in METHODS]
 SWEEP = add_lr_sweep_methods(config)  # {method name: (method, lr)}
 LR_SWEEP = config.get("lr_sweep") or {}
+# the method every other is compared with (verdicts, memory ratios) and its update rule
+REFERENCE = config["verdict"]["reference"]
+REFERENCE_RULE = config["methods"].get(REFERENCE, {}).get("rule")
 
 
 wildcard_constraints:

@@ -20,12 +20,17 @@ from __future__ import annotations
 import torch
 from galore_torch import GaLoreAdamW
 
-from logra.distributed import full
 from logra.logra import DEFAULT_MODULES, low_rank_linears
-from logra.memory import tensor_bytes
+from logra.methods import ADAM_OPTIONS, LR, POSINT, POSNUM, Geometry, UpdateRule
 
 
-class GaLore:
+class GaLore(UpdateRule):
+    options = {**ADAM_OPTIONS, "rank": POSINT, "update_proj_gap": POSINT, "scale": POSNUM,
+               "proj_type": {"type": "string", "enum": ["std", "reverse_std", "right", "left"]},
+               "dense_lr": LR, "modules": {"type": "string"}}
+    shardable = True  # but it gathers whole gradients for its SVD (see the module docstring)
+    scalable = False  # GaLoreAdamW applies its step inside step()
+
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
                  update_proj_gap: int = 20, scale: float = 1.0, proj_type: str = "std",
                  betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
@@ -57,19 +62,6 @@ class GaLore:
                              f"the step cannot be scaled (got scale={scale})")
         self.optimizer.zero_grad(set_to_none=True)
 
-    def perturbed(self, step, eta):
-        raise NotImplementedError("galore: predicted-KL control needs a proposed step; "
-                                  "GaLoreAdamW applies its update inside step()")
-
-    def sync_payload(self) -> dict:
-        return {"dense": self.engine_weights()}
-
-    def engine_weights(self) -> dict[str, torch.Tensor]:
-        return {n: full(p.detach()) for n, p in self.named}  # FSDP: gathered (collective)
-
-    def unwrap(self) -> None:
-        pass
-
     def state_tensors(self) -> list[torch.Tensor]:
         out = []
         for state in self.optimizer.state.values():
@@ -79,17 +71,26 @@ class GaLore:
                 out.append(projector.ortho_matrix)
         return out
 
-    def grad_buffers(self) -> list[torch.Tensor]:
-        return []
-
     def state_dict(self) -> dict:
         return self.optimizer.state_dict()  # moments and galore-torch's projector objects
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state)
 
-    def state_bytes(self) -> int:
-        return tensor_bytes(self.state_tensors())
-
-    def peak_grad_bytes(self) -> int:
-        return tensor_bytes(p for _, p in self.named)
+    @staticmethod
+    def planned(geo: Geometry, options: dict, b: int) -> dict:
+        """Per projected weight (m x n): moments 2·r·max(m, n) and the projection min(m, n)²
+        (galore-torch keeps it as a slice of the full SVD factor; GaLore's paper formula has
+        r·min(m, n)); every other weight dense Adam's; every trained weight's gradient until
+        step(); inside step() two tensors of the largest weight's size (denominator and
+        update; a projected weight's update projected back, then scaled), whole on every rank
+        under FSDP."""
+        f, r = 4, options.get("rank", 8)
+        return {"weights": geo.n_all * b, "master": geo.n_all * f if b < f else 0,
+                "grads": geo.n_all * f,
+                "optimizer": (2 * (geo.n_all - geo.n_low)
+                              + sum(2 * r * max(m, n) + min(m, n) ** 2
+                                    for m, n in geo.low_rank)) * f,
+                "step": 0, "perturbed_copy": 0, "after_apply": 0,
+                "transient": 2 * geo.largest * f,
+                "frozen_base": False}

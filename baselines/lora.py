@@ -21,13 +21,24 @@ import torch
 from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
 
-from baselines.dense_adam import DenseAdam
+from logra.dense_adam import DenseAdam
 from logra.logra import DEFAULT_MODULES, low_rank_linears
+from logra.methods import ADAM_OPTIONS, POSINT, POSNUM, Geometry
 
 ADAPTER = "default"
 
 
 class LoRA(DenseAdam):
+    options = {**ADAM_OPTIONS, "rank": POSINT | {"description": "adapter rank r"},
+               "alpha": POSNUM | {"description": "the adapter output is scaled by alpha / r "
+                                                "(alpha / sqrt(r) with use_rslora)"},
+               "dropout": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+               "use_rslora": {"type": "boolean"},
+               "weight_decay": {"type": "number", "minimum": 0, "description": "on the adapters"},
+               "modules": {"type": "string", "description": "regex over module names: the "
+                           "nn.Linear modules that get adapters"}}
+    shardable = False  # the merged-weight sync is not written for sharded weights
+
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
                  alpha: float = 32.0, dropout: float = 0.0, use_rslora: bool = False,
                  betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
@@ -61,3 +72,19 @@ class LoRA(DenseAdam):
             parent, _, child = name.rpartition(".")
             setattr(self.model.get_submodule(parent), child, layer.get_base_layer())
         self.layers = {}
+
+    @staticmethod
+    def planned(geo: Geometry, options: dict, b: int) -> dict:
+        """The frozen base in the policy dtype (no master copy), r·(m + n) fp32 adapter weights
+        per module (as PeftModel's autocast keeps them; peft's bare injection keeps the base
+        dtype) with dense Adam's gradients, moments and perturbed copy."""
+        f, r = 4, options.get("rank", 8)
+        adapters = sum(r * (m + n) for m, n in geo.low_rank)
+        return {"weights": geo.n_all * b + adapters * f, "master": 0, "grads": adapters * f,
+                "optimizer": 2 * adapters * f, "step": 0, "perturbed_copy": adapters * f,
+                "after_apply": 0, "transient": 0, "frozen_base": True}
+
+    @staticmethod
+    def planned_sync(geo: Geometry, options: dict, b: int) -> int:
+        """The merged adapted weights in the policy dtype."""
+        return geo.n_low * b

@@ -41,12 +41,12 @@ def main() -> None:
                                            cfg["grpo"], steps=sweep["steps"],
                                            device=config["device"],
                                            budget_bytes=cfg["memory_budget_bytes"])
-    table = memory_sweep_table(points)
+    table = memory_sweep_table(points, "dense_adam")
     table["peak_MB"] = table["peak_mem_bytes"] / 2**20
     table["params_M"] = table["n_params"] / 1e6
-    cols = ["size", "params_M", "method", "status", "peak_MB", "peak_mem_bytes_vs_dense",
-            "planned_error", "update_time_s", "update_time_s_vs_dense", "rollout_time_s",
-            "sync_bytes_per_step_vs_dense"]
+    cols = ["size", "params_M", "method", "status", "peak_MB", "peak_mem_bytes_vs_reference",
+            "planned_error", "update_time_s", "update_time_s_vs_reference", "rollout_time_s",
+            "sync_bytes_per_step_vs_reference"]
     with pd.option_context("display.width", 200, "display.precision", 3):
         print(f"{config['device']}, {args.threads} thread(s), shape {sweep['shape']}")
         print(table[cols].to_string(index=False))

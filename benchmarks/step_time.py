@@ -79,7 +79,7 @@ def main() -> None:
             r["sync"].append(t2 - t1)
             r["bytes"].append(payload_bytes(payload))
 
-    ref = runs.get("dense_adam")
+    ref = runs.get(config["verdict"]["reference"])
     print(f"model {n_params(base) / 1e6:.2f}M params, batch {n} x {width} tokens, micro-batch "
           f"{g['micro_batch_size']}, {args.repeats} interleaved rounds, {args.threads} thread(s)")
     print(f"{'method':<14}{'update s':>10}{'+sync s':>10}{'ratio':>8}{'sync MB':>9}")

@@ -17,10 +17,6 @@ from logra.tasks import TASKS, HubTask, get_task, load_task_files
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
 
-# update rules that run under FSDP (grpo.nproc_per_node > 1); LoRA's merged-weight sync is not
-# written for sharded weights. GaLore runs, but gathers whole gradients (baselines/galore.py).
-SHARDABLE_RULES = ("dense_adam", "logra", "galore")
-
 
 class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the key."""
@@ -30,6 +26,7 @@ def check(config: dict) -> None:
     """Cross-key checks: references between sections, options accepted by the code. The
     `task_files` are imported first, so the tasks they register are checked like the others."""
     load_task_files(config.get("task_files", []))
+    _check_rule_options(config)
     if config["device"] == "cpu" and config["reproducible"] and config["threads"] != 1:
         raise ConfigError(f"threads: {config['threads']}; reproducible CPU runs use one thread "
                           "per job (set threads: 1, or reproducible: false)")
@@ -90,10 +87,10 @@ def check(config: dict) -> None:
                               f"(grpo.steps={g['steps']} for method {name})")
         world = g["nproc_per_node"]
         if world > 1 and name in trained:
-            if m["rule"] not in SHARDABLE_RULES:
+            if not methods.rule_class(m["rule"]).shardable:
                 raise ConfigError(f"methods.{name}.rule: {m['rule']!r} cannot run sharded "
                                   f"(grpo.nproc_per_node={world}); rules that can: "
-                                  f"{SHARDABLE_RULES}")
+                                  f"{[r for r in methods.RULES if methods.rule_class(r).shardable]}")
             batch = g["prompts_per_step"] * g["group_size"]
             if batch % (g["micro_batch_size"] * world):
                 raise ConfigError(
@@ -104,6 +101,31 @@ def check(config: dict) -> None:
                 raise ConfigError(f"grpo.checkpoint_every={g['checkpoint_every']}: resume "
                                   "checkpoints are single-process; set 0 when "
                                   f"grpo.nproc_per_node={world} (method {name})")
+
+
+def _check_rule_options(config: dict) -> None:
+    """Each method's `rule` names a rule, its `options` are those the rule declares
+    (`UpdateRule.options`, validated as JSON schema), and KL control asks for a rule whose
+    step can be scaled."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+    defs = yaml.safe_load(SCHEMA.read_text())["$defs"]
+    for name, m in config["methods"].items():
+        try:
+            rule = methods.rule_class(m["rule"])
+        except ValueError as e:
+            raise ConfigError(f"methods.{name}.rule: {e}") from None
+        schema = {"$defs": defs, "type": "object", "additionalProperties": False,
+                  "properties": rule.options}
+        error = best_match(Draft202012Validator(schema).iter_errors(m.get("options", {})))
+        if error is not None:
+            key = ".".join(map(str, error.absolute_path))
+            raise ConfigError(f"methods.{name}.options{'.' + key if key else ''}: "
+                              f"{error.message} (rule {m['rule']!r} takes "
+                              f"{sorted(rule.options)})")
+        if m.get("kl_control") and not rule.scalable:
+            raise ConfigError(f"methods.{name}.kl_control: rule {m['rule']!r} cannot scale its "
+                              "step (it applies the update inside propose)")
 
 
 def _check_rules_fit_model(config: dict) -> None:

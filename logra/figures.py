@@ -68,30 +68,31 @@ def _ok(df: pd.DataFrame, what: str) -> pd.DataFrame:
     return ok
 
 
-def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[str]) -> None:
+def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[str],
+                     reference: str) -> None:
     """(a) measured peak training memory per task and method (the run grid, mean over seeds),
-    LoGRA's reduction vs dense Adam annotated; (b) peak / dense Adam's per model size (the
-    sweep), with the paper's -45.7% as a reference line."""
+    each method's change vs the `reference` method on its bar; (b) peak / the reference's per
+    model size (the sweep), with the paper's LoGRA -45.7% as a reference line."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2))
     runs = _ok(summary, "summary.csv")
     grid = runs.groupby(["task", "method"])["peak_mem_bytes"].mean().unstack() / MB
     grid.plot.bar(ax=ax, rot=0)
-    for i, task in enumerate(grid.index):
-        if {"logra", "dense_adam"} <= set(grid.columns):
-            ratio = grid.loc[task, "logra"] / grid.loc[task, "dense_adam"]
-            ax.annotate(f"LoGRA {ratio - 1:+.0%}", (i, grid.loc[task].max()), ha="center",
-                        va="bottom", fontsize=8)
+    if reference in grid.columns:
+        for bars, method in zip(ax.containers, grid.columns):
+            if method != reference:
+                ratio = grid[method] / grid[reference]
+                ax.bar_label(bars, [f"{r - 1:+.0%}" for r in ratio], fontsize=7)
     ax.set_ylabel("measured peak training memory (MB)")
     ax.set_xlabel("")
     ax.set_title(f"(a) GRPO runs, measured: {scale_label(summary)}", fontsize=9)
     ax.legend(fontsize=7)
     points = _ok(sweep, "memory sweep")
     for method, d in points.groupby("method"):
-        bx.plot(d["n_params"], d["peak_mem_bytes_vs_dense"], marker="o", label=method)
+        bx.plot(d["n_params"], d["peak_mem_bytes_vs_reference"], marker="o", label=method)
     bx.axhline(1 - PAPER_REDUCTION, color="gray", ls="--", label="paper: LoGRA -45.7%")
     bx.set_xscale("log")
     bx.set_xlabel("parameters")
-    bx.set_ylabel("peak memory / dense Adam's (measured)")
+    bx.set_ylabel(f"peak memory / {reference}'s (measured)")
     shape = points.iloc[0]
     bx.set_title(f"(b) one GRPO step per size, measured: {shape['device']}, batch "
                  f"{shape['batch']} x {shape['seq_len']} tokens", fontsize=9)
@@ -104,10 +105,11 @@ def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[s
 PHASE_COLUMNS = [f"phase_{p}" for p in PHASES]
 
 
-def long_run_tables(metrics_paths, summary_paths) -> tuple[pd.DataFrame, pd.DataFrame]:
+def long_run_tables(metrics_paths, summary_paths,
+                    reference_rule: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The stability runs as `stability_27b` and `factor_effects` take them: their metrics, one
-    row per step with method and seed, and one row per run (method, seed, rule, KL control, lr,
-    device, size, steps, status)."""
+    row per step with method and seed, and one row per run (method, seed, rule, whether it is
+    `reference_rule`, KL control, lr, device, size, steps, status)."""
     import json
     runs, summaries = [], []
     for metrics, summary in zip(metrics_paths, summary_paths, strict=True):
@@ -117,47 +119,53 @@ def long_run_tables(metrics_paths, summary_paths) -> tuple[pd.DataFrame, pd.Data
         summaries.append({k: s[k] for k in ("method", "seed", "device", "n_params", "steps",
                                             "status")}
                          | {"lr": m["options"].get("lr"), "rule": m["rule"],
+                            "reference": m["rule"] == reference_rule,
                             "kl_control": bool(m["kl_control"])})
     return pd.concat(runs), pd.DataFrame(summaries)
 
 
 def factor_effects(long_runs: pd.DataFrame, long_summary: pd.DataFrame,
                    last: int = 100) -> dict:
-    """Main effects of the 2 x 2 {dense Adam, LoGRA} x {KL control, none} on each run's mean
-    reward over all its logged steps (the area under its reward curve: a collapse counts from
-    when it happens) and, beside it, over its last `last` steps; each averaged over its cell's
-    seeds. `kl` = mean over rules of (with − without), `logra` = mean over KL settings of
-    (LoGRA − dense Adam), for the run mean; `kl_final`, `logra_final` for the last steps. The
-    caption credits the factor with the larger run-mean effect and names divergences.
-    Descriptive: no interval."""
+    """Main effects of the 2 x 2 {reference rule, other rule} x {KL control, none} (the paper's:
+    dense Adam and LoGRA) on each run's mean reward over all its logged steps (the area under
+    its reward curve: a collapse counts from when it happens) and, beside it, over its last
+    `last` steps; each averaged over its cell's seeds. `kl` = mean over rules of (with −
+    without), `rule` = mean over KL settings of (other rule − reference rule), for the run
+    mean; `kl_final`, `rule_final` for the last steps. The caption credits the factor with the
+    larger run-mean effect and names divergences. Descriptive: no interval."""
     cells = long_summary.drop_duplicates("method").set_index("method")
     runs = long_runs.groupby(["method", "seed"])["reward_mean"]
     diverged = ", ".join(f"{m} seed {s}" for m, s in long_summary.loc[
         long_summary["status"] == "diverged", ["method", "seed"]].itertuples(index=False))
     tail = f"; diverged: {diverged}" if diverged else "; none diverged"
+    rules = {ref: sorted(set(cells.loc[cells["reference"] == ref, "rule"])) for ref in (True, False)}
+    if not all(len(r) == 1 for r in rules.values()):
+        return {"kl": None, "rule": None, "kl_final": None, "rule_final": None,
+                "caption": "not a 2 x 2 of two rules: no factor credited" + tail}
+    reference, other = rules[True][0], rules[False][0]
 
     def effects(per_run):
         by_method = per_run.groupby("method").mean()
-        cell = {(cells.loc[m, "rule"], bool(cells.loc[m, "kl_control"])): by_method[m]
+        cell = {(bool(cells.loc[m, "reference"]), bool(cells.loc[m, "kl_control"])): by_method[m]
                 for m in by_method.index}
-        if not {(r, k) for r in ("dense_adam", "logra") for k in (True, False)} <= set(cell):
+        if len(cell) < 4:
             return None, None
-        return (((cell["dense_adam", True] - cell["dense_adam", False])
-                 + (cell["logra", True] - cell["logra", False])) / 2,
-                ((cell["logra", True] - cell["dense_adam", True])
-                 + (cell["logra", False] - cell["dense_adam", False])) / 2)
+        return (((cell[True, True] - cell[True, False]) + (cell[False, True] - cell[False, False]))
+                / 2,
+                ((cell[False, True] - cell[True, True]) + (cell[False, False] - cell[True, False]))
+                / 2)
 
-    kl, logra = effects(runs.mean())
-    kl_final, logra_final = effects(runs.apply(lambda r: r.tail(last).mean()))
+    kl, rule = effects(runs.mean())
+    kl_final, rule_final = effects(runs.apply(lambda r: r.tail(last).mean()))
     if kl is None:
-        return {"kl": None, "logra": None, "kl_final": None, "logra_final": None,
+        return {"kl": None, "rule": None, "kl_final": None, "rule_final": None,
                 "caption": "not a 2 x 2: no factor credited" + tail}
-    credit = "KL control" if abs(kl) >= abs(logra) else "the LoGRA update"
-    return {"kl": kl, "logra": logra, "kl_final": kl_final, "logra_final": logra_final,
+    credit = "KL control" if abs(kl) >= abs(rule) else f"the {other} update"
+    return {"kl": kl, "rule": rule, "kl_final": kl_final, "rule_final": rule_final,
             "caption": (
-                f"main effects on the mean reward over the run: KL control {kl:+.3f}, LoGRA vs "
-                f"dense Adam {logra:+.3f} (over the last {last} steps: {kl_final:+.3f}, "
-                f"{logra_final:+.3f}): the data credit {credit} (descriptive, "
+                f"main effects on the mean reward over the run: KL control {kl:+.3f}, {other} vs "
+                f"{reference} {rule:+.3f} (over the last {last} steps: {kl_final:+.3f}, "
+                f"{rule_final:+.3f}): the data credit {credit} (descriptive, "
                 f"{long_summary['seed'].nunique()} seed(s) per cell){tail}")}
 
 
@@ -186,7 +194,7 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
         lambda r: r.rolling(window, min_periods=1).mean())
     cells = long_summary.drop_duplicates("method").set_index("method")
     for method, d in data.groupby("method"):
-        style = dict(color="tab:blue" if cells.loc[method, "rule"] == "logra" else "tab:gray",
+        style = dict(color="tab:gray" if cells.loc[method, "reference"] else "tab:blue",
                      ls="-" if cells.loc[method, "kl_control"] else "--", lw=1)
         for ax, col in ((axes[1], "reward"), (axes[2], "kl_real")):
             stats = d.groupby("step")[col].agg(["mean", "std"]).fillna(0)
@@ -202,7 +210,7 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
                       f"\n{scale}\n" + "\n".join(textwrap.wrap(
                           factor_effects(long_runs, long_summary)["caption"], 90)), fontsize=8)
     axes[1].set_xlabel("GRPO step")
-    axes[1].legend(fontsize=7, title="blue LoGRA, gray dense Adam; solid: KL control",
+    axes[1].legend(fontsize=7, title="gray: the reference rule; solid: KL control",
                    title_fontsize=6)
     axes[2].set_yscale("symlog", linthresh=1e-4)
     axes[2].set_title("(b) realized KL(π_old ‖ π_new) per update on the held-out probe half, "

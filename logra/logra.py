@@ -3,7 +3,7 @@
 For every sketched weight W (m x n; by default every nn.Linear inside the transformer blocks)
 the rule keeps a basis Q on the smaller side (logra/sketch.py), an accumulator S for the
 gradient's sketch and Adam moments M, V of S's shape. Everything else (embeddings, lm_head,
-norms) is trained by dense AdamW (`baselines.dense_adam.DenseAdam` on those parameters).
+norms) is trained by dense AdamW (`logra.dense_adam.DenseAdam` on those parameters).
 
 Gradients are sketched as they are produced: a post-accumulate-grad hook on each sketched
 weight adds sketch(G) to S and frees G at once, so full-size gradients of two sketched matrices
@@ -85,9 +85,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from baselines.dense_adam import DenseAdam
+from logra.dense_adam import DenseAdam
 from logra.distributed import all_reduce, full, gather_rows, is_sharded, local, row_block
 from logra.memory import tensor_bytes
+from logra.methods import ADAM_OPTIONS, LR, POSINT, POSNUM, Geometry, UpdateRule
 from logra.sketch import (BASES, basis, lift_add_, oversampled, range_basis, range_sketch,
                           side_of, sketch)
 
@@ -127,7 +128,29 @@ class Sketched:
     applied: tuple | None = field(default=None, repr=False)  # last (Q, η·C), for sync
 
 
-class LoGRA:
+class LoGRA(UpdateRule):
+    options = {
+        **ADAM_OPTIONS,
+        "rank": POSINT | {"description": "sketch rank r (<= the smaller side of every sketched "
+                                         "weight)"},
+        "refresh_every": POSINT | {"description": "basis refresh gap T, in updates"},
+        "scale": POSNUM | {"description": "alpha: the lifted step is multiplied by it"},
+        "basis": {"type": "string", "enum": list(BASES)},
+        "oversample": {"type": "integer", "minimum": 0, "description": "range finder's "
+                       "oversampling p: its single-pass sketch Y has r + p columns"},
+        "transfer": {"type": "string", "enum": list(TRANSFERS), "description": "moments on "
+                     "refresh: rotated into the new basis, or reused as GaLore does"},
+        "side": {"type": "string", "enum": list(SIDES), "description": "where the basis "
+                 "lives: auto = the smaller side (the right side, always, when sharded)"},
+        "dense_lr": LR | {"description": "lr of the unsketched parameters (default: lr)"},
+        "weight_decay": {"type": "number", "minimum": 0, "description": "dense parameters only"},
+        "modules": {"type": "string", "description": "regex over module names: the nn.Linear "
+                    "modules whose weights are sketched"},
+        "seed": {"type": "integer", "minimum": 0, "description": "seed of the range finder's "
+                 "random matrices; default: drawn from the run's seed"},
+    }
+    shardable = True
+
     def __init__(self, model: torch.nn.Module, lr: float = 1e-4, rank: int = 8,
                  refresh_every: int = 50, scale: float = 1.0, basis: str = "range",
                  oversample: int = 8, transfer: str = "rotate",
@@ -321,9 +344,6 @@ class LoGRA:
         return {st.name: full(st.param.detach()) for st in self.sketched} | \
             self.dense.engine_weights()
 
-    def unwrap(self) -> None:
-        pass
-
     def state_tensors(self) -> list[torch.Tensor]:
         return [t for st in self.sketched for t in (st.q, st.m, st.v)] + \
             self.dense.state_tensors()
@@ -355,14 +375,41 @@ class LoGRA:
             # a fresh rollout engine has no bases: the next low-rank sync must carry them
             st.applied, st.synced_q = None, None
 
-    def state_bytes(self) -> int:
-        return tensor_bytes(self.state_tensors())
-
     def peak_grad_bytes(self) -> int:
         """Analytic: dense gradients + the largest sketched gradient (freed in its hook) + the
         sketch accumulators and the range finder's Ys."""
         largest = max(local(st.param).numel() * 4 for st in self.sketched)
         return self.dense.peak_grad_bytes() + largest + tensor_bytes(self.grad_buffers())
+
+    @staticmethod
+    def planned(geo: Geometry, options: dict, b: int) -> dict:
+        """Per sketched weight (m x n): moments 2·r·max(m, n) and basis r·min(m, n); gradients:
+        the unsketched weights', the largest sketched weight's (freed in its hook), the sketch
+        accumulators r·max(m, n) and the range finder's Y, min(m, n)·min(r + p, max(m, n))
+        (basis "range"); the step: its coefficients r·max(m, n); `perturbed` copies the
+        unsketched weights only; after apply: S and Y and the applied coefficients kept for
+        the sync. Unsketched weights: dense Adam's."""
+        f, r = 4, options.get("rank", 8)
+        k = r + options.get("oversample", 8)
+        dense = geo.n_all - geo.n_low
+        coefs = sum(r * max(m, n) for m, n in geo.low_rank)
+        ys = (sum(min(m, n) * min(k, max(m, n)) for m, n in geo.low_rank)
+              if options.get("basis", "range") == "range" else 0)
+        return {"weights": geo.n_all * b, "master": geo.n_all * f if b < f else 0,
+                "grads": (dense + max(m * n for m, n in geo.low_rank) + coefs + ys) * f,
+                "optimizer": (2 * dense + 2 * coefs
+                              + sum(r * min(m, n) for m, n in geo.low_rank)) * f,
+                "step": coefs * f, "perturbed_copy": dense * f,
+                "after_apply": (2 * coefs + ys) * f, "transient": 0, "frozen_base": False}
+
+    @staticmethod
+    def planned_sync(geo: Geometry, options: dict, b: int) -> int:
+        """The unsketched weights in the policy dtype, the fp32 coefficients r·max(m, n) per
+        sketched weight, and its basis r·min(m, n) once per refresh (amortized)."""
+        r = options.get("rank", 8)
+        return ((geo.n_all - geo.n_low) * b + sum(r * max(m, n) for m, n in geo.low_rank) * 4
+                + sum(r * min(m, n) for m, n in geo.low_rank) * 4
+                // options.get("refresh_every", 50))
 
 
 def _rows(p: torch.Tensor) -> tuple[int, int] | None:

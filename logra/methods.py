@@ -1,44 +1,159 @@
-"""The method interface: every update rule (dense Adam, LoGRA, GaLore, ...) is built the same way.
+"""The method interface: every update rule (dense Adam, LoGRA, GaLore, ...) is an `UpdateRule`.
 
-`build(rule, model, options)` returns an object with
+A rule is one module that declares everything about itself: its class subclasses `UpdateRule`,
+states its `options` (JSON-schema fragments; the config check validates `methods.*.options`
+against them), whether it can run sharded, whether its step can be scaled, its analytic memory for the planner (`planned`, `planned_sync`), and implements
 
     propose() -> step        candidate step from the gradients (or sketches) of this batch;
                              advances the optimizer's moments; gradients are consumed
     apply(step, scale)       W += scale * step, for every parameter the rule owns
     perturbed(step, eta)     context in which forwards see θ + eta * step (KL prediction);
                              θ is restored exactly on exit
+    state_tensors() -> list  the optimizer state tensors (labelled "optimizer" when measured)
+    state_dict() -> dict     everything the rule needs to resume (logra/checkpoint.py)
+    load_state_dict(state)   restore it on the same model
+
+and, where the defaults below do not hold for it,
+
     sync_payload() -> dict   what the rollout engine needs to match the trainer after the
-                             last apply (see logra/sync.py)
+                             last apply (see logra/sync.py); default: every trained weight
     engine_weights() -> dict every trained weight in full, as the rollout engine names it
                              (full resync, drift check, resume)
     unwrap()                 leave the model as the plain architecture with the training
                              merged in (LoRA merges its adapters); called once, at the end
-    state_tensors() -> list  the optimizer state tensors (labelled "optimizer" when measured)
     grad_buffers() -> list   gradient buffers the rule owns besides .grad (labelled "grads")
     state_bytes() -> int     bytes of the state tensors
     peak_grad_bytes() -> int analytic bytes of gradients alive at the peak
     grad_norm: float         norm of the gradient consumed by the last propose()
-    state_dict() -> dict     everything the rule needs to resume (logra/checkpoint.py)
-    load_state_dict(state)   restore it on the same model
 
-Rules install whatever hooks they need on the model in their constructor. The RL loop calls only
-these, so it never branches on a method's name; new rules register here by import path.
+Rules install whatever hooks they need on the model in their constructor. The RL loop, the
+config check, the planner, the report and the figures call only these, so nothing outside a
+rule's module branches on its name. A rule is named in the config by its entry in `RULES` or
+by its import path, `package.module:Class` (the module importable in every job, e.g. on
+PYTHONPATH); README "Add an update rule" walks through one.
 """
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
+
+import torch
+
+from logra.distributed import full
+from logra.memory import tensor_bytes
 
 RULES = {
-    "dense_adam": "baselines.dense_adam:DenseAdam",
+    "dense_adam": "logra.dense_adam:DenseAdam",
     "logra": "logra.logra:LoGRA",
     "galore": "baselines.galore:GaLore",
     "lora": "baselines.lora:LoRA",
 }
 
+# option types, as JSON-schema fragments over the config schema's $defs
+LR = {"$ref": "#/$defs/lr"}  # a learning rate, or one per task
+POSINT = {"$ref": "#/$defs/posint"}
+POSNUM = {"$ref": "#/$defs/posnum"}
+BETAS = {"$ref": "#/$defs/betas"}
+ADAM_OPTIONS = {"lr": LR, "betas": BETAS, "eps": POSNUM,
+                "weight_decay": {"type": "number", "minimum": 0}}
 
-def build(rule: str, model, options: dict):
+
+@dataclass(frozen=True)
+class Geometry:
+    """What the planner knows of a model, for a rule's analytic memory: the parameter count,
+    the (m, n) of each weight the rule's `modules` regex selects, and the largest parameter."""
+    n_all: int
+    low_rank: tuple[tuple[int, int], ...]
+    largest: int
+
+    @property
+    def n_low(self) -> int:
+        return sum(m * n for m, n in self.low_rank)
+
+
+class UpdateRule:
+    """Base of every update rule: the declarations with their defaults, and the default bodies
+    for a rule that trains `self.named` (its (name, parameter) list) and keeps full gradients
+    in `.grad`."""
+    options: dict = {}             # option name -> JSON-schema fragment (see ADAM_OPTIONS)
+    shardable: bool = False        # runs under FSDP (grpo.nproc_per_node > 1)
+    scalable: bool = True          # apply() takes any scale: predicted-KL control can run
+    named: list
+    grad_norm: float = float("nan")
+
+    def propose(self):
+        raise NotImplementedError
+
+    def apply(self, step, scale: float = 1.0) -> None:
+        raise NotImplementedError
+
+    def perturbed(self, step, eta: float):
+        raise NotImplementedError(f"{type(self).__name__}: its step cannot be evaluated at "
+                                  "θ + η·step (no predicted-KL control)")
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict) -> None:
+        raise NotImplementedError
+
+    def sync_payload(self) -> dict:
+        """Every trained tensor in full, as vLLM's `load_weights` would receive it."""
+        return {"dense": self.engine_weights()}
+
+    def engine_weights(self) -> dict[str, torch.Tensor]:
+        return {n: full(p.detach()) for n, p in self.named}  # FSDP: gathered (collective)
+
+    def unwrap(self) -> None:
+        pass  # the model is the plain architecture already
+
+    def grad_buffers(self) -> list[torch.Tensor]:
+        return []  # gradients live in .grad, which the memory profiler labels itself
+
+    def state_bytes(self) -> int:
+        return tensor_bytes(self.state_tensors())
+
+    def peak_grad_bytes(self) -> int:
+        """Analytic: every trained parameter's gradient is alive at the end of backward."""
+        return tensor_bytes(p for _, p in self.named)
+
+    # -- the planner's analytic model (logra/planner.py) ------------------------------------------
+    @staticmethod
+    def planned(geo: Geometry, options: dict, b: int) -> dict:
+        """Predicted bytes on one GPU before sharding, policy dtype `b` bytes, fp32 state:
+        `weights`, `master` (fp32 master copy under a bf16 policy: b < 4), `grads` (alive at
+        the end of backward), `optimizer`, `step` (the proposed step beyond the gradient
+        buffers), `perturbed_copy` (the copy `perturbed` restores from), `after_apply` (what
+        survives apply), `transient` (formed and freed inside propose), `frozen_base` (the
+        base weights, lm_head too, are frozen: no activations kept for their gradients)."""
+        raise NotImplementedError("this rule declares no analytic memory (UpdateRule.planned)")
+
+    @staticmethod
+    def planned_sync(geo: Geometry, options: dict, b: int) -> int:
+        """Predicted bytes of one policy sync: every weight in the policy dtype."""
+        return geo.n_all * b
+
+
+def rule_class(rule: str) -> type[UpdateRule]:
+    """The class of update rule `rule` (config `methods.<name>.rule`): a name in `RULES` or an
+    import path `module:Class`."""
+    path = RULES.get(rule, rule)
+    if ":" not in path:
+        raise ValueError(f"unknown rule {rule!r}; known: {sorted(RULES)}, or an import path "
+                         "module:Class")
+    module, name = path.split(":", 1)
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"rule {rule!r}: cannot import {path} ({e})") from None
+    if not (isinstance(cls, type) and issubclass(cls, UpdateRule)):
+        raise ValueError(f"rule {rule!r}: {path} is not a subclass of logra.methods.UpdateRule")
+    return cls
+
+
+def build(rule: str, model, options: dict) -> UpdateRule:
     """Instantiate update rule `rule` (config `methods.<name>.rule`) on `model`."""
-    if rule not in RULES:
-        raise ValueError(f"methods.*.rule: unknown {rule!r}; known: {sorted(RULES)}")
-    module, cls = RULES[rule].split(":")
-    return getattr(importlib.import_module(module), cls)(model, **options)
+    return rule_class(rule)(model, **options)

@@ -55,7 +55,7 @@ def test_every_rule_uses_one_adam_eps(tiny_dir):
     """GaLore, LoGRA and dense Adam default to the same ε (galore-torch's own is 1e-6)."""
     import inspect
 
-    from baselines.dense_adam import DenseAdam
+    from logra.dense_adam import DenseAdam
     from baselines.galore import GaLore
     from logra.logra import LoGRA
 

@@ -616,7 +616,7 @@ def test_state_bytes_match_formula(basis):
 def _update_norms(rule_kind: str, seed: int, steps: int = 1000) -> torch.Tensor:
     """‖ΔW‖_F of every update on a stationary stream G_t = A + N_t (A fixed, rank 4; N_t fresh
     standard Gaussian noise) for one 64 x 128 weight: rank 8, a refresh every 20 updates."""
-    from baselines.dense_adam import DenseAdam
+    from logra.dense_adam import DenseAdam
 
     g = torch.Generator().manual_seed(seed)
     net = Bare([(64, 128)])
@@ -699,7 +699,7 @@ def test_non_finite_step_is_skipped_without_touching_weights_or_moments(tiny_dir
     weights, the moments, t and the refresh schedule as they were: the run then continues
     exactly as a twin that never saw those batches (one at a plain step, one at the step whose
     range finder builds the next basis). Dense Adam on its own alike."""
-    from baselines.dense_adam import DenseAdam
+    from logra.dense_adam import DenseAdam
 
     seed = _seed()
     gen = torch.Generator().manual_seed(seed)

@@ -144,15 +144,17 @@ def test_stability_factor_effects_credit_the_larger_main_effect():
                 runs.append(pd.DataFrame({"step": range(1, 151), "reward_mean": rewards,
                                           "method": method, "seed": 0}))
                 summary.append({"method": method, "seed": 0, "rule": rule, "kl_control": kl,
+                                "reference": rule == "dense_adam",
                                 "status": "diverged" if method == "dense_adam" else "ok"})
         return pd.concat(runs), pd.DataFrame(summary)
 
     effects = factor_effects(*table(0.3, 0.1))
-    assert effects["kl_final"] == pytest.approx(0.3) and effects["logra_final"] == pytest.approx(0.1)
-    assert effects["kl"] == pytest.approx(0.2) and effects["logra"] == pytest.approx(0.1 * 2 / 3)
+    assert effects["kl_final"] == pytest.approx(0.3) and effects["rule_final"] == pytest.approx(0.1)
+    assert effects["kl"] == pytest.approx(0.2) and effects["rule"] == pytest.approx(0.1 * 2 / 3)
     assert "credit KL control" in effects["caption"]
     assert "diverged: dense_adam seed 0" in effects["caption"]
-    assert "credit the LoGRA update" in factor_effects(*table(0.1, -0.3))["caption"]
+    assert "logra vs dense_adam +0.067" in effects["caption"]
+    assert "credit the logra update" in factor_effects(*table(0.1, -0.3))["caption"]
     runs, summary = table(0.3, 0.1)
     partial = factor_effects(runs[runs["method"] != "logra"], summary[summary["method"] != "logra"])
     assert partial["kl"] is None and "no factor credited" in partial["caption"]

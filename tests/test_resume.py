@@ -21,6 +21,7 @@ from conftest import ROOT
 from logra import checkpoint
 from logra.checkpoint import CheckpointError
 from logra.config import run_config, validate_file
+from logra.methods import RULES
 from logra.modeling import build_tiny, load
 from logra.tasks import TASKS, ArithmeticTask, register_task, write_jsonl
 from logra.train import METRIC_COLUMNS, train
@@ -50,6 +51,9 @@ METHODS = {
     # the engine its bases; KL control on
     "logra": {"rule": "logra", "options": {"lr": 1.0e-2, "rank": 2, "refresh_every": 3},
               "kl_control": {"target": 1.0e-2}},
+    "galore": {"rule": "galore", "options": {"lr": 1.0e-3, "rank": 2, "update_proj_gap": 3}},
+    "lora": {"rule": "lora", "options": {"lr": 1.0e-2, "rank": 2},
+             "kl_control": {"target": 1.0e-2}},
 }
 
 
@@ -95,7 +99,11 @@ def killed_run(cfg, base, train_jsonl, out, ckpt):
     assert not (out / "model").exists()
 
 
-@pytest.mark.parametrize("method", ["dense_adam", "logra"])
+def test_every_registered_rule_is_resumed():
+    assert {m["rule"] for m in METHODS.values()} == set(RULES)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
 def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, tiny_dir, method):
     cfg, train_jsonl = make_run(tmp_path, method)
     reference = train(cfg, tiny_dir, train_jsonl, tmp_path / "reference")

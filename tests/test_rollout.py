@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from baselines.dense_adam import DenseAdam
+from logra.dense_adam import DenseAdam
 from logra.modeling import load
 from logra.rollout import HFRolloutEngine
 from logra.sync import apply_payload, payload_bytes

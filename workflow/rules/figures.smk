@@ -75,6 +75,8 @@ rule memory_reduction:
         png=report("figures/memory_reduction.png", caption="../report/memory_reduction.rst",
                    category="Figures"),
         pdf="figures/memory_reduction.pdf",
+    params:
+        reference=REFERENCE,
     conda:
         "../../environment.yml"
     benchmark:
@@ -95,6 +97,8 @@ rule stability_27b:
         png=report("figures/stability_27b.png", caption="../report/stability_27b.rst",
                    category="Figures"),
         pdf="figures/stability_27b.pdf",
+    params:
+        reference_rule=REFERENCE_RULE,
     conda:
         "../../environment.yml"
     benchmark:

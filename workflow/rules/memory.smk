@@ -38,6 +38,8 @@ rule memory_sweep:
         report("results/memory/{sweep}.csv", caption="../report/table.rst", category="Tables"),
     wildcard_constraints:
         sweep="sweep|sweep_large",
+    params:
+        reference=REFERENCE,
     conda:
         "../../environment.yml"
     benchmark:

@@ -36,6 +36,7 @@ rule report:
         report("results/REPORT.md", caption="../report/REPORT.rst", category="Results"),
     params:
         lr_sweep="results/lr_sweep.csv",  # included if `snakemake lr_sweep` wrote it before
+        reference_rule=REFERENCE_RULE,
     conda:
         "../../environment.yml"
     benchmark:

@@ -7,4 +7,4 @@ from logra.figures import memory_reduction
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     memory_reduction(pd.read_csv(snakemake.input.summary), pd.read_csv(snakemake.input.sweep),
-                     [snakemake.output.png, snakemake.output.pdf])
+                     [snakemake.output.png, snakemake.output.pdf], snakemake.params.reference)

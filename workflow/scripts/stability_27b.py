@@ -6,7 +6,8 @@ import pandas as pd
 from logra.figures import long_run_tables, stability_27b
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
-    runs, long_summary = long_run_tables(snakemake.input.metrics, snakemake.input.summaries)
+    runs, long_summary = long_run_tables(snakemake.input.metrics, snakemake.input.summaries,
+                                        snakemake.params.reference_rule)
     print(long_summary.to_string())
     stability_27b(pd.read_csv(snakemake.input.planner), runs, long_summary,
                   pd.read_csv(snakemake.input.sweep), [snakemake.output.png, snakemake.output.pdf])

@@ -14,6 +14,9 @@ returns a NaN step and leaves them, and t, as they were; KL control then answers
 `perturbed(step, eta)` lets the model compute with θ + η·step for a probe forward (predicted-KL
 control) and restores θ exactly from a saved copy of the weights: for dense Adam, KL control
 costs one transient copy of the trained weights.
+
+Dense Adam is the reference every other rule is compared with, and LoGRA trains its unsketched
+parameters with it (`for_params`).
 """
 from __future__ import annotations
 
@@ -22,11 +25,13 @@ import math
 
 import torch
 
-from logra.distributed import full
-from logra.memory import tensor_bytes
+from logra.methods import ADAM_OPTIONS, Geometry, UpdateRule
 
 
-class DenseAdam:
+class DenseAdam(UpdateRule):
+    options = ADAM_OPTIONS
+    shardable = True
+
     def __init__(self, model: torch.nn.Module, lr: float = 1e-4, betas=(0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0):
         self.init([(n, p) for n, p in model.named_parameters() if p.requires_grad],
@@ -97,16 +102,6 @@ class DenseAdam:
                 for (_, p), w in zip(self.named, saved):
                     p.copy_(w)
 
-    def sync_payload(self) -> dict:
-        """Every trained tensor in full, as vLLM's `load_weights` would receive it."""
-        return {"dense": self.engine_weights()}
-
-    def engine_weights(self) -> dict[str, torch.Tensor]:
-        return {n: full(p.detach()) for n, p in self.named}  # FSDP: gathered (collective)
-
-    def unwrap(self) -> None:
-        pass  # the model is the plain architecture already
-
     def state_tensors(self) -> list[torch.Tensor]:
         return self.m + self.v
 
@@ -120,12 +115,12 @@ class DenseAdam:
         for dst, src in zip(self.m + self.v, state["m"] + state["v"], strict=True):
             dst.copy_(src)
 
-    def grad_buffers(self) -> list[torch.Tensor]:
-        return []  # gradients live in .grad, which the memory profiler labels itself
-
-    def state_bytes(self) -> int:
-        return tensor_bytes(self.state_tensors())
-
-    def peak_grad_bytes(self) -> int:
-        """Analytic: every trained parameter's gradient is alive at the end of backward."""
-        return tensor_bytes(p for _, p in self.named)
+    @staticmethod
+    def planned(geo: Geometry, options: dict, b: int) -> dict:
+        """Two fp32 moments and an fp32 gradient per weight; the step is written into the
+        gradient buffers; `perturbed` copies every trained weight."""
+        f = 4
+        return {"weights": geo.n_all * b, "master": geo.n_all * f if b < f else 0,
+                "grads": geo.n_all * f, "optimizer": 2 * geo.n_all * f, "step": 0,
+                "perturbed_copy": geo.n_all * f, "after_apply": 0, "transient": 0,
+                "frozen_base": False}

@@ -1,0 +1,225 @@
+"""Every registered update rule keeps the method interface (logra/methods.py), and a rule is one
+module: nothing outside it compares against its name, and a new rule runs from its own file."""
+import ast
+import inspect
+import io
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import yaml
+from transformers import AutoModelForCausalLM
+
+from conftest import ROOT
+from logra import methods
+from logra.modeling import load
+from logra.sync import apply_payload
+
+PROMPTS = ["Q: 12+3\nA: 15", "Q: 4+4\nA: 8"]
+# small options that make every rule change its basis or projection within the test's steps
+OPTIONS = {"dense_adam": {"lr": 1e-2}, "logra": {"lr": 1e-2, "rank": 2, "refresh_every": 2},
+           "galore": {"lr": 1e-2, "rank": 2, "update_proj_gap": 2}, "lora": {"lr": 1e-2, "rank": 2}}
+
+
+def _backward(model, tok):
+    ids = tok(PROMPTS, return_tensors="pt", padding=True)
+    model(**ids, labels=ids["input_ids"]).loss.backward()
+
+
+def _weights(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _assert_same(a: dict, b: dict):
+    assert a.keys() == b.keys()
+    for n in a:
+        assert torch.equal(a[n], b[n]), n
+
+
+def test_every_registered_rule_is_covered_and_declares_its_options():
+    assert set(OPTIONS) == set(methods.RULES)
+    for name in methods.RULES:
+        cls = methods.rule_class(name)
+        constructor = inspect.signature(cls).parameters
+        assert set(cls.options) <= set(constructor), name  # every declared option is taken
+        assert set(OPTIONS[name]) <= set(cls.options), name
+
+
+@pytest.mark.parametrize("rule_name", sorted(methods.RULES))
+def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, rule_name):
+    """propose/apply trains; `perturbed` restores θ exactly (or says the rule cannot be
+    scaled); an engine fed only sync payloads equals `engine_weights()` after every step; the
+    state round-trips through a checkpoint into a rule on a fresh model, which then takes the
+    same next step; `unwrap` leaves a plain architecture that AutoModelForCausalLM loads."""
+    torch.manual_seed(0)
+    model, tok = load(tiny_dir)
+    rule = methods.build(rule_name, model, OPTIONS[rule_name])
+    initial = {n: w.clone() for n, w in rule.engine_weights().items()}
+    engine, bases = {n: w.clone() for n, w in initial.items()}, {}
+    for _ in range(3):  # across a basis / projection refresh
+        _backward(model, tok)
+        step = rule.propose()
+        if rule.scalable:
+            before = _weights(model)
+            with rule.perturbed(step, 0.5):
+                assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters())
+            _assert_same(_weights(model), before)
+        else:
+            with pytest.raises(NotImplementedError):
+                with rule.perturbed(step, 0.5):
+                    pass
+        rule.apply(step, 1.0)
+        assert all(p.grad is None for p in model.parameters())  # gradients consumed
+        apply_payload(engine, rule.sync_payload(), bases)
+        _assert_same(engine, {n: w for n, w in rule.engine_weights().items()})
+    assert any(not torch.equal(engine[n], initial[n]) for n in initial)  # it trained
+
+    # resume: the model's and the rule's state, saved and loaded as logra/checkpoint.py does
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "rule": rule.state_dict()}, buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=False)
+    torch.manual_seed(1)  # a different draw for anything the new rule samples at build
+    fresh, _ = load(tiny_dir)
+    resumed = methods.build(rule_name, fresh, OPTIONS[rule_name])
+    fresh.load_state_dict(saved["model"])
+    resumed.load_state_dict(saved["rule"])
+    for m, r in ((model, rule), (fresh, resumed)):
+        _backward(m, tok)
+        r.apply(r.propose(), 1.0)
+    _assert_same(_weights(fresh), _weights(model))
+
+    rule.unwrap()
+    with torch.no_grad():
+        ids = tok(PROMPTS, return_tensors="pt", padding=True)
+        logits = model(**ids).logits
+    model.save_pretrained(tmp_path / "unwrapped")
+    loaded, info = AutoModelForCausalLM.from_pretrained(tmp_path / "unwrapped",
+                                                        output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched weight
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**ids).logits, logits, rtol=0, atol=0)
+
+
+def _compared_rule_names(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of each string constant equal to a rule name inside a comparison (`==`,
+    `!=`, `in`, `not in`, as either side or in a literal collection there)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                for leaf in ast.walk(side):
+                    if isinstance(leaf, ast.Constant) and leaf.value in names:
+                        found.append((node.lineno, leaf.value))
+    return found
+
+
+def test_no_code_outside_a_rule_module_compares_against_its_name():
+    owner = {name: path.split(":")[0].replace(".", "/") + ".py"
+             for name, path in methods.RULES.items()}
+    files = [p for d in ("logra", "baselines", "benchmarks", "workflow/scripts")
+             for p in sorted((ROOT / d).glob("*.py"))]
+    offences = []
+    for path in files:
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "logra/methods.py":  # the registry
+            continue
+        names = {n for n, module in owner.items() if module != rel}
+        offences += [f"{rel}:{line}: {name!r}"
+                     for line, name in _compared_rule_names(ast.parse(path.read_text()), names)]
+    assert not offences, offences
+    # and the core never imports the baselines
+    for path in sorted((ROOT / "logra").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                           else [node.module or ""])
+                assert not any(m.split(".")[0] == "baselines" for m in modules), path
+
+
+def test_the_name_check_finds_a_comparison():
+    code = 'x = rule == "lora"\ny = rule in ("galore", "other")\nz = {"lora": 1}'
+    assert _compared_rule_names(ast.parse(code), {"lora", "galore"}) == [(1, "lora"),
+                                                                          (2, "galore")]
+
+
+TOY_RULE = '''
+"""Sign descent: W -= lr * sign(G), no state."""
+import contextlib
+
+import torch
+
+from logra.methods import LR, UpdateRule
+
+
+class SignDescent(UpdateRule):
+    options = {"lr": LR}
+
+    def __init__(self, model, lr=1e-3):
+        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.lr = lr
+
+    @torch.no_grad()
+    def propose(self):
+        step = [-self.lr * torch.sign(p.grad) for _, p in self.named]
+        self.grad_norm = float(sum(p.grad.norm() ** 2 for _, p in self.named) ** 0.5)
+        return step
+
+    @torch.no_grad()
+    def apply(self, step, scale=1.0):
+        for (_, p), s in zip(self.named, step):
+            p.add_(s, alpha=scale)
+            p.grad = None
+
+    @contextlib.contextmanager
+    def perturbed(self, step, eta):
+        saved = [p.detach().clone() for _, p in self.named]
+        with torch.no_grad():
+            for (_, p), s in zip(self.named, step):
+                p.add_(s, alpha=eta)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for (_, p), w in zip(self.named, saved):
+                    p.copy_(w)
+
+    def state_tensors(self):
+        return []
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+'''
+
+
+def test_a_rule_in_its_own_module_runs_through_the_workflow(tmp_path):
+    """README "Add an update rule": a module and a config entry, nothing else."""
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins/toy_rules.py").write_text(textwrap.dedent(TOY_RULE))
+    config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
+    config["methods"]["sign"] = {"rule": "toy_rules:SignDescent", "options": {"lr": 1e-3},
+                                 "kl_control": {"target": 1e-2}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"), str(ROOT)])}
+    run = tmp_path / "results/runs/arithmetic/sign/seed0"
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+                          "--configfile", str(tmp_path / "config.yaml"), "--cores", "2",
+                          "--directory", str(tmp_path), str(run.relative_to(tmp_path) / "summary.json")],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = yaml.safe_load((run / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["config"]["method"]["rule"] == "toy_rules:SignDescent"
+    assert summary["optimizer_state_bytes"] == 0
+
+
+def test_a_rule_that_is_not_an_update_rule_is_refused():
+    with pytest.raises(ValueError, match="cannot import no_such_module:Rule"):
+        methods.rule_class("no_such_module:Rule")
+    with pytest.raises(ValueError, match="is not a subclass of logra.methods.UpdateRule"):
+        methods.rule_class("copy:deepcopy")
