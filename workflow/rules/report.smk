@@ -36,6 +36,7 @@ rule report:
         report("results/REPORT.md", caption="../report/REPORT.rst", category="Results"),
     params:
         lr_sweep="results/lr_sweep.csv",  # included if `snakemake lr_sweep` wrote it before
+        trl="results/trl",  # its *.json, if `snakemake trl` wrote them before
     conda:
         "../../environment.yml"
     benchmark:
