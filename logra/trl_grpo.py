@@ -13,7 +13,9 @@ from the trainer's `on_step_begin` to its `on_step_end`: the forward and backwar
 every micro-batch, the clipping and the optimizer step. Rollouts are made for
 `ROLLOUT_STEPS` optimizer steps at once (`steps_per_generation`), so that every second step,
 the measured one among them, generates nothing: its peak is the update's, as the harness
-measures it (logra/train.py), and the same for both methods.
+measures it (logra/train.py), and the same for both methods. Deviation from the harness's
+loop, stated: those steps train on rollouts of the policy one update older (TRL's clipped
+importance ratio corrects for it), where the harness generates afresh for every update.
 """
 from __future__ import annotations
 
