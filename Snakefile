@@ -4,7 +4,8 @@ Targets: `all` (the default grid of run_methods, the memory sweep, the planner, 
 stability runs, every figure and results/REPORT.md), `ablations` (run_methods + ablation_methods,
 under results/ablations/ and figures/ablations/), `lr_sweep` (results/lr_sweep.csv),
 `memory_large` (the memory sweep with memory_sweep.opt_in_sizes: results/memory/sweep_large.csv),
-`stability` (the long runs over stability.opt_in_seeds: figures/stability_27b_seeds).
+`stability` (the long runs over stability.opt_in_seeds: figures/stability_27b_seeds), `trl`
+(TRL's GRPOTrainer with LoGRA and with AdamW on each task: results/trl/{task}.json).
 """
 import os
 
@@ -59,6 +60,7 @@ include: "workflow/rules/sweep.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/fingerprints.smk"
 include: "workflow/rules/verdicts.smk"
+include: "workflow/rules/trl.smk"
 
 
 PAPER = {"memory_sweep", "planner", "stability"} <= set(config)  # the paper's figures

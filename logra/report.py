@@ -184,7 +184,8 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                     verdicts: pd.DataFrame | None = None, sweep: pd.DataFrame | None = None,
                     planner: pd.DataFrame | None = None,
                     lr_sweep: pd.DataFrame | None = None,
-                    stability: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> str:
+                    stability: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+                    trl: list[dict] | None = None) -> str:
     """results/REPORT.md from the workflow's tables; `runs` and `long_runs` are the summary.json
     contents of the grid's runs and of the stability runs, `stability` their metrics and
     summary as `logra.figures.factor_effects` takes them; a table that is None (its stage is
@@ -290,6 +291,30 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
     else:
         out += ["", "The lr sweep has not run (`snakemake lr_sweep` writes "
                 "`results/lr_sweep.csv`; the next report includes it)."]
+    if trl:
+        rows = [(r, m) for r in trl for m in ("logra", "adamw")]
+        out += _section("LoGRA in TRL", "results/trl/", "TRL's GRPOTrainer (generation by the "
+                        "training model, no vLLM) from each task's seed-0 SFT base, with "
+                        "`logra.LoGRAOptimizer` and with TRL's default AdamW (logra/trl_grpo.py)"
+                        ": the measured peak of one update step (a step without generation), "
+                        "and the mean reward of the rollouts of the first and the last steps.",
+                        {"task": [r["task"] for r, _ in rows], "method": [m for _, m in rows],
+                         "device": [r["device"] for r, _ in rows],
+                         "parameters": [r["model"]["n_params"] for r, _ in rows],
+                         "steps": [r["steps"] for r, _ in rows],
+                         "peak (MiB)": _fmt([r[m]["peak_mem_bytes"] for r, m in rows], ".2f",
+                                            2**20),
+                         "vs AdamW": _fmt([r[m]["peak_mem_bytes"] / r["adamw"]["peak_mem_bytes"]
+                                           for r, m in rows]),
+                         "optimizer state (MiB)": _fmt([r[m]["optimizer_state_bytes"]
+                                                        for r, m in rows], ".3f", 2**20),
+                         "reward, first / last steps": [
+                             f"{a} / {b} ({r['reward_window_steps']})" for (r, m), a, b in zip(
+                                 rows, _fmt([r[m]["reward_first"] for r, m in rows]),
+                                 _fmt([r[m]["reward_last"] for r, m in rows]))]})
+    else:
+        out += ["", "LoGRA in TRL has not run (`snakemake trl` writes `results/trl/*.json`; the "
+                "next report includes them)."]
     total = pd.concat([ledger, pd.DataFrame([{"stage": "total", "jobs": ledger["jobs"].sum(),
                                               "seconds": ledger["seconds"].sum(),
                                               "share": 1.0}])])

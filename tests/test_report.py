@@ -105,6 +105,7 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     for absent in ("## Verdicts", "## Memory sweep", "## Planner", "## lr sweep"):
         assert absent not in text  # not in the config, or not run
     assert "The lr sweep has not run" in text
+    assert "LoGRA in TRL has not run" in text
 
     lr_sweep = pd.DataFrame({"task": ["a", "a"], "method": "logra", "lr": [1e-4, 2.5e-4],
                              "val_accuracy_mean": [0.3, 0.35], "val_accuracy_sd": [0.01, 0.02],
@@ -117,8 +118,16 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
                                 kl_eta_1_p10=[None, 0.5, None], kl_eta_1_p90=[None, 1.9, None],
                                 kl_eta_below_1_steps=[None, 0, None], kl_eta_below_1_median=None,
                                 kl_eta_below_1_p10=None, kl_eta_below_1_p90=None)
+    trl = {"task": "a", "device": "cpu", "model": {"n_params": 1_360_000}, "steps": 40,
+           "reward_window_steps": 10, **{m: {"peak_mem_bytes": peak * 2**20,
+                                             "optimizer_state_bytes": state * 2**20,
+                                             "reward_first": 0.3, "reward_last": last}
+                                         for m, peak, state, last in (("logra", 30, 0.5, 0.4),
+                                                                      ("adamw", 40, 10, 0.375))}}
     text = report_markdown(calibrated, accuracy, [{"machine": machine}], [], ledger,
-                           planner=planner, lr_sweep=lr_sweep)
+                           planner=planner, lr_sweep=lr_sweep, trl=[trl])
+    assert "| a | logra | cpu | 1360000 | 40 | 30.00 | 0.750 | 0.500 | 0.300 / 0.400 (10) |" in text
+    assert "| a | adamw | cpu | 1360000 | 40 | 40.00 | 1.000 | 10.000 | 0.300 / 0.375 (10) |" in text
     assert "| m32b | logra | 8 | bf16 | 61.2 | forward_backward | 80 | True | 0.15 |" in text
     assert "| a | logra | 40 | 0 | 1.02 [0.50, 1.90] | n/a [n/a, n/a] |" in text  # calibration
     assert "| a | logra | 0.00025 | 6 | yes | 0.350 ± 0.020 | 3 |" in text

@@ -40,6 +40,8 @@ def test_lint_is_clean(tmp_path):
     ("memory_large", {"memory_point": 24, "memory_sweep": 1}),
     # the 1,100-step 2 x 2 over three seeds
     ("stability", {"train": 12, "base": 3, "stability_27b_seeds": 1}),
+    # opt-in: TRL's GRPOTrainer, LoGRA and AdamW in one job per task, from its seed-0 base
+    ("trl", {"data": 2, "base": 2, "trl_grpo": 2}),
 ])
 def test_default_config_targets_resolve(tmp_path, target, jobs):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),

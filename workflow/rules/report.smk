@@ -37,6 +37,7 @@ rule report:
     params:
         lr_sweep="results/lr_sweep.csv",  # included if `snakemake lr_sweep` wrote it before
         reference_rule=REFERENCE_RULE,
+        trl="results/trl",  # its *.json, if `snakemake trl` wrote them before
     conda:
         "../../environment.yml"
     benchmark:

@@ -26,7 +26,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         verdicts=table(i.verdicts), sweep=table(i.sweep), planner=table(i.planner),
         lr_sweep=pd.read_csv(lr_sweep) if lr_sweep.exists() else None,
         stability=long_run_tables(i.long_metrics, i.long_runs, snakemake.params.reference_rule)
-        if i.long_runs else None)
+        if i.long_runs else None,
+        trl=[json.loads(p.read_text()) for p in sorted(Path(snakemake.params.trl).glob("*.json"))])
     with atomic_path(snakemake.output[0]) as tmp:
         tmp.write_text(text)
     progress("report results/REPORT.md", jobs=int(ledger["jobs"].sum()),

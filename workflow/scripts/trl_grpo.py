@@ -1,0 +1,22 @@
+"""results/trl/{task}.json: TRL's GRPOTrainer with LoGRA and with AdamW from the task's seed-0
+SFT base (logra.trl_grpo.compare, with the config's options)."""
+from contextlib import redirect_stderr, redirect_stdout
+
+import torch
+
+from logra.io import progress, write_json
+from logra.tasks import get_task, read_jsonl
+from logra.trl_grpo import compare, config_options
+
+with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
+    torch.set_num_threads(snakemake.threads)
+    spec = snakemake.params.task
+    task = get_task(spec["type"], **spec.get("options", {}))
+    rows = read_jsonl(snakemake.input.train, required=("prompt", "answer"))
+    result = compare(snakemake.input.model, task, rows, steps=snakemake.params.steps,
+                     **config_options(snakemake.config, snakemake.wildcards.task), seed=0)
+    result["base"] = snakemake.input.model
+    write_json(snakemake.output[0], result)
+    progress(f"trl {snakemake.wildcards.task}", **{
+        f"{m} peak MiB": result[m]["peak_mem_bytes"] / 2**20 for m in ("logra", "adamw")},
+        **{f"{m} reward": result[m]["reward_last"] for m in ("logra", "adamw")})
