@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer on this project's tasks and models, with LoGRA or TRL's default AdamW.
 
-`train_grpo(model, tokenizer, task, rows, method=...)` runs TRL's own GRPO loop (generation
+`train_grpo(model, tokenizer, task, rows, logra=...)` runs TRL's own GRPO loop (generation
 with the training model's `generate`, no vLLM) for a few steps on the CPU and returns what it
 measured. The pieces it is made of are what a TRL user needs: `reward_function(task)` (a task's
 reward with TRL's reward-function signature), `prompt_dataset(rows)`, and LoGRA passed as
@@ -35,7 +35,7 @@ from logra.memory import MemoryMeter, optimizer_state_bytes
 from logra.modeling import load, n_params
 from logra.optimizer import LoGRAOptimizer, LoGRATrainerMixin
 
-METHODS = ("logra", "adamw")
+METHODS = ("logra", "adamw")  # compare()'s two runs: LoGRAOptimizer, TRL's default AdamW
 ROLLOUT_STEPS = 2  # optimizer steps served by one generation (steps_per_generation / accum)
 REWARD_WINDOW = 10  # steps: reward_first / reward_last average the rollouts of the first / last
 
@@ -104,20 +104,19 @@ def grpo_config(out_dir: str, *, steps: int, prompts_per_step: int, group_size: 
         dataloader_num_workers=0)
 
 
-def train_grpo(model, tokenizer, task, rows: list[dict], *, method: str, steps: int,
-               lr: float, logra: dict | None = None, prompts_per_step: int = 8,
+def train_grpo(model, tokenizer, task, rows: list[dict], *, steps: int, lr: float,
+               logra: dict | None = None, prompts_per_step: int = 8,
                group_size: int = 8, micro_batch_size: int = 8, max_new_tokens: int = 12,
                seed: int = 0, max_grad_norm: float = 1.0, profile_step: int = 2,
                callbacks: list | None = None) -> dict:
     """Train `model` in place with TRL's GRPOTrainer for `steps` optimizer steps.
 
-    method "logra": `LoGRAOptimizer(model, lr=lr, **logra)` with the schedule TRL would build
-    from the config; "adamw": TRL's default optimizer (torch AdamW) at `lr`. Returns the
+    With `logra` (LoGRAOptimizer's options, {} for its defaults): `LoGRAOptimizer(model, lr=lr,
+    **logra)` with the schedule TRL would build from the config; without: TRL's default
+    optimizer (torch AdamW) at `lr`. Returns the
     trainer, the optimizer, the log rows, the peak memory of step `profile_step` (a
     MemoryReport) and the mean reward of the rollouts of the first and the last REWARD_WINDOW
     steps."""
-    if method not in METHODS:
-        raise ValueError(f"method: unknown {method!r}; known: {METHODS}")
     if profile_step % ROLLOUT_STEPS:
         raise ValueError(f"profile_step={profile_step}: steps that are not multiples of "
                          f"{ROLLOUT_STEPS} generate rollouts; the update is measured alone")
@@ -131,8 +130,8 @@ def train_grpo(model, tokenizer, task, rows: list[dict], *, method: str, steps: 
         common = dict(model=model, processing_class=tokenizer, args=args,
                       reward_funcs=reward_function(task), train_dataset=prompt_dataset(rows),
                       callbacks=[memory, *(callbacks or [])])
-        if method == "logra":
-            optimizer = LoGRAOptimizer(model, lr=lr, **(logra or {}))
+        if logra is not None:
+            optimizer = LoGRAOptimizer(model, lr=lr, **logra)
             memory.labels = {"optimizer": optimizer.rule.state_tensors(),
                              "grads": optimizer.rule.grad_buffers()}
             scheduler = transformers.get_scheduler(args.lr_scheduler_type, optimizer,
@@ -178,7 +177,7 @@ def compare(base_dir, task, rows: list[dict], *, steps: int, logra: dict, adamw_
     out = {"task": task.name, "device": "cpu", "steps": steps, "seed": seed,
            "reward_window_steps": REWARD_WINDOW, "trl": _version("trl"),
            "transformers": transformers.__version__, "torch": torch.__version__}
-    for method in METHODS:
+    for method, options in zip(METHODS, (logra, None)):
         model, tokenizer = load(base_dir)
         config = model.config
         out["model"] = {"n_params": n_params(model), "architecture": config.model_type,
@@ -186,13 +185,12 @@ def compare(base_dir, task, rows: list[dict], *, steps: int, logra: dict, adamw_
                         "num_hidden_layers": config.num_hidden_layers,
                         "vocab_size": config.vocab_size}
         t0 = time.time()
-        run = train_grpo(model, tokenizer, task, rows, method=method, steps=steps,
-                         lr=lrs[method], logra=logra if method == "logra" else None, seed=seed,
-                         **grpo)
+        run = train_grpo(model, tokenizer, task, rows, steps=steps, lr=lrs[method],
+                         logra=options, seed=seed, **grpo)
         opt, memory = run["optimizer"], run["memory"]
         out["profile_step"] = run["profile_step"]
         out[method] = {
-            "lr": lrs[method], "options": logra if method == "logra" else {},
+            "lr": lrs[method], "options": options or {},
             "peak_mem_bytes": memory.peak_bytes, "mem_breakdown": memory.by_category,
             "optimizer_state_bytes": (opt.state_bytes() if isinstance(opt, LoGRAOptimizer)
                                       else optimizer_state_bytes(opt)),

@@ -98,8 +98,9 @@ def runs(tiny_dir, task_rows):
     for method in ("logra", "adamw"):
         model, tokenizer = load(tiny_dir)
         record = Record(model)
-        out[method] = train_grpo(model, tokenizer, task, rows, method=method,
-                                 logra=dict(rank=RANK, refresh_every=REFRESH),
+        out[method] = train_grpo(model, tokenizer, task, rows,
+                                 logra=dict(rank=RANK, refresh_every=REFRESH)
+                                 if method == "logra" else None,
                                  callbacks=[record] if method == "logra" else [], **GRPO)
         out[method] |= {"model": model, "record": record}
     return out
