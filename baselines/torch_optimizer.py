@@ -10,8 +10,10 @@ is what they share through the method interface:
   so `scalable` is False and predicted-KL control cannot scale these rules' steps;
 - the state is the optimizer's `state_dict()` (pickled with whatever objects the package keeps
   there, e.g. projectors), restored by `load_state_dict` on an optimizer built the same way;
-- `state_tensors()` lists every tensor in the optimizer's state (override it where a tensor
-  is not what it seems, e.g. a quantized subclass);
+- `state_tensors()` lists every tensor in the optimizer's state as it is stored: a tensor
+  subclass (a quantized state such as torchao's `OptimState8bit`, which reports the dtype of
+  the weight it belongs to) is counted by the plain tensors inside it (its 8-bit codes, block
+  scales and code table), never by the dtype it shows;
 - the rollout engine receives every trained tensor in full (the `UpdateRule` default).
 
 A subclass builds `self.optimizer` and `self.named` (the trained (name, parameter) pairs) in
@@ -44,13 +46,13 @@ class TorchOptimizerRule(UpdateRule):
         self.optimizer.zero_grad(set_to_none=True)
 
     def state_tensors(self) -> list[torch.Tensor]:
-        """Every tensor in the optimizer's state, and the tensors of objects kept there
-        (`ortho_matrix` of a projector)."""
+        """Every tensor in the optimizer's state (a subclass: the tensors it stores), and the
+        tensors of objects kept there (`ortho_matrix` of a projector)."""
         out = []
         for state in self.optimizer.state.values():
             for value in state.values():
                 if isinstance(value, torch.Tensor):
-                    out.append(value)
+                    out += stored(value)
                 elif isinstance(getattr(value, "ortho_matrix", None), torch.Tensor):
                     out.append(value.ortho_matrix)
         return out
@@ -60,3 +62,12 @@ class TorchOptimizerRule(UpdateRule):
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state)
+
+
+def stored(t: torch.Tensor) -> list[torch.Tensor]:
+    """The plain tensors that hold `t`'s data: `t` itself, or, for a wrapper subclass
+    (`__tensor_flatten__`, e.g. a quantized optimizer state), its inner tensors, recursively."""
+    if type(t) in (torch.Tensor, torch.nn.Parameter) or not hasattr(t, "__tensor_flatten__"):
+        return [t]
+    names, _ = t.__tensor_flatten__()
+    return [inner for name in names for inner in stored(getattr(t, name))]
