@@ -4,8 +4,8 @@ torchao's AdamW8bit keeps both moments block-wise quantized (Dettmers et al. 202
 tree code): per weight one uint8 code per moment, per block of `block_size` weights one fp32
 scale per moment, and per moment tensor its 256-entry fp32 code table. It runs on CPU and on
 GPUs alike (each parameter's update is one `torch.compile`d function; the first step of each
-parameter shape compiles, which a CPU run pays once, tens of seconds). Chosen over
-bitsandbytes' AdamW8bit, whose 8-bit state is for GPUs only.
+parameter shape compiles: about 25 s for a tiny model's shapes on one CPU core, once per
+process). Chosen because the same code runs on the CPU here and on GPUs.
 
 torchao quantizes a tensor only when it has at least 4096 elements and a multiple of
 `block_size`; smaller ones (norms, odd shapes) keep fp32 moments. Both are counted as they
