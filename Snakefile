@@ -2,7 +2,8 @@
 
 Targets: `all` (the default grid of run_methods, the memory sweep, the planner, the long
 stability runs, every figure and results/REPORT.md), `ablations` (run_methods + ablation_methods,
-under results/ablations/ and figures/ablations/), `lr_sweep` (results/lr_sweep.csv),
+under results/ablations/ and figures/ablations/, and the memory sweep's default sizes with
+memory_sweep.ablation_methods: results/ablations/memory_sweep.csv), `lr_sweep` (results/lr_sweep.csv),
 `memory_large` (the memory sweep with memory_sweep.opt_in_sizes: results/memory/sweep_large.csv),
 `stability` (the long runs over stability.opt_in_seeds: figures/stability_27b_seeds), `trl`
 (TRL's GRPOTrainer with LoGRA and with AdamW on each task: results/trl/{task}.json).
@@ -95,6 +96,9 @@ rule ablations:
         "results/ablations/summary.csv",
         "results/ablations/accuracy.csv",
         ["results/ablations/verdicts.csv"] if VERDICTS else [],
+        ["results/ablations/memory_sweep.csv"]
+        if config.get("memory_sweep", {}).get("ablation_methods")
+        else [],
         expand("figures/ablations/{fig}.{ext}", fig=["reward_curves"]
                + (["verdicts"] if VERDICTS else []), ext=["png", "pdf"]),
 

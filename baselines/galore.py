@@ -8,8 +8,8 @@ GaLore's known limits stay visible rather than being worked around:
 - full gradients of every weight live until `step()` (GaLore projects inside the optimizer),
   so `peak_grad_bytes` counts them all and the profiler measures them;
 - the update is applied inside `GaLoreAdamW.step()`, so `propose()` runs the step and
-  `apply()` accepts only scale 1: predicted-KL step control cannot scale a GaLore step
-  (`perturbed` says so);
+  `apply()` accepts only scale 1 (`baselines.torch_optimizer.TorchOptimizerRule`):
+  predicted-KL step control cannot scale a GaLore step (`perturbed` says so);
 - the rollout engine receives every trained tensor in full;
 - under FSDP (tests/test_distributed.py) it runs and matches the single-process run, but only
   because DTensor has no sharded SVD: at every projection refresh, each projected weight's
@@ -20,16 +20,16 @@ from __future__ import annotations
 import torch
 from galore_torch import GaLoreAdamW
 
+from baselines.torch_optimizer import TorchOptimizerRule
 from logra.logra import DEFAULT_MODULES, low_rank_linears
-from logra.methods import ADAM_OPTIONS, LR, POSINT, POSNUM, Geometry, UpdateRule
+from logra.methods import ADAM_OPTIONS, LR, POSINT, POSNUM, Geometry
 
 
-class GaLore(UpdateRule):
+class GaLore(TorchOptimizerRule):
     options = {**ADAM_OPTIONS, "rank": POSINT, "update_proj_gap": POSINT, "scale": POSNUM,
                "proj_type": {"type": "string", "enum": ["std", "reverse_std", "right", "left"]},
                "dense_lr": LR, "modules": {"type": "string"}}
     shardable = True  # but it gathers whole gradients for its SVD (see the module docstring)
-    scalable = False  # GaLoreAdamW applies its step inside step()
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
                  update_proj_gap: int = 20, scale: float = 1.0, proj_type: str = "std",
@@ -46,36 +46,6 @@ class GaLore(UpdateRule):
              {"params": projected, "rank": rank, "update_proj_gap": update_proj_gap,
               "scale": scale, "proj_type": proj_type}],
             lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
-        self.grad_norm = float("nan")
-
-    @torch.no_grad()
-    def propose(self) -> None:
-        """Runs GaLoreAdamW.step(): the weights change here (see the module docstring)."""
-        grads = [p.grad for _, p in self.named if p.grad is not None]
-        self.grad_norm = torch.linalg.vector_norm(
-            torch.stack(torch._foreach_norm(grads))).item() if grads else 0.0
-        self.optimizer.step()
-
-    def apply(self, step, scale: float = 1.0) -> None:
-        if scale != 1.0:
-            raise ValueError("galore: GaLoreAdamW applies its update inside step(); "
-                             f"the step cannot be scaled (got scale={scale})")
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def state_tensors(self) -> list[torch.Tensor]:
-        out = []
-        for state in self.optimizer.state.values():
-            out += [state[k] for k in ("exp_avg", "exp_avg_sq") if k in state]
-            projector = state.get("projector")
-            if projector is not None and projector.ortho_matrix is not None:
-                out.append(projector.ortho_matrix)
-        return out
-
-    def state_dict(self) -> dict:
-        return self.optimizer.state_dict()  # moments and galore-torch's projector objects
-
-    def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state)
 
     @staticmethod
     def planned(geo: Geometry, options: dict, b: int) -> dict:

@@ -2,20 +2,31 @@
 
 `peft.inject_adapter_in_model` adds LoRA adapters (rank r, α, dropout, rsLoRA, as `LoraConfig`
 takes them) to the same nn.Linear weights LoGRA sketches (`modules` regex); every other weight is
-frozen, as in LoRA fine-tuning. The adapters are trained by dense AdamW (this class is
-`DenseAdam` on the adapter parameters), so propose/apply/perturbed, predicted-KL control,
-checkpoints and memory labels work as for dense Adam.
+frozen, as in LoRA fine-tuning, unless `dense_modules` names it: those parameters (e.g. the
+embeddings, lm_head and norms, LoGRA's dense set) are trained in full at `dense_lr`, what
+peft's `modules_to_save` does with one adapter (without its copy of the original module). The
+adapters and the dense weights are trained by dense AdamW (this class is `DenseAdam` on them,
+one lr per parameter), so propose/apply/perturbed, predicted-KL control, checkpoints and
+memory labels work as for dense Adam.
 
 Learning rate: LoRA-for-RL practice trains adapters with α = 32 at about 10× the full
-fine-tuning learning rate; the default config does so (lr = 10 × dense_adam's) and the lr sweep
-(`snakemake lr_sweep`) checks the choice.
+fine-tuning learning rate; the default config's grid reaches it (`snakemake lr_sweep`).
 
-Sync: the rollout engine holds the base architecture and receives the merged weight
-W + (α/r)·BA of every adapted module in full (what TRL sends vLLM for a PEFT model: merge,
-send, unmerge); frozen weights never change and are never sent. `unwrap()` merges the adapters
-into the base weights and removes them, so the saved checkpoint is a plain HF model.
+Sync (`sync`), what the rollout engine receives after each step:
+- `adapters` (default, what LoRA's users send a vLLM LoRA runtime): each adapted module's
+  factors A (r × n) and B (m × r) and its scale, r·(m + n) values per module, and the
+  `dense_modules` weights in full; the engine merges them onto the base it holds
+  (`logra.sync.apply_payload`, the base sent once after a resume, when the restored engine
+  holds merged weights);
+- `merged`: the merged weight W + (α/r)·BA of every adapted module in full (what TRL sends vLLM
+  for a PEFT model: merge, send, unmerge).
+Frozen weights never change and are never sent. `unwrap()` merges the adapters into the base
+weights and removes them, so the saved checkpoint is a plain HF model.
 """
 from __future__ import annotations
+
+import math
+import re
 
 import torch
 from peft import LoraConfig, inject_adapter_in_model
@@ -23,7 +34,8 @@ from peft.tuners.lora import LoraLayer
 
 from logra.dense_adam import DenseAdam
 from logra.logra import DEFAULT_MODULES, low_rank_linears
-from logra.methods import ADAM_OPTIONS, POSINT, POSNUM, Geometry
+from logra.methods import ADAM_OPTIONS, LR, POSINT, POSNUM, Geometry
+from logra.sync import lora_merged
 
 ADAPTER = "default"
 
@@ -36,33 +48,77 @@ class LoRA(DenseAdam):
                "use_rslora": {"type": "boolean"},
                "weight_decay": {"type": "number", "minimum": 0, "description": "on the adapters"},
                "modules": {"type": "string", "description": "regex over module names: the "
-                           "nn.Linear modules that get adapters"}}
+                           "nn.Linear modules that get adapters"},
+               "dense_modules": {"type": "string", "description": "regex over parameter "
+                                 "names: weights (not adapted) trained in full at dense_lr"},
+               "dense_lr": LR,
+               "sync": {"type": "string", "enum": ["adapters", "merged"],
+                        "description": "adapters: factors only (r·(m+n) per module); merged: "
+                                       "every adapted weight merged, in full"}}
     shardable = False  # the merged-weight sync is not written for sharded weights
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
                  alpha: float = 32.0, dropout: float = 0.0, use_rslora: bool = False,
                  betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 modules: str = DEFAULT_MODULES):
+                 modules: str = DEFAULT_MODULES, dense_modules: str | None = None,
+                 dense_lr: float | None = None, sync: str = "adapters"):
         targets = low_rank_linears(model, modules)
         for name, m in targets:
             if rank > min(m.weight.shape):
                 raise ValueError(f"rank={rank} exceeds min(shape)={min(m.weight.shape)} of "
                                  f"{name}.weight {tuple(m.weight.shape)}")
+        adapted = {id(m.weight) for _, m in targets}
+        dense = ([(n, p) for n, p in model.named_parameters()
+                  if re.search(dense_modules, n) and id(p) not in adapted]
+                 if dense_modules else [])
+        if dense_modules and not dense:
+            raise ValueError(f"dense_modules: pattern {dense_modules!r} matches no parameter "
+                             "that is not adapted")
         model.requires_grad_(False)
         inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout,
                                            use_rslora=use_rslora,
                                            target_modules=[n for n, _ in targets]), model)
-        self.model = model
+        self.model, self.sync, self.dense_named = model, sync, dense
         self.layers = {name: model.get_submodule(name) for name, _ in targets}
         adapters = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.init(adapters, lr, betas, eps, weight_decay)
+        for _, p in dense:
+            p.requires_grad_(True)
+        self.init(adapters + dense, lr, betas, eps, weight_decay,
+                  lrs=[lr] * len(adapters) + [dense_lr or lr] * len(dense))
+        # a fresh engine loads the base weights this model starts from; after a resume it
+        # holds merged weights and is sent each base once (load_state_dict)
+        self.engine_has_base = True
+
+    def _factors(self, name: str) -> tuple[torch.Tensor, torch.Tensor, float]:
+        layer = self.layers[name]
+        return (layer.lora_A[ADAPTER].weight.detach(), layer.lora_B[ADAPTER].weight.detach(),
+                layer.scaling[ADAPTER])
 
     def engine_weights(self) -> dict[str, torch.Tensor]:
-        """Merged W + (α/r)·BA of each adapted module, under the base model's names."""
+        """Merged W + (α/r)·BA of each adapted module, under the base model's names, and the
+        densely trained weights."""
         with torch.no_grad():
-            return {f"{name}.weight":
-                    layer.get_base_layer().weight + layer.get_delta_weight(ADAPTER)
-                    for name, layer in self.layers.items()}
+            merged = {f"{name}.weight": lora_merged(layer.get_base_layer().weight,
+                                                    *self._factors(name))
+                      for name, layer in self.layers.items()}
+        return merged | {n: p.detach() for n, p in self.dense_named}
+
+    def sync_payload(self) -> dict:
+        """`merged`: every adapted weight merged, in full; `adapters`: each module's factors
+        and scale (its base too when the engine lacks it); the dense weights in full."""
+        if self.sync == "merged":
+            return {"dense": self.engine_weights()}
+        lora = {}
+        for name, layer in self.layers.items():
+            a, b, scale = self._factors(name)
+            lora[f"{name}.weight"] = {"A": a, "B": b, "scale": scale, "base": (
+                None if self.engine_has_base else layer.get_base_layer().weight.detach())}
+        self.engine_has_base = True
+        return {"dense": {n: p.detach() for n, p in self.dense_named}, "lora": lora}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.engine_has_base = False  # a resumed run's engine holds merged weights
 
     def unwrap(self) -> None:
         """Merge the adapters into the base weights and put the base Linear modules back."""
@@ -77,14 +133,32 @@ class LoRA(DenseAdam):
     def planned(geo: Geometry, options: dict, b: int) -> dict:
         """The frozen base in the policy dtype (no master copy), r·(m + n) fp32 adapter weights
         per module (as PeftModel's autocast keeps them; peft's bare injection keeps the base
-        dtype) with dense Adam's gradients, moments and perturbed copy."""
+        dtype) and the `dense_modules` weights (fp32 master under a bf16 policy), with dense
+        Adam's gradients, moments and perturbed copy for both. With dense weights the base is
+        not frozen: the output layer's input activations are kept for their gradients."""
         f, r = 4, options.get("rank", 8)
         adapters = sum(r * (m + n) for m, n in geo.low_rank)
-        return {"weights": geo.n_all * b + adapters * f, "master": 0, "grads": adapters * f,
-                "optimizer": 2 * adapters * f, "step": 0, "perturbed_copy": adapters * f,
-                "after_apply": 0, "transient": 0, "frozen_base": True}
+        dense = _dense_numel(geo, options)
+        trained = adapters + dense
+        return {"weights": geo.n_all * b + adapters * f,
+                "master": dense * f if b < f else 0, "grads": trained * f,
+                "optimizer": 2 * trained * f, "step": 0, "perturbed_copy": trained * f,
+                "after_apply": 0, "transient": 0, "frozen_base": not dense}
 
     @staticmethod
     def planned_sync(geo: Geometry, options: dict, b: int) -> int:
-        """The merged adapted weights in the policy dtype."""
-        return geo.n_low * b
+        """`adapters`: r·(m + n) per adapted module (fp32, as trained); `merged`: the merged
+        adapted weights in the policy dtype; and the dense weights in the policy dtype."""
+        if options.get("sync", "adapters") == "merged":
+            adapted = geo.n_low * b
+        else:
+            adapted = sum(options.get("rank", 8) * (m + n) for m, n in geo.low_rank) * 4
+        return adapted + _dense_numel(geo, options) * b
+
+
+def _dense_numel(geo: Geometry, options: dict) -> int:
+    """Weights `dense_modules` trains in full (every matching parameter; the adapted ones are
+    the planner's `low_rank` shapes and are matched by the pattern only if it names them)."""
+    pattern = options.get("dense_modules")
+    return sum(math.prod(s) for n, s in geo.params if pattern and re.search(pattern, n)
+               and not re.search(options.get("modules", DEFAULT_MODULES), n.removesuffix(".weight")))

@@ -35,7 +35,9 @@ def check(config: dict) -> None:
                        ("ablation_methods", config.get("ablation_methods", [])),
                        ("lr_sweep.anchors", list(sweep["anchors"])),
                        *[(f"{k}.methods", config[k]["methods"])
-                         for k in ("memory_sweep", "planner", "stability") if k in config]]:
+                         for k in ("memory_sweep", "planner", "stability") if k in config],
+                       ("memory_sweep.ablation_methods",
+                        (config.get("memory_sweep") or {}).get("ablation_methods", []))]:
         for i, name in enumerate(names):
             if name not in config["methods"]:
                 raise ConfigError(f"{key}[{i}]: {name!r} is not defined under methods "

@@ -290,7 +290,8 @@ def _allocator_net_peak(memory_profile, device: torch.device) -> int | None:
 
 def _analyze_memory_profile(prof, device: torch.device,
                             labels: dict[int, str] | None = None,
-                            phases: list[tuple[str, int]] = ()) -> dict[str, Any]:
+                            phases: list[tuple[str, int]] = (),
+                            label_bytes: dict[int, int] | None = None) -> dict[str, Any]:
     """Read peak / category breakdown off the profiler's memory timeline for ``device``.
 
     Walks ``MemoryProfile.timeline`` (sorted by (time, action)): PREEXISTING (t=-1) and CREATE
@@ -299,6 +300,11 @@ def _analyze_memory_profile(prof, device: torch.device,
     ``phases`` [(name, end time in ns)] splits the timeline: each phase's peak is the largest
     sample up to its end time after the previous phase's (the timeline's times are
     ``time.time_ns()``'s clock).
+
+    A labelled tensor (``label_bytes``: storage address -> bytes) that no recorded op touches
+    is alive throughout all the same (its owner holds it): it counts as pre-existing. The
+    profiler misses tensors that only a compiled kernel reads and writes, e.g. torchao's 8-bit
+    optimizer moments, updated inside one ``torch.compile``d function per parameter.
     """
     mp = _import_memory_profiler()
     try:
@@ -383,6 +389,13 @@ def _analyze_memory_profile(prof, device: torch.device,
             if n > cat_max[b]:
                 cat_max[b] = n
 
+    seen = {key.storage.ptr for _, _, (key, _), _ in timeline
+            if isinstance(key, mp.TensorKey) and key.device == device}
+    for ptr, nbytes in (label_bytes or {}).items():
+        if ptr not in seen:
+            add("LABEL:" + labels[ptr], nbytes)
+            total += nbytes
+            preexisting += nbytes
     prev_t = None
     for t, action, (key, version), nbytes in timeline:
         if key.device != device:
@@ -461,6 +474,9 @@ class MemoryMeter:
         self.device = torch.device(device)
         self._labels = {local(t).untyped_storage().data_ptr(): name
                         for name, ts in (labels or {}).items() for t in ts if t is not None}
+        self._label_bytes = {local(t).untyped_storage().data_ptr(): local(t).untyped_storage().nbytes()
+                             for ts in (labels or {}).values() for t in ts
+                             if t is not None and local(t).device.type == torch.device(device).type}
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         if self.device.type not in ("cpu", "cuda"):
@@ -533,7 +549,8 @@ class MemoryMeter:
         if exc_type is not None:
             return False
         t1 = time.perf_counter()
-        res = _analyze_memory_profile(prof, self.device, self._labels, self._phase_ends)
+        res = _analyze_memory_profile(prof, self.device, self._labels, self._phase_ends,
+                                      self._label_bytes)
         analysis_s = time.perf_counter() - t1
         del prof
         self.report = MemoryReport(

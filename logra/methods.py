@@ -47,6 +47,9 @@ RULES = {
     "logra": "logra.logra:LoGRA",
     "galore": "baselines.galore:GaLore",
     "lora": "baselines.lora:LoRA",
+    "apollo": "baselines.apollo:APOLLO",
+    "adam_mini": "baselines.adam_mini:AdamMini",
+    "adamw_8bit": "baselines.adamw_8bit:AdamW8bit",
 }
 
 # option types, as JSON-schema fragments over the config schema's $defs
@@ -61,10 +64,14 @@ ADAM_OPTIONS = {"lr": LR, "betas": BETAS, "eps": POSNUM,
 @dataclass(frozen=True)
 class Geometry:
     """What the planner knows of a model, for a rule's analytic memory: the parameter count,
-    the (m, n) of each weight the rule's `modules` regex selects, and the largest parameter."""
+    the (m, n) of each weight the rule's `modules` regex selects, the largest parameter, every
+    parameter's (name, shape), and the attention head size (for rules that partition weights
+    by name and head, e.g. Adam-mini)."""
     n_all: int
     low_rank: tuple[tuple[int, int], ...]
     largest: int
+    params: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    head_dim: int = 0
 
     @property
     def n_low(self) -> int:

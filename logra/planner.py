@@ -145,7 +145,10 @@ def geometry(hf_config, options: dict) -> tuple[methods.Geometry, int]:
     parameter count."""
     params, low_rank, layer_numel = shapes(hf_config, options.get("modules", DEFAULT_MODULES))
     sizes = [math.prod(s) for s in params.values()]
-    return methods.Geometry(sum(sizes), tuple(low_rank), max(sizes)), layer_numel
+    head_dim = (getattr(hf_config, "head_dim", None)
+                or hf_config.hidden_size // hf_config.num_attention_heads)
+    return methods.Geometry(sum(sizes), tuple(low_rank), max(sizes), tuple(params.items()),
+                            head_dim), layer_numel
 
 
 def sync_bytes(hf_config, rule: str, options: dict | None = None, policy: str = "fp32") -> int:

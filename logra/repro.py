@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import platform
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,8 +42,15 @@ MACHINE_COLUMNS = ("step_time_s", "peak_mem_bytes")
 def pin_cpu() -> None:
     """Put `PIN` into this process's environment. The libraries read it when they load, so
     every process started from here on computes on the pinned path, and this one does if torch
-    is not imported yet."""
+    is not imported yet.
+
+    Kernels that torch.compile builds (torchao's 8-bit AdamW) are cached on disk under a key
+    that does not include ATEN_CPU_CAPABILITY: a kernel compiled on the pinned path and loaded
+    by an unpinned process crashed it with a double free (torch 2.13.0), and the reverse would
+    run unpinned kernels here. So the pinned path keeps its own cache, unless one is set."""
     os.environ.update(PIN)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{os.getuid()}_{PIN['ATEN_CPU_CAPABILITY']}"))
 
 
 def machine() -> dict:

@@ -61,7 +61,8 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: c["methods"]["logra"]["options"].update(rank={"arithmetic": 2}),
      "methods.logra.options.rank: .* is not of type 'integer'"),
     (lambda c: c["methods"].update(sign={"rule": "sgd"}),
-     r"methods.sign.rule: unknown rule 'sgd'; known: \['dense_adam', 'galore', 'logra', 'lora'\]"),
+     r"methods.sign.rule: unknown rule 'sgd'; known: \['adam_mini', 'adamw_8bit', 'apollo', "
+     r"'dense_adam', 'galore', 'logra', 'lora'\]"),
     (lambda c: c["methods"].update(sign={"rule": "logra.logra:low_rank_linears"}),
      "methods.sign.rule: .* is not a subclass of logra.methods.UpdateRule"),
     (lambda c: c["run_methods"].append("galore"), r"run_methods\[2\]: 'galore' is not defined"),

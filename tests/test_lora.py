@@ -1,4 +1,5 @@
-"""The `lora` baseline is peft's LoRA, its sync ships merged weights, and it unwraps cleanly."""
+"""The `lora` baseline is peft's LoRA, its sync ships adapter factors or merged weights, and it
+unwraps cleanly."""
 import pytest
 import torch
 from peft.tuners.lora import LoraLayer
@@ -39,22 +40,32 @@ def test_peft_adapters_train_and_state_bytes_match_lora(tiny_dir):
             assert torch.equal(p, frozen[n.replace(".base_layer", "")]), n
 
 
-def test_engine_receives_merged_weights_and_unwrap_leaves_the_plain_model(tiny_dir):
+@pytest.mark.parametrize("sync", ["adapters", "merged"])
+def test_engine_equals_the_merged_weights_and_unwrap_leaves_the_plain_model(tiny_dir, sync):
+    """The rollout engine (its own process) receives each step's payload: adapter factors,
+    r·(m + n) values per module, or every adapted weight merged; after each sync its weights
+    equal the trainer's merged weights."""
     model, tok = load(tiny_dir)
     base = {n: p.detach().clone() for n, p in model.named_parameters()}
-    rule = methods.build("lora", model, {"rank": 4, "lr": 1e-2})
+    r = 4
+    rule = methods.build("lora", model, {"rank": r, "lr": 1e-2, "sync": sync})
     ids = tok(PROMPTS, return_tensors="pt", padding=True)
     with HFRolloutEngine(str(tiny_dir)) as engine:
         for _ in range(3):
             _step(model, tok, rule)
             payload = rule.sync_payload()
             sent = engine.sync(payload)
-        merged = rule.engine_weights()
-        assert sent == payload_bytes(payload) == sum(w.numel() * 4 for w in merged.values())
-        remote = engine.state_dict()
+            merged = rule.engine_weights()
+            remote = engine.state_dict()
+            for n, w in merged.items():
+                assert torch.equal(remote[n], w), n
+    shapes = [tuple(w.shape) for w in merged.values()]
+    expected = (sum(4 * r * (m + n) for m, n in shapes) if sync == "adapters"
+                else sum(4 * m * n for m, n in shapes))
+    assert sent == payload_bytes(payload) == expected
     assert set(merged) < set(base)  # adapted weights only, under the base model's names
     for n, w in merged.items():
-        assert torch.equal(remote[n], w) and not torch.equal(w, base[n]), n
+        assert not torch.equal(w, base[n]), n
     with torch.no_grad():
         logits = model(**ids).logits
     rule.unwrap()

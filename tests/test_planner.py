@@ -8,8 +8,13 @@ from logra import methods
 from logra.memory_sweep import measure
 from logra.modeling import load
 from logra.planner import PHASES, plan, sync_bytes
+from logra.sync import payload_bytes
 
-RULES = [("dense_adam", {}), ("logra", {"rank": 4}), ("galore", {"rank": 4}), ("lora", {"rank": 4})]
+RULES = [("dense_adam", {}), ("logra", {"rank": 4}), ("galore", {"rank": 4}), ("lora", {"rank": 4}),
+         ("lora", {"rank": 1, "dense_modules": "embed_tokens|lm_head|norm", "sync": "merged"}),
+         ("apollo", {"rank": 4, "update_proj_gap": 2}),
+         ("apollo", {"rank": 1, "scale_type": "tensor", "scale": 128}), ("adam_mini", {}),
+         ("adamw_8bit", {})]
 GRPO = {"temperature": 1.0, "aggregation": "dapo", "clip_low": 0.2, "clip_high": 0.28,
         "beta": 0.0, "probe_size": 4}
 
@@ -25,7 +30,7 @@ def test_planned_state_grads_and_sync_equal_the_rules_tensors(tiny_dir, rule, op
     assert planned["optimizer"] == r.state_bytes()
     assert planned["grads"] == r.peak_grad_bytes()
     payload = r.sync_payload()
-    sent = sum(t.numel() * t.element_size() for t in payload["dense"].values()) + sum(
+    sent = payload_bytes({k: v for k, v in payload.items() if k != "lowrank"}) + sum(
         x["coef"].numel() * 4 for x in payload.get("lowrank", {}).values())
     if rule == "logra":  # the basis is sent on refresh only: planned amortized over 50 steps
         basis = sum(x["basis"].numel() * 4 for x in payload["lowrank"].values())

@@ -21,7 +21,17 @@ from logra.sync import apply_payload
 PROMPTS = ["Q: 12+3\nA: 15", "Q: 4+4\nA: 8"]
 # small options that make every rule change its basis or projection within the test's steps
 OPTIONS = {"dense_adam": {"lr": 1e-2}, "logra": {"lr": 1e-2, "rank": 2, "refresh_every": 2},
-           "galore": {"lr": 1e-2, "rank": 2, "update_proj_gap": 2}, "lora": {"lr": 1e-2, "rank": 2}}
+           "galore": {"lr": 1e-2, "rank": 2, "update_proj_gap": 2}, "lora": {"lr": 1e-2, "rank": 2},
+           "apollo": {"lr": 1e-2, "rank": 2, "update_proj_gap": 2},
+           "adam_mini": {"lr": 1e-2}, "adamw_8bit": {"lr": 1e-2}}
+# configured variants of a rule (config entries with other options): APOLLO-Mini, LoRA rank 1
+# with LoGRA's dense set, LoRA with merged-weight sync
+VARIANTS = {"apollo_mini": ("apollo", {"lr": 1e-2, "rank": 1, "scale_type": "tensor",
+                                       "scale": 128, "update_proj_gap": 2}),
+            "lora_dense_head": ("lora", {"lr": 1e-2, "rank": 1, "dense_lr": 1e-3,
+                                         "dense_modules": "embed_tokens|lm_head|norm"}),
+            "lora_merged": ("lora", {"lr": 1e-2, "rank": 2, "sync": "merged"})}
+CASES = {name: (name, options) for name, options in OPTIONS.items()} | VARIANTS
 
 
 def _backward(model, tok):
@@ -48,15 +58,16 @@ def test_every_registered_rule_is_covered_and_declares_its_options():
         assert set(OPTIONS[name]) <= set(cls.options), name
 
 
-@pytest.mark.parametrize("rule_name", sorted(methods.RULES))
-def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, rule_name):
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, case):
     """propose/apply trains; `perturbed` restores θ exactly (or says the rule cannot be
     scaled); an engine fed only sync payloads equals `engine_weights()` after every step; the
     state round-trips through a checkpoint into a rule on a fresh model, which then takes the
     same next step; `unwrap` leaves a plain architecture that AutoModelForCausalLM loads."""
+    rule_name, options = CASES[case]
     torch.manual_seed(0)
     model, tok = load(tiny_dir)
-    rule = methods.build(rule_name, model, OPTIONS[rule_name])
+    rule = methods.build(rule_name, model, options)
     initial = {n: w.clone() for n, w in rule.engine_weights().items()}
     engine, bases = {n: w.clone() for n, w in initial.items()}, {}
     for _ in range(3):  # across a basis / projection refresh
@@ -84,7 +95,7 @@ def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, rule_name):
     saved = torch.load(buffer, weights_only=False)
     torch.manual_seed(1)  # a different draw for anything the new rule samples at build
     fresh, _ = load(tiny_dir)
-    resumed = methods.build(rule_name, fresh, OPTIONS[rule_name])
+    resumed = methods.build(rule_name, fresh, options)
     fresh.load_state_dict(saved["model"])
     resumed.load_state_dict(saved["rule"])
     for m, r in ((model, rule), (fresh, resumed)):

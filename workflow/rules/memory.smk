@@ -50,6 +50,21 @@ rule memory_sweep:
         "../scripts/memory_sweep.py"
 
 
+use rule memory_sweep as ablation_memory_sweep with:
+    input:
+        expand(
+            "results/memory/{size}/{method}.json",
+            size=list(MEMORY["sizes"]),
+            method=MEMORY["methods"] + MEMORY.get("ablation_methods", []),
+        ),
+    output:
+        "results/ablations/memory_sweep.csv",
+    benchmark:
+        "results/benchmarks/ablations/memory_sweep.tsv",
+    log:
+        "results/logs/ablations/memory_sweep.log",
+
+
 rule planner:
     output:
         report("results/memory/planner.csv", caption="../report/table.rst", category="Tables"),

@@ -1,0 +1,68 @@
+"""8-bit AdamW through the method interface: `torchao.optim.AdamW8bit`, on every weight.
+
+torchao's AdamW8bit keeps both moments block-wise quantized (Dettmers et al. 2022's dynamic
+tree code): per weight one uint8 code per moment, per block of `block_size` weights one fp32
+scale per moment, and per moment tensor its 256-entry fp32 code table. It runs on CPU and on
+GPUs alike (each parameter's update is one `torch.compile`d function; the first step of each
+parameter shape compiles: about 25 s for a tiny model's shapes on one CPU core, once per
+process). Chosen because the same code runs on the CPU here and on GPUs.
+
+torchao quantizes a tensor only when it has at least 4096 elements and a multiple of
+`block_size`; smaller ones (norms, odd shapes) keep fp32 moments. Both are counted as they
+are stored: `state_tensors` counts a quantized state by its codes, scales and code table
+(`baselines.torch_optimizer.stored`), never by the fp32 dtype the state tensor reports.
+
+Every trained weight is its, at one lr, as its users run it (it replaces dense Adam).
+weight_decay defaults to 0, as every rule here (torchao's own default is 0.01). As a torch
+optimizer that applies its update inside `step()`, it runs through
+`baselines.torch_optimizer.TorchOptimizerRule`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torchao.optim import AdamW8bit as AO_AdamW8bit
+
+from baselines.torch_optimizer import TorchOptimizerRule
+from logra.methods import ADAM_OPTIONS, POSINT, Geometry
+
+MIN_NUMEL = 4096  # torchao quantizes tensors at least this large (torchao.optim.adam)
+CODES = 256       # entries of a quantized tensor's code table (fp32)
+
+
+class AdamW8bit(TorchOptimizerRule):
+    options = {**ADAM_OPTIONS, "block_size": POSINT | {
+        "description": "weights per quantization block (one fp32 scale per block and moment)"}}
+    shardable = False  # torchao supports DTensor; not verified here
+
+    def __init__(self, model: torch.nn.Module, lr: float = 1e-3, betas=(0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, block_size: int = 256):
+        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.optimizer = AO_AdamW8bit([p for _, p in self.named], lr=lr, betas=tuple(betas),
+                                      eps=eps, weight_decay=weight_decay, block_size=block_size)
+
+    @staticmethod
+    def planned(geo: Geometry, options: dict, b: int) -> dict:
+        """Per weight tensor of n elements: when quantized (n ≥ 4096 and a multiple of the
+        block size B), 2 bytes (one uint8 code per moment) per weight, 2·n/B fp32 block scales
+        and two 256-entry fp32 code tables; otherwise two fp32 moments; and a 0-d fp32 step
+        count. Every weight's gradient until step(); inside step() two fp32 tensors of the
+        largest weight's size (the dequantized moments it updates)."""
+        f, block = 4, options.get("block_size", 256)
+        return {"weights": geo.n_all * b, "master": geo.n_all * f if b < f else 0,
+                "grads": geo.n_all * f,
+                "optimizer": sum(state_bytes(math.prod(s), block) for _, s in geo.params),
+                "step": 0, "perturbed_copy": 0, "after_apply": 0,
+                "transient": 2 * geo.largest * f, "frozen_base": False}
+
+
+def quantized(numel: int, block: int) -> bool:
+    return numel >= MIN_NUMEL and numel % block == 0
+
+
+def state_bytes(numel: int, block: int) -> int:
+    """Bytes of one weight tensor's AdamW8bit state: its two moments and its step count."""
+    moments = (2 * (numel + numel // block * 4 + CODES * 4) if quantized(numel, block)
+               else 2 * numel * 4)
+    return moments + 4

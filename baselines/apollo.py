@@ -1,0 +1,91 @@
+"""APOLLO and APOLLO-Mini through the method interface: the official `apollo_torch.APOLLOAdamW`.
+
+The weights LoGRA would sketch (same `modules` regex) form APOLLOAdamW's low-rank parameter
+group `{'rank', 'proj', 'scale_type', 'scale', 'update_proj_gap', 'proj_type'}`, as its users
+configure it; every other trained parameter is a plain group of the same optimizer (plain
+AdamW at `dense_lr`). APOLLO keeps Adam's moments of a randomly projected gradient (rank r)
+and scales the *raw* gradient by the ratio of the projected Adam update's norm to the
+projected gradient's norm, per channel (`scale_type: channel`, APOLLO) or per tensor
+(`scale_type: tensor`, APOLLO-Mini, with rank 1 and the authors' `scale` 128); the update is
+then multiplied by √scale and passed through Fira's norm-growth limiter.
+
+One rule serves both: APOLLO-Mini is this rule with `rank: 1, scale_type: tensor, scale: 128`
+(config `methods.apollo_mini`).
+
+As a torch optimizer that applies its update inside `step()`, it runs through
+`baselines.torch_optimizer.TorchOptimizerRule` (no scaled step, no predicted-KL control; full
+gradients of every weight until step(); every trained tensor sent in full at sync).
+
+Random projection, seeded: APOLLOAdamW seeds each weight's projector with the weight's index in
+the parameter list (`state["seed"]`), then advances it with `next_seed` at each refresh; the
+projector (with its seed and matrix) lives in the optimizer state, so a resumed run draws the
+same projections. One deviation: the package's seeds are the same in every run, so this rule
+adds one draw from torch's generator (seeded by the run's seed) to every weight's seed at
+build time: runs of different seeds draw different projections, as for LoGRA's sketches.
+"""
+from __future__ import annotations
+
+import torch
+from apollo_torch import APOLLOAdamW
+
+from baselines.torch_optimizer import TorchOptimizerRule
+from logra.logra import DEFAULT_MODULES, low_rank_linears
+from logra.methods import ADAM_OPTIONS, LR, POSINT, POSNUM, Geometry
+
+
+class APOLLO(TorchOptimizerRule):
+    options = {**ADAM_OPTIONS,
+               "rank": POSINT | {"description": "rank of the auxiliary projection (1: APOLLO-Mini)"},
+               "scale_type": {"type": "string", "enum": ["channel", "tensor"],
+                              "description": "channel: APOLLO; tensor: APOLLO-Mini"},
+               "scale": POSNUM | {"description": "the update is multiplied by sqrt(scale) "
+                                                 "(authors: 1 for APOLLO, 128 for APOLLO-Mini)"},
+               "proj": {"type": "string", "enum": ["random", "svd"]},
+               "proj_type": {"type": "string", "enum": ["std", "reverse_std", "right", "left"]},
+               "update_proj_gap": POSINT,
+               "scale_front": {"type": "boolean", "description": "norm-growth limiter after "
+                               "the scale (authors: for short warm-ups, small models)"},
+               "dense_lr": LR, "modules": {"type": "string"}}
+    shardable = False  # not run under FSDP here
+
+    def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
+                 scale_type: str = "channel", scale: float = 1.0, proj: str = "random",
+                 proj_type: str = "std", update_proj_gap: int = 200, scale_front: bool = False,
+                 betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 dense_lr: float | None = None, modules: str = DEFAULT_MODULES):
+        # eps 1e-8 as every rule here (the package's default is 1e-6)
+        targets = low_rank_linears(model, modules)
+        for name, m in targets:
+            if rank > min(m.weight.shape):
+                raise ValueError(f"rank={rank} exceeds min(shape)={min(m.weight.shape)} of "
+                                 f"{name}.weight {tuple(m.weight.shape)}")
+        projected = [m.weight for _, m in targets]
+        ids = {id(p) for p in projected}
+        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        dense = [p for _, p in self.named if id(p) not in ids]
+        self.optimizer = APOLLOAdamW(
+            [{"params": dense, "lr": dense_lr or lr},
+             {"params": projected, "rank": rank, "proj": proj, "scale_type": scale_type,
+              "scale": scale, "update_proj_gap": update_proj_gap, "proj_type": proj_type}],
+            lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+            scale_front=scale_front)
+        offset = int(torch.randint(2**31, ()).item())  # the run's seed decides the projections
+        for state in self.optimizer.state.values():
+            state["seed"] += offset
+
+    @staticmethod
+    def planned(geo: Geometry, options: dict, b: int) -> dict:
+        """Per projected weight (m x n), as APOLLOAdamW keeps them: moments of the projected
+        gradient 2·r·max(m, n), the random projection r·min(m, n) (proj_type std projects
+        the larger side away) and the norm-growth limiter's last norm (one scalar); every other weight plain AdamW's two moments; every trained
+        weight's gradient until step(); inside step() two tensors of the largest weight's
+        size (the scaled gradient and its limited copy, or a dense weight's denominator and
+        update)."""
+        f, r = 4, options.get("rank", 8)
+        return {"weights": geo.n_all * b, "master": geo.n_all * f if b < f else 0,
+                "grads": geo.n_all * f,
+                "optimizer": (2 * (geo.n_all - geo.n_low)
+                              + sum(2 * r * max(m, n) + r * min(m, n) + 1
+                                    for m, n in geo.low_rank)) * f,
+                "step": 0, "perturbed_copy": 0, "after_apply": 0,
+                "transient": 2 * geo.largest * f, "frozen_base": False}

@@ -1,0 +1,73 @@
+"""A torch optimizer as an update rule: the optimizer's own `step()` is the update.
+
+GaLore, APOLLO, Adam-mini and 8-bit AdamW are used as their packages ship them: each is a
+`torch.optim.Optimizer` whose `step()` both forms and applies the update. `TorchOptimizerRule`
+is what they share through the method interface:
+
+- `propose()` records the gradient norm and runs `optimizer.step()`: the weights change here,
+  and the step it returns is None;
+- `apply(step, scale)` accepts only scale 1 and frees the gradients (the update is already in),
+  so `scalable` is False and predicted-KL control cannot scale these rules' steps;
+- the state is the optimizer's `state_dict()` (pickled with whatever objects the package keeps
+  there, e.g. projectors), restored by `load_state_dict` on an optimizer built the same way;
+- `state_tensors()` lists every tensor in the optimizer's state as it is stored: a tensor
+  subclass (a quantized state such as torchao's `OptimState8bit`, which reports the dtype of
+  the weight it belongs to) is counted by the plain tensors inside it (its 8-bit codes, block
+  scales and code table), never by the dtype it shows;
+- the rollout engine receives every trained tensor in full (the `UpdateRule` default).
+
+A subclass builds `self.optimizer` and `self.named` (the trained (name, parameter) pairs) in
+its constructor.
+"""
+from __future__ import annotations
+
+import torch
+
+from logra.methods import UpdateRule
+
+
+class TorchOptimizerRule(UpdateRule):
+    scalable = False  # the optimizer applies its update inside step()
+    optimizer: torch.optim.Optimizer
+
+    @torch.no_grad()
+    def propose(self) -> None:
+        """Runs the optimizer's step(): the weights change here (see the module docstring)."""
+        grads = [p.grad for _, p in self.named if p.grad is not None]
+        self.grad_norm = torch.linalg.vector_norm(
+            torch.stack(torch._foreach_norm(grads))).item() if grads else 0.0
+        self.optimizer.step()
+
+    def apply(self, step, scale: float = 1.0) -> None:
+        if scale != 1.0:
+            raise ValueError(f"{type(self).__name__}: {type(self.optimizer).__name__} applies "
+                             "its update inside step(); the step cannot be scaled "
+                             f"(got scale={scale})")
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Every tensor in the optimizer's state (a subclass: the tensors it stores), and the
+        tensors of objects kept there (`ortho_matrix` of a projector)."""
+        out = []
+        for state in self.optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    out += stored(value)
+                elif isinstance(getattr(value, "ortho_matrix", None), torch.Tensor):
+                    out.append(value.ortho_matrix)
+        return out
+
+    def state_dict(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)
+
+
+def stored(t: torch.Tensor) -> list[torch.Tensor]:
+    """The plain tensors that hold `t`'s data: `t` itself, or, for a wrapper subclass
+    (`__tensor_flatten__`, e.g. a quantized optimizer state), its inner tensors, recursively."""
+    if type(t) in (torch.Tensor, torch.nn.Parameter) or not hasattr(t, "__tensor_flatten__"):
+        return [t]
+    names, _ = t.__tensor_flatten__()
+    return [inner for name in names for inner in stored(getattr(t, name))]
