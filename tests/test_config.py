@@ -48,6 +48,9 @@ def test_default_and_smoke_configs_are_valid():
     (lambda c: c["methods"]["dense_adam"]["options"].update(lr={}), "should be non-empty"),
     (lambda c: c["methods"]["logra"]["options"].update(rank={"arithmetic": 2}),
      "is not of type 'integer'"),
+    # a stage's value without the others' `default`; a stage no job has
+    (lambda c: c["cluster"].update(mem_gb={"train": 4}), "'default' is a required property"),
+    (lambda c: c["cluster"]["runtime_min"].update(summary=5), "'summary' is not one of"),
 ])
 def test_schema_rejects_with_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
