@@ -13,10 +13,7 @@ from logra.config import job_resources, validate_file
 from logra.verdict import CALLS
 from logra.tasks import get_task, read_jsonl
 
-from conftest import ROOT
-
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
-             "--configfile", str(ROOT / "tests/data/smoke.yaml")]
+from conftest import CONSOLE, ROOT, SNAKEMAKE
 
 
 def test_lint_is_clean(tmp_path):
@@ -108,20 +105,6 @@ def test_lr_sweep_resolves_on_slurm(tmp_path):
         assert resources[rule]["mem_mb"] == str(want["mem_mb"]), rule
         assert resources[rule]["runtime"] == str(want["runtime"]), rule
     assert resources["lr_sweep_eval"]["gpu"] == resources["train"]["gpu"] == "0"
-
-
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """The smoke config's default target, run once for the tests below."""
-    tmp_path = tmp_path_factory.mktemp("smoke")
-    out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path)],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (tmp_path / CONSOLE).write_text(out.stdout + out.stderr)
-    return tmp_path
-
-
-CONSOLE = "console.txt"  # what the smoke run printed, beside its results
 
 
 def test_smoke_run_end_to_end(smoke_run):
