@@ -33,7 +33,7 @@ STAGE = {"data": "data", "data_val": "data", "base": "base", "train": "train",
 TIMINGS = ("wall_s", "mean_step_time_s", "step_time_s_mean", "mem_rss_peak_bytes")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # as smoke_run's, so it is set up first, and skips first
 def partition() -> str:
     """The cluster's default partition, which has a node up; skips (fails under CI=true) when
     there is none."""
