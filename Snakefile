@@ -13,7 +13,7 @@ import os
 from snakemake.utils import min_version, validate
 
 from logra.config import (add_lr_sweep_methods, base_input, check, generation_room,
-                          gpus_per_run, hub_models, run_config, stability_runs, start_model,
+                          hub_models, job_resources, run_config, stability_runs, start_model,
                           task_options)
 from logra.repro import pin_cpu
 
@@ -69,6 +69,15 @@ VERDICTS = config["verdict"]["reference"] in METHODS and len(METHODS) > 1
 
 
 include: "workflow/rules/report.smk"
+
+
+# quick work on results already made (tables, figures, the planner's arithmetic, the report): a
+# cluster executor runs these beside Snakemake; every other rule's jobs are submitted, with the
+# resources the config gives their stage (logra.config.job_resources)
+localrules:
+    summary, ablation_summary, reward_curves, ablation_reward_curves, verdicts,
+    ablation_verdicts, verdicts_figure, ablation_verdicts_figure, memory_sweep, planner,
+    memory_reduction, stability_27b, stability_27b_seeds, sync_bytes, lr_sweep, report,
 
 
 report: "workflow/report/workflow.rst"  # `snakemake --report report.html` after a run

@@ -247,10 +247,32 @@ def base_input(config: dict, wildcards) -> dict[str, str]:
     return {"base": f"results/base/{wildcards.task}/seed{wildcards.seed}/model"}
 
 
+# the stages (rule files) whose jobs compute on `device`: on CUDA each takes one GPU, a GRPO run
+# grpo.nproc_per_node of them
+DEVICE_STAGES = ("base", "train", "eval", "memory")
+
+
 def gpus_per_run(config: dict, method: str) -> int:
-    """GPUs one run of `method` needs (the slurm `gpu` resource): 0 on CPU."""
+    """GPUs one run of `method` needs: 0 on CPU."""
     grpo = config["grpo"] | config["methods"][method].get("grpo", {})
     return grpo["nproc_per_node"] if config["device"].startswith("cuda") else 0
+
+
+def job_resources(config: dict, stage: str) -> dict:
+    """Snakemake resources of one job of `stage` (its rule file), what a cluster scheduler is
+    asked for (workflow/profiles/slurm): `mem_mb` and `runtime` (minutes) from the config's
+    `cluster.mem_gb` and `cluster.runtime_min` (the stage's value, or `default`), and `gpu`,
+    which follows `device`: none on CPU; on CUDA one per job of a DEVICE_STAGES stage, and for
+    a GRPO run its method's grpo.nproc_per_node."""
+    cluster = {key: values.get(stage, values["default"])
+               for key, values in config["cluster"].items()}
+    resources = {"mem_mb": round(cluster["mem_gb"] * 1024),
+                 "runtime": round(cluster["runtime_min"])}
+    if stage == "train":
+        resources["gpu"] = lambda wildcards: gpus_per_run(config, wildcards.method)
+    elif stage in DEVICE_STAGES:
+        resources["gpu"] = int(config["device"].startswith("cuda"))
+    return resources
 
 
 def run_config(config: dict, task: str, method: str, seed: int) -> dict:

@@ -8,11 +8,28 @@ from logra.repro import pin_cpu  # noqa: E402  (imports no torch)
 
 pin_cpu()  # before torch loads: the tests, and every process they start, compute as CPU jobs do
 
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+             "--configfile", str(ROOT / "tests/data/smoke.yaml")]
+CONSOLE = "console.txt"  # what the smoke run printed, beside its results
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory) -> Path:
+    """The smoke config's default target, run once, locally (tests/test_workflow.py; the slurm
+    run of tests/test_cluster.py is compared with it)."""
+    tmp_path = tmp_path_factory.mktemp("smoke")
+    out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path)],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (tmp_path / CONSOLE).write_text(out.stdout + out.stderr)
+    return tmp_path
 
 
 @pytest.fixture(scope="session")

@@ -38,6 +38,9 @@ def test_default_and_smoke_configs_are_valid():
     (lambda c: c.update(seed=[1]), "'seed' was unexpected"),
     (lambda c: c["methods"].update(logra={"rule": "logra", "kl_control": {"target": -1}}),
      "-1 is less than or equal to the minimum of 0"),
+    # a stage's value without the others' `default`; a stage no job has
+    (lambda c: c["cluster"].update(mem_gb={"train": 4}), "'default' is a required property"),
+    (lambda c: c["cluster"]["runtime_min"].update(summary=5), "'summary' is not one of"),
 ])
 def test_schema_rejects_with_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)

@@ -9,13 +9,11 @@ import pandas as pd
 import pytest
 
 from logra import repro
+from logra.config import job_resources, validate_file
 from logra.verdict import CALLS
 from logra.tasks import get_task, read_jsonl
 
-from conftest import ROOT
-
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
-             "--configfile", str(ROOT / "tests/data/smoke.yaml")]
+from conftest import CONSOLE, ROOT, SNAKEMAKE
 
 
 def test_lint_is_clean(tmp_path):
@@ -60,8 +58,11 @@ def test_paper_config_resolves_on_slurm(tmp_path):
     dry, as the README's cluster command runs it from the repository root: in a copy of the
     root's config/ and profile, so config/config.yaml is found too (a --configfile replaces it,
     never merges into it), and no results of the checkout count. The full paper grid
-    resolves, sharded runs ask for the node's 8 GPUs, LoRA runs and lm-eval for one."""
+    resolves, sharded runs ask for the node's 8 GPUs, LoRA runs and lm-eval for one, and each
+    job for the host memory the config gives its stage."""
     import shutil
+
+    import yaml
     shutil.copytree(ROOT / "config", tmp_path / "config")
     shutil.copytree(ROOT / "workflow/profiles", tmp_path / "workflow/profiles")
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
@@ -79,16 +80,21 @@ def test_paper_config_resolves_on_slurm(tmp_path):
     assert not re.search(r"^base\s", stats, re.M)
     jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    wildcards: (.*)\n"
                       r"(?:    .*\n)*?    resources: (.*)", out.stdout, re.M)
-    gpus = {(rule, dict(kv.split("=") for kv in w.split(", ")).get("method")):
-            dict(kv.split("=", 1) for kv in r.split(", ")).get("gpu") for rule, w, r in jobs}
+    resources = {(rule, dict(kv.split("=") for kv in w.split(", ")).get("method")):
+                 dict(kv.split("=", 1) for kv in r.split(", ")) for rule, w, r in jobs}
+    gpus = {job: r.get("gpu") for job, r in resources.items()}
     assert gpus[("train", "logra_32b")] == gpus[("train", "logra")] == "8"
     assert gpus[("train", "lora")] == gpus[("eval_run", "logra")] == "1"
+    cluster = yaml.safe_load((ROOT / "config/paper.yaml").read_text())["cluster"]
+    assert resources[("train", "logra")]["mem_mb"] == str(cluster["mem_gb"]["train"] * 1024)
+    assert resources[("eval_run", "logra")]["mem_mb"] == str(cluster["mem_gb"]["eval"] * 1024)
     assert "slurm" in out.stdout + out.stderr  # the plugin was the executor
 
 
 def test_lr_sweep_resolves_on_slurm(tmp_path):
-    """The lr sweep's own rules (inherited with `use rule`) get their cluster resources: lm-eval
-    of a sweep run asks for a GPU like lm-eval of a grid run."""
+    """The lr sweep's own rules (inherited with `use rule`) ask a cluster for what the config
+    gives their stage, like the grid's: on the CPU default config, lm-eval of a sweep run asks
+    for no GPU."""
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
                           "--executor", "slurm", "--workflow-profile",
                           str(ROOT / "workflow/profiles/slurm"), "--configfile",
@@ -97,22 +103,12 @@ def test_lr_sweep_resolves_on_slurm(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)", out.stdout, re.M)
     resources = {rule: dict(kv.split("=", 1) for kv in r.split(", ")) for rule, r in jobs}
-    assert resources["lr_sweep_eval"]["gpu"] == "1"
-    assert resources["data_val"]["mem_mb"] == resources["data"]["mem_mb"] == "32000"
-
-
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """The smoke config's default target, run once for the tests below."""
-    tmp_path = tmp_path_factory.mktemp("smoke")
-    out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path)],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (tmp_path / CONSOLE).write_text(out.stdout + out.stderr)
-    return tmp_path
-
-
-CONSOLE = "console.txt"  # what the smoke run printed, beside its results
+    config = validate_file(ROOT / "config/config.yaml")
+    for rule, stage in (("lr_sweep_eval", "eval"), ("data_val", "data"), ("train", "train")):
+        want = job_resources(config, stage)
+        assert resources[rule]["mem_mb"] == str(want["mem_mb"]), rule
+        assert resources[rule]["runtime"] == str(want["runtime"]), rule
+    assert resources["lr_sweep_eval"]["gpu"] == resources["train"]["gpu"] == "0"
 
 
 def test_smoke_run_end_to_end(smoke_run):

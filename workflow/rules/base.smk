@@ -13,6 +13,8 @@ rule base:
         room=generation_room(config),
         seed=lambda w: int(w.seed),  # the initialisation and SFT's batches
     threads: config["threads"]
+    resources:
+        **job_resources(config, "base"),
     conda:
         "../../environment.yml"
     benchmark:

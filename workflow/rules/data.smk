@@ -9,6 +9,8 @@ rule data:
         max_gen_toks=config["eval"]["max_gen_toks"],
         hub_models=hub_models(config),  # each must hold the task's prompts and completions
         room=generation_room(config),
+    resources:
+        **job_resources(config, "data"),
     conda:
         "../../environment.yml"
     benchmark:

@@ -8,6 +8,8 @@ rule eval_run:
         eval=config["eval"],
         model=lambda wildcards, input: input.model,
     threads: config["threads"]
+    resources:
+        **job_resources(config, "eval"),
     conda:
         "../../environment.yml"
     benchmark:
@@ -27,6 +29,8 @@ rule eval_base:
         eval=config["eval"],
         model=lambda wildcards, input: start_model(config) or input.base,
     threads: config["threads"]
+    resources:
+        **job_resources(config, "eval"),
     conda:
         "../../environment.yml"
     benchmark:

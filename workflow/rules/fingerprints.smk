@@ -10,6 +10,8 @@ rule fingerprints:
         + expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
     output:
         "results/fingerprints.csv",
+    resources:
+        **job_resources(config, "fingerprints"),
     conda:
         "../../environment.yml"
     benchmark:

@@ -17,6 +17,8 @@ rule memory_point:
         | SWEEP_POINTS["sweep_large"][w.size].get("shape", {}),
         steps=MEMORY.get("steps"),
     threads: config["threads"]
+    resources:
+        **job_resources(config, "memory"),
     conda:
         "../../environment.yml"
     benchmark:

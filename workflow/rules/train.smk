@@ -14,7 +14,7 @@ rule train:
         base=lambda wildcards, input: start_model(config, wildcards.method) or input.base,
     threads: config["threads"]
     resources:
-        gpu=lambda w: gpus_per_run(config, w.method),
+        **job_resources(config, "train"),
     conda:
         "../../environment.yml"
     benchmark:
