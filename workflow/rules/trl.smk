@@ -15,6 +15,8 @@ rule trl_grpo:
         task=lambda w: config["tasks"][w.task],
         steps=TRL_STEPS,
     threads: config["threads"]
+    resources:
+        **job_resources(config, "base"),  # one process on one device, as an SFT base job
     conda:
         "../../environment.yml"
     benchmark:
