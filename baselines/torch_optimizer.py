@@ -22,6 +22,7 @@ its constructor.
 from __future__ import annotations
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from logra.methods import UpdateRule
 
@@ -66,8 +67,10 @@ class TorchOptimizerRule(UpdateRule):
 
 def stored(t: torch.Tensor) -> list[torch.Tensor]:
     """The plain tensors that hold `t`'s data: `t` itself, or, for a wrapper subclass
-    (`__tensor_flatten__`, e.g. a quantized optimizer state), its inner tensors, recursively."""
-    if type(t) in (torch.Tensor, torch.nn.Parameter) or not hasattr(t, "__tensor_flatten__"):
+    (`__tensor_flatten__`, e.g. a quantized optimizer state), its inner tensors, recursively;
+    a DTensor (FSDP) as it is, which `tensor_bytes` counts by this rank's shard."""
+    if (type(t) in (torch.Tensor, torch.nn.Parameter) or isinstance(t, DTensor)
+            or not hasattr(t, "__tensor_flatten__")):
         return [t]
     names, _ = t.__tensor_flatten__()
     return [inner for name in names for inner in stored(getattr(t, name))]

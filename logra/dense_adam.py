@@ -47,11 +47,11 @@ class DenseAdam(UpdateRule):
     def init(self, named, lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
              lrs: list[float] | None = None):
         """`lrs`: one lr per parameter of `named` where they differ (LoRA's adapters and its
-        densely trained weights); default `lr` for every one."""
+        densely trained weights); None: `lr` (which a scheduler may change) for every one."""
         self.named = list(named)
         self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
-        self.lrs = list(lrs) if lrs is not None else [lr] * len(self.named)
-        if len(self.lrs) != len(self.named):
+        self.lrs = None if lrs is None else list(lrs)
+        if self.lrs is not None and len(self.lrs) != len(self.named):
             raise ValueError(f"lrs: {len(self.lrs)} lrs for {len(self.named)} parameters")
         self.m = [torch.zeros_like(p) for _, p in self.named]
         self.v = [torch.zeros_like(p) for _, p in self.named]
@@ -80,7 +80,8 @@ class DenseAdam(UpdateRule):
         torch._foreach_addcmul_(self.v, grads, grads, value=1 - b2)
         # step = -lr * (m / bc1) / (sqrt(v / bc2) + eps) - lr * wd * W, written into grads
         bc1, bc2 = 1 - b1 ** self.t, 1 - b2 ** self.t
-        for g, m, v, p, lr in zip(grads, self.m, self.v, params, self.lrs):
+        for g, m, v, p, lr in zip(grads, self.m, self.v, params,
+                                  self.lrs or [self.lr] * len(params)):
             torch.sqrt(v, out=g).div_(bc2 ** 0.5).add_(self.eps)
             torch.div(m, g, out=g).mul_(-lr / bc1)
             if self.weight_decay:
