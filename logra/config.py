@@ -90,9 +90,9 @@ def check(config: dict) -> None:
         world = g["nproc_per_node"]
         if world > 1 and name in trained:
             if not methods.rule_class(m["rule"]).shardable:
+                can = [r for r in methods.RULES if methods.rule_class(r).shardable]
                 raise ConfigError(f"methods.{name}.rule: {m['rule']!r} cannot run sharded "
-                                  f"(grpo.nproc_per_node={world}); rules that can: "
-                                  f"{[r for r in methods.RULES if methods.rule_class(r).shardable]}")
+                                  f"(grpo.nproc_per_node={world}); rules that can: {can}")
             batch = g["prompts_per_step"] * g["group_size"]
             if batch % (g["micro_batch_size"] * world):
                 raise ConfigError(

@@ -138,7 +138,8 @@ def factor_effects(long_runs: pd.DataFrame, long_summary: pd.DataFrame,
     diverged = ", ".join(f"{m} seed {s}" for m, s in long_summary.loc[
         long_summary["status"] == "diverged", ["method", "seed"]].itertuples(index=False))
     tail = f"; diverged: {diverged}" if diverged else "; none diverged"
-    rules = {ref: sorted(set(cells.loc[cells["reference"] == ref, "rule"])) for ref in (True, False)}
+    rules = {ref: sorted(set(cells.loc[cells["reference"] == ref, "rule"]))
+             for ref in (True, False)}
     if not all(len(r) == 1 for r in rules.values()):
         return {"kl": None, "rule": None, "kl_final": None, "rule_final": None,
                 "caption": "not a 2 x 2 of two rules: no factor credited" + tail}
