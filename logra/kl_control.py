@@ -33,7 +33,6 @@ measured by every run (its summary's `kl.calibration`).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 from dataclasses import dataclass
@@ -42,8 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from logra import distributed
-
-CHUNK_TOKENS = 512
+from logra.modeling import CHUNK_TOKENS, output_layer_replaced
 
 
 @dataclass
@@ -73,29 +71,6 @@ def split_probe(probe: tuple) -> tuple[tuple, tuple]:
     return tuple(t[:n // 2] for t in probe), tuple(t[n // 2:] for t in probe)
 
 
-@contextlib.contextmanager
-def _output_layer_replaced(model, fn):
-    """Inside, the model's output layer calls `fn(hidden, weight, bias)` on its input and returns
-    empty logits (nothing of vocabulary size is formed by the model itself)."""
-    head = model.get_output_embeddings()
-    if head._forward_hooks or head._forward_pre_hooks:
-        raise ValueError("kl_control: the output layer has forward hooks (is it trained as a "
-                         "low-rank module?); the chunked KL needs a plain output layer")
-
-    def forward(x):
-        fn(x, head.weight, head.bias)
-        return x[..., :0]
-    own = head.__dict__.get("forward")  # an instance-level forward of someone else's, if any
-    head.forward = forward
-    try:
-        yield
-    finally:
-        if own is None:
-            del head.forward
-        else:
-            head.forward = own
-
-
 def _forward(model, ids, attn):
     position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
@@ -117,7 +92,7 @@ def probe_base(model, probe: tuple, temperature: float = 1.0,
             None if bias is None else bias.detach().clone(), temperature,
             chunk_tokens or CHUNK_TOKENS)
 
-    with _output_layer_replaced(model, keep):
+    with output_layer_replaced(model, keep):
         _forward(model, ids, attn)
     return out["base"]
 
@@ -146,7 +121,7 @@ def probe_kl(model, base: ProbeBase, probe: tuple) -> float:
             total = total + after.sum(-1).double().sum()
             del before, after  # before the next chunk's are formed
 
-    with _output_layer_replaced(model, kl):
+    with output_layer_replaced(model, kl):
         _forward(model, ids, attn)
     value = (total / max(base.hidden.shape[0], 1)).item()
     return distributed.broadcast(value)

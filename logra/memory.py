@@ -613,6 +613,7 @@ def activation_breakdown(
     attention_mask: bool = False,
     include_head: bool = True,
     frozen: bool = False,
+    loss: str = "hf",
 ) -> dict[str, int]:
     """Bytes autograd saves for backward in ONE forward of an HF Llama/Qwen2-style decoder.
 
@@ -628,7 +629,8 @@ def activation_breakdown(
       ``y`` in dtype (N*H*b).  The norm outputs ``w*y`` are saved by the q/k/v and gate/up
       projections (2*N*H*b).
     * rotary: ``q*cos + rotate_half(q)*sin`` saves only cos/sin (shared across layers,
-      2*T*hd*b per forward), not the projections' outputs.
+      2*T*hd*b per forward; 2*B*T*hd*b with ``loss="chunked"``, whose forward passes per-row
+      position ids for left padding), not the projections' outputs.
     * eager attention: the matmuls save q_rot and the GQA-repeated k, v (3*N*A*b), softmax saves
       its fp32 output (B*h*T^2*f) and, if dtype != fp32, the second matmul the cast probs
       (B*h*T^2*b); o_proj saves its input (N*A*b).
@@ -643,7 +645,10 @@ def activation_breakdown(
     log_softmax output (N*V*f; HF's loss upcasts logits) + int64 targets (N*8) + a scalar.  The
     logits themselves are not saved (they are alive while the model output holds them: not
     counted).  A GRPO loss of the form ``logits.float().log_softmax(-1).gather(...)`` saves the
-    same N*V*f.  Caller-owned input_ids (saved by the embedding) are not counted.
+    same N*V*f.  ``loss="chunked"`` (``logra.grpo.token_logprobs``, the trainer's loss): final
+    norm + the output layer's input (N*H*b, saved for the recomputed logits even when frozen) +
+    int64 targets (N*8) + each token's fp32 logsumexp (N*f); nothing of vocabulary size.
+    Caller-owned input_ids (saved by the embedding) are not counted.
 
     ``frozen=True``: the base weights do not train (LoRA): the RMSNorms' normalised values and
     the lm_head input, saved only for those weights' gradients, are not saved (the adapters'
@@ -690,10 +695,15 @@ def activation_breakdown(
         # sdpa saves the additive float mask (B, 1, T, T) in model dtype, a fresh copy per layer
         attn += B * T * T * b if attention_mask else 0
     per_layer = 2 * rmsnorm() + N * H * b + attn + o_in + N * H * b + 4 * N * I * b
-    rope = 2 * T * hd * b
-    # + fp32 scalar total_weight saved by nll_loss
-    head = (rmsnorm() + (0 if frozen else N * H * b) + N * V * f + N * 8 + f) \
-        if include_head else 0
+    rope = 2 * (B if loss == "chunked" else 1) * T * hd * b
+    if loss not in ("hf", "chunked"):
+        raise ValueError(f"loss: unknown {loss!r}; known: hf, chunked")
+    if not include_head:
+        head = 0
+    elif loss == "hf":  # + fp32 scalar total_weight saved by nll_loss
+        head = rmsnorm() + (0 if frozen else N * H * b) + N * V * f + N * 8 + f
+    else:
+        head = rmsnorm() + N * H * b + N * 8 + N * f
 
     if not checkpointing:
         layers, head_part = L * per_layer, head
@@ -723,9 +733,9 @@ def activation_bytes_estimate(
 ) -> int:
     """Bytes saved for backward by one forward over ``batch x seq_len`` tokens (or ``n_tokens``
     tokens in rows of ``seq_len``).  See :func:`activation_breakdown` for the derivation and the
-    keyword options (``attn_implementation``, ``attention_mask``, ``include_head``).  Options
-    after ``seq_len`` are keyword-only so a positional ``dtype_bytes`` cannot be mistaken for a
-    sequence length."""
+    keyword options (``attn_implementation``, ``attention_mask``, ``include_head``, ``frozen``,
+    ``loss``).  Options after ``seq_len`` are keyword-only so a positional ``dtype_bytes`` cannot
+    be mistaken for a sequence length."""
     return activation_breakdown(
         config,
         batch,

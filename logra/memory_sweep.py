@@ -78,7 +78,7 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
                             probe_size=g["probe_size"], completion_len=c_len,
                             kl_control=bool(method.get("kl_control")),
                             attention_mask=False,  # no padding: HF's sdpa then takes no mask
-                            kl_chunk_tokens=g.get("kl_chunk_tokens"))
+                            chunk_tokens=g.get("chunk_tokens"))
     rule = methods.build(method["rule"], model, method["options"])
     kl = KLControl(**method["kl_control"]) if method.get("kl_control") else None
     times, rollout_times, sync = [], [], []

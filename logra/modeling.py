@@ -12,6 +12,7 @@ the padding token itself, so that padded positions are never mistaken for a stop
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import string
 from pathlib import Path
@@ -25,6 +26,10 @@ SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
 CHARSET = "\n" + "".join(c for c in string.printable if c.isprintable())  # 95 printable + newline
 
 ARCHITECTURES = {"qwen2": Qwen2Config, "llama": LlamaConfig}
+
+# tokens whose full-vocabulary logits exist at a time, in the loss (logra.grpo.token_logprobs)
+# and in the KL probe (logra.kl_control); config grpo.chunk_tokens
+CHUNK_TOKENS = 512
 
 
 def char_tokenizer() -> PreTrainedTokenizerFast:
@@ -135,3 +140,31 @@ def load(name_or_path: str | Path, dtype: torch.dtype = torch.float32, device: s
 def n_params(model: torch.nn.Module) -> int:
     """Number of distinct parameters (tied weights counted once)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+@contextlib.contextmanager
+def output_layer_replaced(model, fn):
+    """Inside, the model's output layer calls `fn(hidden, weight, bias)` on its input and returns
+    empty logits, so nothing of vocabulary size is formed by the model itself: `fn` forms what
+    it needs in chunks of tokens, inside the model's forward (where FSDP has the weights
+    unsharded). The output layer must be a plain Linear (no hooks of an update rule on it)."""
+    head = model.get_output_embeddings()
+    if getattr(model.config.get_text_config(), "final_logit_softcapping", None):
+        raise ValueError("the model caps its logits (final_logit_softcapping), which the "
+                         "chunked log-probs do not apply")
+    if head._forward_hooks or head._forward_pre_hooks:
+        raise ValueError("the output layer has forward hooks (is it trained as a low-rank "
+                         "module?); the chunked log-probs need a plain output layer")
+
+    def forward(x):
+        fn(x, head.weight, head.bias)
+        return x[..., :0]
+    own = head.__dict__.get("forward")  # an instance-level forward of someone else's, if any
+    head.forward = forward
+    try:
+        yield
+    finally:
+        if own is None:
+            del head.forward
+        else:
+            head.forward = own

@@ -15,15 +15,17 @@ Categories (bytes per GPU; `/ gpus` under FSDP, ZeRO-3):
 - optimizer: the rule's state in fp32;
 - grads: gradients alive at the end of backward, fp32 (FSDP reduces in fp32);
 - activations: saved for backward by one micro-batch (`logra.memory.activation_bytes_estimate`,
-  derived for Llama/Qwen2 decoders; for other architectures, e.g. Gemma-3, an approximation),
-  plus the loss's vocabulary-sized tensors in flight at the start of its backward: besides the
-  saved logits / temperature (in the estimate), the gradients of logsumexp and of gather,
-  their sum, and the slice's zero-padded gradient: 3 more micro_batch·seq_len·vocab fp32;
+  derived for Llama/Qwen2 decoders; for other architectures, e.g. Gemma-3, an approximation;
+  the loss's log-probs are chunked, `logra.grpo.token_logprobs`, so nothing of vocabulary size is
+  saved), plus the loss's chunk in flight: one min(chunk_tokens, micro_batch·seq_len)·vocab
+  fp32 tensor and, under a narrower policy dtype, its cast; and, when the output layer trains,
+  its weight's gradient as backward forms it (vocab·hidden, policy dtype), before it is added
+  to the one accumulated over the earlier micro-batches;
 - probe (logra/kl_control.py): the base kept across the update, the output layer's input per
   probe token (base_seqs·completion_len·hidden; base_seqs = probe_size with KL control, else
   the held-out half's ⌈probe_size/2⌉) and a copy of the output layer's weights when
   trained (vocab·hidden, whole under FSDP too), plus the chunked KL's three
-  min(kl_chunk_tokens, ⌈probe_size/2⌉·completion_len)·vocab fp32 tensors;
+  min(chunk_tokens, ⌈probe_size/2⌉·completion_len)·vocab fp32 tensors;
 - fsdp: under FSDP, the all-gathered weights of two decoder layers (current + prefetched, policy
   dtype) and one layer's unsharded gradients before reduce-scatter;
 - rollout: a colocated rollout engine's share of the GPU (vLLM's gpu_memory_utilization),
@@ -54,9 +56,9 @@ import re
 import torch
 
 from logra import methods
-from logra.kl_control import CHUNK_TOKENS
 from logra.logra import DEFAULT_MODULES, low_rank_linears
 from logra.memory import activation_bytes_estimate
+from logra.modeling import CHUNK_TOKENS
 
 POLICIES = {"fp32": 4, "bf16": 2}
 SHARDINGS = ("none", "fsdp")
@@ -82,7 +84,7 @@ def shapes(hf_config, modules: str = DEFAULT_MODULES):
 def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int, seq_len: int,
          policy: str = "fp32", gpus: int = 1, sharding: str = "none", probe_size: int = 8,
          completion_len: int | None = None, kl_control: bool = False,
-         kl_chunk_tokens: int | None = None, rollout_share: float = 0.0,
+         chunk_tokens: int | None = None, rollout_share: float = 0.0,
          gpu_bytes: float | None = None, checkpointing: bool = False,
          attention_mask: bool = True, attn_implementation: str = "sdpa") -> dict:
     """Predicted per-GPU bytes by category and by phase (see the module docstring): the
@@ -104,16 +106,19 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     base_seqs = probe_size if kl_control else probe_size - probe_size // 2
     probe_tokens = base_seqs * (completion_len or seq_len)
     base = probe_tokens * hidden * b + (0 if rule_plan["frozen_base"] else vocab * hidden * b)
-    chunk = min(kl_chunk_tokens or CHUNK_TOKENS,
+    chunk = min(chunk_tokens or CHUNK_TOKENS,
                 math.ceil(probe_size / 2) * (completion_len or seq_len))
     chunks = 3 * chunk * vocab * f
+    loss_chunk = min(chunk_tokens or CHUNK_TOKENS, micro_batch * seq_len) * vocab * (
+        f + (b if b < f else 0))
     out = {k: rule_plan[k] // shard for k in ("weights", "master", "grads", "optimizer")}
     out |= {
         "activations": activation_bytes_estimate(
             hf_config, batch=micro_batch, seq_len=seq_len, dtype_bytes=b,
             checkpointing=checkpointing, attention_mask=attention_mask,
-            attn_implementation=attn_implementation, frozen=rule_plan["frozen_base"])
-        + 3 * micro_batch * seq_len * vocab * f,
+            attn_implementation=attn_implementation, frozen=rule_plan["frozen_base"],
+            loss="chunked")
+        + loss_chunk + (0 if rule_plan["frozen_base"] else vocab * hidden * b),
         "probe": base + chunks,
         # two layers' weights all-gathered; one layer's unsharded grads (a frozen base: none)
         "fsdp": (2 * layer_numel * b + (0 if rule_plan["frozen_base"] else layer_numel * b)

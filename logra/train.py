@@ -285,7 +285,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             activation_bytes=activation_bytes_estimate(
                 model.config, batch=g["micro_batch_size"], seq_len=memory_seq_len,
                 checkpointing=g["gradient_checkpointing"], attention_mask=True,
-                attn_implementation=model.config._attn_implementation))
+                attn_implementation=model.config._attn_implementation, loss="chunked"))
         ratio = memory.peak_bytes / breakdown["total"]
         mem_check = {"measured_over_analytic": ratio, "tolerance": MEM_TOLERANCE,
                      "agree": abs(ratio - 1) <= MEM_TOLERANCE}
@@ -344,7 +344,7 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, g,
     fit, held_out = split_probe(probe)
     loss = accumulate_gradients(model, ref_model, *batch, g)
     phase("forward_backward")
-    chunk = g.get("kl_chunk_tokens")
+    chunk = g.get("chunk_tokens")
     if kl_control:  # one forward over the probe, split: the halves share the weights' copy
         base_fit, base_held_out = probe_base(model, probe, g["temperature"], chunk).split(fit)
     else:  # only the realized KL, on the held-out half
@@ -372,12 +372,13 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
     chunks = [slice(i + rank * mb, i + (rank + 1) * mb) for i in range(0, n, mb * world)]
     total = 0.0
     for c in chunks:
-        logp = token_logprobs(model, ids[c], attn[c], g["temperature"])
+        logp = token_logprobs(model, ids[c], attn[c], g["temperature"], g.get("chunk_tokens"))
         loss = policy_loss(logp, logp.detach(), adv[c], mask[c], g["clip_low"], g["clip_high"],
                            g["aggregation"], normalizer=normalizer)
         if ref_model is not None:
             with torch.no_grad():
-                ref = token_logprobs(ref_model, ids[c], attn[c], g["temperature"])
+                ref = token_logprobs(ref_model, ids[c], attn[c], g["temperature"],
+                                     g.get("chunk_tokens"))
             loss = loss + g["beta"] * (kl_k3(logp, ref) * mask[c]).sum() / normalizer
         (loss * world).backward()  # FSDP averages over ranks: the sum is wanted
         total += loss.item()

@@ -68,3 +68,93 @@ def test_kl_k3_estimates_kl_of_policy_from_reference_on_samples_of_the_policy():
     assert abs(est.mean().item() - kl) < 5 * est.std().item() / math.sqrt(len(y))
     swapped = kl_k3(ref_logp, logp)
     assert abs(swapped.mean().item() - kl) > 20 * swapped.std().item() / math.sqrt(len(y))
+
+
+# ------------------------------------------------------------------------------------------------
+# token_logprobs: the textbook log-probs and their gradients, in chunks of tokens
+# ------------------------------------------------------------------------------------------------
+
+def _tiny(seed=0, **options):
+    from transformers import AutoModelForCausalLM
+
+    from logra.modeling import tiny_config
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(tiny_config(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        **options))
+
+
+def _textbook_logprobs(model, ids, attn, temperature):
+    pos = (attn.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits
+    logp = torch.log_softmax(logits[:, :-1].float() / temperature, -1)
+    return logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+
+def _batch(vocab, rows=3, length=9):
+    from logra.memory_sweep import fixed_batch
+    (ids, attn, mask, _), _ = fixed_batch(vocab, rows, 4, length - 4, 1)
+    attn = attn.clone()
+    attn[0, :2] = 0  # a left-padded row
+    return ids, attn, mask
+
+
+@pytest.mark.parametrize("tied,bias", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_logprobs_and_gradients_equal_the_textbook_ones(tied, bias, temperature):
+    from logra.grpo import token_logprobs
+    model = _tiny(tie_word_embeddings=tied)
+    if bias:  # an output layer with a bias
+        head = model.get_output_embeddings()
+        head.bias = torch.nn.Parameter(torch.randn(head.out_features) * 0.1)
+    ids, attn, mask = _batch(model.config.vocab_size)
+    weights = torch.randn(ids.shape[0], ids.shape[1] - 1)  # any downstream loss
+
+    def grads(logp):
+        model.zero_grad()
+        (logp * weights * mask).sum().backward()
+        return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    want, want_grads = grads(_textbook_logprobs(model, ids, attn, temperature))
+    for chunk in (1, 7, 10_000):
+        got, got_grads = grads(token_logprobs(model, ids, attn, temperature, chunk))
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        for name, g in want_grads.items():
+            torch.testing.assert_close(got_grads[name], g, rtol=1e-4, atol=1e-6,
+                                       msg=f"{name}, chunk {chunk}")
+
+
+def test_chunked_logprobs_under_bf16_autocast_follow_the_autocast_graph():
+    from logra.grpo import token_logprobs
+    model = _tiny()
+    ids, attn, mask = _batch(model.config.vocab_size)
+    out = []
+    for fn in (_textbook_logprobs, lambda *a: token_logprobs(*a, 5)):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+            logp = fn(model, ids, attn, 1.0)
+        (logp * mask).sum().backward()
+        out.append((logp.detach(), model.model.norm.weight.grad.clone()))
+    torch.testing.assert_close(out[0][0], out[1][0], rtol=0, atol=2e-2)
+    torch.testing.assert_close(out[0][1], out[1][1], rtol=5e-2, atol=5e-2)
+
+
+def _loss_peak(vocab, rows, chunk):
+    from logra.grpo import token_logprobs
+    from logra.memory import MemoryMeter
+    model = _tiny(vocab_size=vocab)
+    ids, attn, mask = _batch(vocab, rows, 40)
+    with MemoryMeter("cpu") as meter:
+        (token_logprobs(model, ids, attn, 1.0, chunk) * mask).sum().backward()
+    return meter.report.net_peak_bytes
+
+
+def test_loss_memory_grows_with_the_chunk_not_with_the_batch():
+    vocab = 32768  # the vocabulary dominates the tiny model's activations
+    row = vocab * 4  # one token's float32 logits
+    small, large = _loss_peak(vocab, 2, 16), _loss_peak(vocab, 8, 16)
+    wider = _loss_peak(vocab, 8, 64)
+    whole = 6 * 40 * row  # one (sequences, positions, vocabulary) tensor for 6 more sequences
+    assert large - small < 0.1 * whole, (small, large, whole)
+    # one chunk-sized float32 tensor (48 tokens more per chunk), and transients of its size
+    assert 0.5 * 48 * row <= wider - large <= 2.2 * 48 * row, (large, wider)

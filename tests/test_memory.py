@@ -381,3 +381,20 @@ def test_gpu_check_runs_its_table_on_cpu():
     assert float(rows["logra"]["sync_bytes_per_step_vs_reference"]) < 1.0
     assert abs(float(rows["logra"]["planned_error"])) < 0.5
     assert "bfloat16 compute" in out.stdout and "vLLM sync path: skipped" in out.stdout
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_loss_activation_estimate_matches_saved_tensors_exactly(dtype):
+    from logra.grpo import token_logprobs
+    cfg = _config(num_hidden_layers=2, num_key_value_heads=2, head_dim=48)
+    m = _model(cfg, "sdpa", dtype)
+    B, T = 3, 40
+    x = _tokens(B, T)
+    am = torch.ones(B, T, dtype=torch.long)
+    am[0, :5] = 0
+    _, saved = saved_tensor_bytes(token_logprobs, m, x, am, 1.0, 16,
+                                  exclude=list(m.parameters()) + [x])
+    est = activation_bytes_estimate(cfg, B, T, dtype_bytes=torch.finfo(dtype).bits // 8,
+                                    attn_implementation="sdpa", attention_mask=True,
+                                    loss="chunked")
+    assert est == saved

@@ -20,7 +20,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
                           probe_size=snakemake.params.grpo["probe_size"],
                           completion_len=p.get("completion_len"),
                           kl_control=bool(spec.get("kl_control")),
-                          kl_chunk_tokens=snakemake.params.grpo.get("kl_chunk_tokens"),
+                          chunk_tokens=snakemake.params.grpo.get("chunk_tokens"),
                           rollout_share=p["rollout_share"], gpu_bytes=p["gpu_gb"] * 1e9,
                           checkpointing=p["checkpointing"])
             rows.append({"model": model, "method": method, "gpus": p["gpus"],
