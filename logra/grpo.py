@@ -104,8 +104,9 @@ class ChunkedTargetLogprobs(torch.autograd.Function):
     At most one (chunk, vocabulary) fp32 tensor is alive, plus its cast to the weight's dtype
     when that is narrower. The output weight's gradient accumulates across chunks in place, in
     the weight's dtype (as fused chunked cross-entropy kernels do; under autocast that in-place
-    product runs in fp32, where autograd's would run in the autocast dtype). The textbook graph (full logits, logsumexp, gather) saves one
-    (rows, vocabulary) fp32 tensor and holds about four more at the start of its backward.
+    product runs in fp32, where autograd's would run in the autocast dtype). The textbook graph
+    (full logits, logsumexp, gather) saves one (rows, vocabulary) fp32 tensor and holds about
+    four more at the start of its backward.
     """
 
     @staticmethod
