@@ -56,6 +56,7 @@ class LoRA(DenseAdam):
                         "description": "adapters: factors only (r·(m+n) per module); merged: "
                                        "every adapted weight merged, in full"}}
     shardable = False  # the merged-weight sync is not written for sharded weights
+    transports = ("low_rank", "full", "delta")  # its own: the adapters
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
                  alpha: float = 32.0, dropout: float = 0.0, use_rslora: bool = False,

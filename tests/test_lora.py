@@ -7,7 +7,7 @@ from peft.tuners.lora import LoraLayer
 from logra import methods
 from logra.modeling import load
 from logra.rollout import HFRolloutEngine
-from logra.sync import payload_bytes
+from logra.sync import payload_bytes, serialized_bytes
 
 PROMPTS = ["Q: 12+3\nA: 15", "Q: 4+4\nA: 8"]
 
@@ -62,7 +62,7 @@ def test_engine_equals_the_merged_weights_and_unwrap_leaves_the_plain_model(tiny
     shapes = [tuple(w.shape) for w in merged.values()]
     expected = (sum(4 * r * (m + n) for m, n in shapes) if sync == "adapters"
                 else sum(4 * m * n for m, n in shapes))
-    assert sent == payload_bytes(payload) == expected
+    assert sent == serialized_bytes(payload) and payload_bytes(payload) == expected
     assert set(merged) < set(base)  # adapted weights only, under the base model's names
     for n, w in merged.items():
         assert not torch.equal(w, base[n]), n
