@@ -78,11 +78,11 @@ def payload_bytes(payload: dict) -> int:
 
 def serialize(payload: dict) -> bytes:
     """The payload as it is handed to an engine: `torch.save`d to bytes (zip format), tensors
-    on the CPU; a tensor is saved with its whole storage (a view sends what it views into).
-    Not plain pickle: a pickled tensor names its storage by its memory address, so the same
+    on the CPU, each with a storage of its own size (torch.save writes whole storages). Not
+    plain pickle: a pickled tensor names its storage by its memory address, so the same
     payload's length would change from run to run."""
     buffer = io.BytesIO()
-    torch.save(payload_to(payload, "cpu"), buffer)
+    torch.save(_map(payload, lambda t: _own_storage(t.to("cpu"))), buffer)
     return buffer.getvalue()
 
 
@@ -104,11 +104,22 @@ def lora_merged(base: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
 
 def payload_to(payload: dict, device: torch.device | str) -> dict:
     """The payload with every tensor on `device` (for a transport, or an engine's GPU)."""
-    return {"dense": {k: v.to(device) for k, v in payload.get("dense", {}).items()},
-            **{section: {k: {key: v.to(device) if isinstance(v, torch.Tensor) else v
+    return _map(payload, lambda t: t.to(device))
+
+
+def _map(payload: dict, fn) -> dict:
+    """The payload with `fn` applied to every tensor."""
+    return {"dense": {k: fn(v) for k, v in payload.get("dense", {}).items()},
+            **{section: {k: {key: fn(v) if isinstance(v, torch.Tensor) else v
                              for key, v in e.items()}
                          for k, e in payload.get(section, {}).items()}
                for section in SECTIONS if section in payload}}
+
+
+def _own_storage(t: torch.Tensor) -> torch.Tensor:
+    """`t`, copied if it views into a larger storage (a sliced, gathered buffer under FSDP):
+    torch.save writes whole storages, a transport sends the tensor."""
+    return t.clone() if t.untyped_storage().nbytes() > t.numel() * t.element_size() else t
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

@@ -74,7 +74,8 @@ def test_delta_overwrite_is_exact_for_signed_zeros_and_any_word():
 
 def test_serialized_length_is_the_payloads_not_its_addresses():
     """The byte count is the length of the bytes handed over, and the same payload at other
-    memory addresses (a clone) has the same length: bytes are reproducible across runs."""
+    memory addresses (a clone) or in a larger buffer has the same length: bytes are
+    reproducible across runs and alike sharded or not."""
     gen = torch.Generator().manual_seed(0)
     payload = {"dense": {"a": torch.randn(64, 32, generator=gen)},
                "lowrank": {"b": {"side": "left", "basis": None,
@@ -85,6 +86,10 @@ def test_serialized_length_is_the_payloads_not_its_addresses():
              "lowrank": {"b": {**payload["lowrank"]["b"],
                                "coef": payload["lowrank"]["b"]["coef"].clone()}}}
     assert serialized_bytes(clone) == len(data)
+    # a tensor viewing into a larger buffer (FSDP's gathered rows) is sent as itself
+    bigger = torch.zeros(80, 32)
+    bigger[:64] = payload["dense"]["a"]
+    assert serialized_bytes({**payload, "dense": {"a": bigger[:64]}}) == len(data)
     back = deserialize(data)
     assert torch.equal(back["dense"]["a"], payload["dense"]["a"])
     assert back["lowrank"]["b"]["basis"] is None and back["lowrank"]["b"]["side"] == "left"
