@@ -183,8 +183,8 @@ class VLLMRolloutEngine:
       / `MsgpackDecoder`); utility-call arguments are decoded without types, so a tensor inside
       a dict arrives as a `[dtype, shape, buffer]` list, with or without
       VLLM_ALLOW_INSECURE_SERIALIZATION. Payloads (`logra.sync.serialize`) and weights
-      (pickled) therefore travel as bytes, which msgpack carries as they are (no environment variable needed); like the HF
-      engine's pipe, the engine receives real bytes.
+      (pickled) therefore travel as bytes, which msgpack carries as they are (no environment
+      variable needed); like the HF engine's pipe, the engine receives real bytes.
     - `LLM.reset_prefix_cache() -> bool` (False when running requests hold KV blocks), after
       every sync: cached KV blocks were computed with the old weights.
     - `LLM.generate(prompts, sampling_params, use_tqdm=False) -> list[RequestOutput]` with one
