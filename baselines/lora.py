@@ -12,14 +12,16 @@ memory labels work as for dense Adam.
 Learning rate: LoRA-for-RL practice trains adapters with α = 32 at about 10× the full
 fine-tuning learning rate; the default config's grid reaches it (`snakemake lr_sweep`).
 
-Sync (`sync`), what the rollout engine receives after each step:
-- `adapters` (default, what LoRA's users send a vLLM LoRA runtime): each adapted module's
-  factors A (r × n) and B (m × r) and its scale, r·(m + n) values per module, and the
+Sync, what the rollout engine receives after each step (the transport: `rollout.sync` or the
+method's `sync`, logra/sync.py):
+- `low_rank` (the rule's own, what LoRA's users send a vLLM LoRA runtime): each adapted
+  module's factors A (r × n) and B (m × r) and its scale, r·(m + n) values per module, and the
   `dense_modules` weights in full; the engine merges them onto the base it holds
   (`logra.sync.apply_payload`, the base sent once after a resume, when the restored engine
   holds merged weights);
-- `merged`: the merged weight W + (α/r)·BA of every adapted module in full (what TRL sends vLLM
-  for a PEFT model: merge, send, unmerge).
+- `full`: the merged weight W + (α/r)·BA of every adapted module (`engine_weights`) and the
+  dense weights, in full (what TRL sends vLLM for a PEFT model: merge, send, unmerge);
+- `delta`: the words of those that changed.
 Frozen weights never change and are never sent. `unwrap()` merges the adapters into the base
 weights and removes them, so the saved checkpoint is a plain HF model.
 """
@@ -51,17 +53,15 @@ class LoRA(DenseAdam):
                            "nn.Linear modules that get adapters"},
                "dense_modules": {"type": "string", "description": "regex over parameter "
                                  "names: weights (not adapted) trained in full at dense_lr"},
-               "dense_lr": LR,
-               "sync": {"type": "string", "enum": ["adapters", "merged"],
-                        "description": "adapters: factors only (r·(m+n) per module); merged: "
-                                       "every adapted weight merged, in full"}}
-    shardable = False  # the merged-weight sync is not written for sharded weights
+               "dense_lr": LR}
+    shardable = False  # the merge (engine_weights, unwrap) is not written for sharded weights
+    transports = ("low_rank", "full", "delta")  # its own: the adapters
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
                  alpha: float = 32.0, dropout: float = 0.0, use_rslora: bool = False,
                  betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
                  modules: str = DEFAULT_MODULES, dense_modules: str | None = None,
-                 dense_lr: float | None = None, sync: str = "adapters"):
+                 dense_lr: float | None = None):
         targets = low_rank_linears(model, modules)
         for name, m in targets:
             if rank > min(m.weight.shape):
@@ -78,7 +78,7 @@ class LoRA(DenseAdam):
         inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout,
                                            use_rslora=use_rslora,
                                            target_modules=[n for n, _ in targets]), model)
-        self.model, self.sync, self.dense_named = model, sync, dense
+        self.model, self.dense_named = model, dense
         self.layers = {name: model.get_submodule(name) for name, _ in targets}
         adapters = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         for _, p in dense:
@@ -104,10 +104,8 @@ class LoRA(DenseAdam):
         return merged | {n: p.detach() for n, p in self.dense_named}
 
     def sync_payload(self) -> dict:
-        """`merged`: every adapted weight merged, in full; `adapters`: each module's factors
-        and scale (its base too when the engine lacks it); the dense weights in full."""
-        if self.sync == "merged":
-            return {"dense": self.engine_weights()}
+        """Each module's factors and scale (its base too when the engine lacks it); the dense
+        weights in full."""
         lora = {}
         for name, layer in self.layers.items():
             a, b, scale = self._factors(name)
@@ -147,12 +145,9 @@ class LoRA(DenseAdam):
 
     @staticmethod
     def planned_sync(geo: Geometry, options: dict, b: int) -> int:
-        """`adapters`: r·(m + n) per adapted module (fp32, as trained); `merged`: the merged
-        adapted weights in the policy dtype; and the dense weights in the policy dtype."""
-        if options.get("sync", "adapters") == "merged":
-            adapted = geo.n_low * b
-        else:
-            adapted = sum(options.get("rank", 8) * (m + n) for m, n in geo.low_rank) * 4
+        """The `low_rank` transport: r·(m + n) per adapted module (fp32, as trained), and the
+        dense weights in the policy dtype."""
+        adapted = sum(options.get("rank", 8) * (m + n) for m, n in geo.low_rank) * 4
         return adapted + _dense_numel(geo, options) * b
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from logra import methods
+from logra import methods, sync
 from logra.tasks import TASKS, HubTask, get_task, load_task_files
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
@@ -107,8 +107,9 @@ def check(config: dict) -> None:
 
 def _check_rule_options(config: dict) -> None:
     """Each method's `rule` names a rule, its `options` are those the rule declares
-    (`UpdateRule.options`, validated as JSON schema), and KL control asks for a rule whose
-    step can be scaled."""
+    (`UpdateRule.options`, validated as JSON schema), its sync transport (`sync`, else
+    `rollout.sync`) applies to the rule, and KL control asks for a rule whose step can be
+    scaled."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
     defs = yaml.safe_load(SCHEMA.read_text())["$defs"]
@@ -125,6 +126,12 @@ def _check_rule_options(config: dict) -> None:
             raise ConfigError(f"methods.{name}.options{'.' + key if key else ''}: "
                               f"{error.message} (rule {m['rule']!r} takes "
                               f"{sorted(rule.options)})")
+        key = f"methods.{name}.sync" if "sync" in m else "rollout.sync"
+        try:
+            sync.transport(m.get("sync", (config.get("rollout") or {}).get("sync", "auto")),
+                           rule)
+        except ValueError as e:
+            raise ConfigError(f"{key}: {e} (method {name})") from None
         if m.get("kl_control") and not rule.scalable:
             raise ConfigError(f"methods.{name}.kl_control: rule {m['rule']!r} cannot scale its "
                               "step (it applies the update inside propose)")
@@ -289,5 +296,13 @@ def run_config(config: dict, task: str, method: str, seed: int) -> dict:
                    "kl_control": config["methods"][method].get("kl_control")},
         "model_name": (config["methods"][method].get("model") or config["model"])["name"],
         "grpo": config["grpo"] | config["methods"][method].get("grpo", {}),
-        "rollout": dict(config["rollout"]),
+        "rollout": dict(config["rollout"]) | {"sync": sync_transport(config, method)},
     }
+
+
+def sync_transport(config: dict, method: str) -> str:
+    """The sync transport of `method`'s runs: its own `sync`, else `rollout.sync`, `auto`
+    resolved to the rule's own (`logra.sync.transport`)."""
+    m = config["methods"][method]
+    return sync.transport(m.get("sync", config["rollout"].get("sync", "auto")),
+                          methods.rule_class(m["rule"]))

@@ -150,6 +150,7 @@ class LoGRA(UpdateRule):
                  "random matrices; default: drawn from the run's seed"},
     }
     shardable = True
+    transports = ("low_rank", "full", "delta")  # its own: the applied steps' factors
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-4, rank: int = 8,
                  refresh_every: int = 50, scale: float = 1.0, basis: str = "range",

@@ -16,7 +16,9 @@ against them), whether it can run sharded, whether its step can be scaled, its a
 and, where the defaults below do not hold for it,
 
     sync_payload() -> dict   what the rollout engine needs to match the trainer after the
-                             last apply (see logra/sync.py); default: every trained weight
+                             last apply (see logra/sync.py); default: every trained weight;
+                             a rule whose payload is low-rank lists "low_rank" first in
+                             `transports`, and it is called once after every apply
     engine_weights() -> dict every trained weight in full, as the rollout engine names it
                              (full resync, drift check, resume)
     unwrap()                 leave the model as the plain architecture with the training
@@ -85,6 +87,9 @@ class UpdateRule:
     options: dict = {}             # option name -> JSON-schema fragment (see ADAM_OPTIONS)
     shardable: bool = False        # runs under FSDP (grpo.nproc_per_node > 1)
     scalable: bool = True          # apply() takes any scale: predicted-KL control can run
+    # sync transports that apply (logra/sync.py); the first is the rule's own (`auto`):
+    # a rule whose sync_payload() is low-rank puts "low_rank" first
+    transports: tuple[str, ...] = ("full", "delta")
     named: list
     grad_norm: float = float("nan")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from logra.io import atomic_path
+from logra.sync import SYNC_METRICS
 
 SCALARS = ["status", "diverged_at_step", "oom_needed_bytes", "memory_budget_bytes", "task",
            "method", "seed", "model", "n_params", "device", "dtype", "steps", "wall_s",
@@ -40,7 +41,9 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
         row.update({f"mem_{k}": v for k, v in (s.get("mem_breakdown") or {}).items()})
         row.update({f"pred_{k}": v for k, v in (s.get("mem_analytic") or {}).items()})
         row["mean_step_time_s"] = s.get("mean_step_time_s")
-        for key in ("sync_bytes_per_step", "sync_full_bytes", "sync_lowrank_fraction"):
+        for key in ("sync_bytes_per_step", "sync_full_bytes", "sync_lowrank_fraction",
+                    "sync_transport", "rollout_dtype", *(f"{k}_per_step" for k in SYNC_METRICS[1:]),
+                    "logp_mismatch_mean", "logp_mismatch_max"):
             row[key] = s.get(key)
         for eta, stats in ((s.get("kl") or {}).get("calibration") or {}).items():
             row.update({f"kl_{eta}_{k}": v for k, v in stats.items()})  # realized / predicted

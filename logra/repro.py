@@ -36,7 +36,7 @@ PIN = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU
        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 # measurements of the machine, not results of the computation
-MACHINE_COLUMNS = ("step_time_s", "peak_mem_bytes")
+MACHINE_COLUMNS = ("step_time_s", "peak_mem_bytes", "sync_seconds")
 
 
 def pin_cpu() -> None:

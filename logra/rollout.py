@@ -6,7 +6,7 @@ the trainer never shares tensors with it and changes them only through sync payl
 talks to it over a pipe; `VLLMRolloutEngine` runs vLLM on a GPU. Every engine offers
 
     generate(prompts, n, max_new_tokens, temperature, seed) -> list[Rollout]
-    sync(payload) -> bytes sent
+    sync(payload) -> bytes sent (the length of `logra.sync.serialize(payload)`)
     state_dict() -> the engine's weights (for tests and drift checks)
     close()
 """
@@ -23,16 +23,19 @@ from dataclasses import dataclass
 import torch
 from transformers import GenerationConfig
 
-from logra.sync import apply_payload, payload_bytes, payload_to
+from logra.sync import apply_payload, deserialize, payload_to, serialize
 
 
 @dataclass
 class Rollout:
     """One completion: token ids of the (unpadded) prompt and of the completion (ends with eos
-    unless cut at max_new_tokens), and the completion text without special tokens."""
+    unless cut at max_new_tokens), the completion text without special tokens, and the
+    engine's log-prob of each completion token under the distribution it was sampled from
+    (logits / temperature, as `logra.grpo.token_logprobs` scores it; greedy: temperature 1)."""
     prompt_ids: list[int]
     completion_ids: list[int]
     text: str
+    logprobs: list[float]
 
 
 def generate_rollouts(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
@@ -48,18 +51,24 @@ def generate_rollouts(model, tokenizer, prompts: list[str], n: int, max_new_toke
                               top_k=0 if sample else None, top_p=1.0 if sample else None,
                               num_return_sequences=n, max_new_tokens=max_new_tokens,
                               pad_token_id=tokenizer.pad_token_id,
-                              eos_token_id=tokenizer.eos_token_id)
+                              eos_token_id=tokenizer.eos_token_id,
+                              # each step's raw logits, kept: the log-probs need no extra pass
+                              output_logits=True, return_dict_in_generate=True)
     with torch.no_grad():
         out = model.generate(**enc, generation_config=config)
     width = enc["input_ids"].shape[1]
+    new = out.sequences[:, width:]
+    logits = torch.stack(out.logits, dim=1).float() / (temperature if sample else 1.0)
+    logprobs = logits.gather(-1, new.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
     rollouts = []
-    for i, row in enumerate(out):
+    for i, row in enumerate(new):
         prompt = enc["input_ids"][i // n][enc["attention_mask"][i // n].bool()].tolist()
-        completion = row[width:].tolist()
+        completion = row.tolist()
         if tokenizer.eos_token_id in completion:
             completion = completion[:completion.index(tokenizer.eos_token_id) + 1]
         rollouts.append(Rollout(prompt, completion,
-                                tokenizer.decode(completion, skip_special_tokens=True)))
+                                tokenizer.decode(completion, skip_special_tokens=True),
+                                logprobs[i, :len(completion)].tolist()))
     return rollouts
 
 
@@ -80,8 +89,8 @@ def _serve(conn, model_dir: str, dtype: str, threads: int) -> None:
         try:
             if op == "generate":
                 _send(conn, ("ok", generate_rollouts(model, tokenizer, *args)))
-            elif op == "sync":
-                apply_payload(params, args, bases)
+            elif op == "sync":  # the serialized payload, as it crossed the pipe
+                apply_payload(params, deserialize(args), bases)
                 _send(conn, ("ok", None))
             elif op == "state_dict":
                 _send(conn, ("ok", {k: v.detach() for k, v in params.items()}))
@@ -134,9 +143,11 @@ class HFRolloutEngine:
         return self._call("generate", (prompts, n, max_new_tokens, temperature, seed))
 
     def sync(self, payload: dict) -> int:
-        """Send a payload; returns its size in bytes."""
-        self._call("sync", payload)
-        return payload_bytes(payload)
+        """Send a payload serialized (`logra.sync.serialize`) over the pipe; returns the
+        serialized length, once the engine has applied it."""
+        data = serialize(payload)
+        self._call("sync", data)
+        return len(data)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self._call("state_dict")
@@ -171,17 +182,22 @@ class VLLMRolloutEngine:
       results cross to the engine-core process as msgpack (`vllm.v1.serial_utils.MsgpackEncoder`
       / `MsgpackDecoder`); utility-call arguments are decoded without types, so a tensor inside
       a dict arrives as a `[dtype, shape, buffer]` list, with or without
-      VLLM_ALLOW_INSECURE_SERIALIZATION. Payloads and weights therefore travel as pickled
-      bytes, which msgpack carries as they are (no environment variable needed); like the HF
-      engine's pipe, the engine receives real bytes.
+      VLLM_ALLOW_INSECURE_SERIALIZATION. Payloads (`logra.sync.serialize`) and weights
+      (pickled) therefore travel as bytes, which msgpack carries as they are (no environment
+      variable needed); like the HF engine's pipe, the engine receives real bytes.
     - `LLM.reset_prefix_cache() -> bool` (False when running requests hold KV blocks), after
       every sync: cached KV blocks were computed with the old weights.
     - `LLM.generate(prompts, sampling_params, use_tqdm=False) -> list[RequestOutput]` with one
-      `vllm.SamplingParams(n=, temperature=, max_tokens=, seed=)` per prompt; explicit params
-      are not merged with the checkpoint's generation_config (`LLM.get_default_sampling_params`
-      is used only for None). `RequestOutput.prompt_token_ids`, `.outputs`;
-      `CompletionOutput.token_ids` (ends with eos when it stopped there,
-      `vllm.v1.core.sched.utils.check_stop`) and `.text`.
+      `vllm.SamplingParams(n=, temperature=, max_tokens=, seed=, logprobs=0)` per prompt;
+      explicit params are not merged with the checkpoint's generation_config
+      (`LLM.get_default_sampling_params` is used only for None). `RequestOutput.prompt_token_ids`,
+      `.outputs`; `CompletionOutput.token_ids` (ends with eos when it stopped there,
+      `vllm.v1.core.sched.utils.check_stop`), `.text` and `.logprobs`, one {token id: Logprob}
+      per token holding the sampled token (`logprobs=0`: no others; `Logprob.logprob`).
+    - `logprobs_mode="processed_logprobs"` (an `EngineArgs` / `ModelConfig` field reaching
+      `LLM` through **kwargs): log-probs after temperature, as the sampler draws and the
+      trainer scores (the default `raw_logprobs` is before temperature,
+      `vllm.v1.sample.sampler.Sampler`). Not run here: checked against vLLM's documentation.
 
     Sync payloads are applied in place by `VLLMSyncExtension` with `logra.sync.apply_payload`,
     the code the HF engine and the tests here use, on views of vLLM's own parameters: dense
@@ -206,6 +222,7 @@ class VLLMRolloutEngine:
         self._vllm = vllm
         self.llm = vllm.LLM(model=model_dir, dtype=dtype, seed=0, enable_prefix_caching=True,
                             gpu_memory_utilization=gpu_memory_utilization,
+                            logprobs_mode="processed_logprobs",
                             worker_extension_cls="logra.rollout.VLLMSyncExtension")
 
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
@@ -213,20 +230,23 @@ class VLLMRolloutEngine:
         # vLLM's own sampling defaults (top_p 1, no top_k), not the checkpoint's: samples of
         # the policy the trainer scores
         params = [self._vllm.SamplingParams(n=n, temperature=temperature,
-                                            max_tokens=max_new_tokens, seed=seed + i)
+                                            max_tokens=max_new_tokens, seed=seed + i,
+                                            logprobs=0)  # the sampled token's only
                   for i in range(len(prompts))]  # one random stream per prompt
         rollouts = []
         for out in self.llm.generate(prompts, params, use_tqdm=False):
             for c in out.outputs:  # token_ids end with eos when generation stopped there
-                rollouts.append(Rollout(list(out.prompt_token_ids), list(c.token_ids), c.text))
+                logprobs = [step[t].logprob for t, step in zip(c.token_ids, c.logprobs)]
+                rollouts.append(Rollout(list(out.prompt_token_ids), list(c.token_ids), c.text,
+                                        logprobs))
         return rollouts
 
     def sync(self, payload: dict) -> int:
-        data = pickle.dumps(payload_to(payload, "cpu"), protocol=pickle.HIGHEST_PROTOCOL)
+        data = serialize(payload)
         self.llm.collective_rpc("logra_apply_payload", args=(data,))
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM did not reset its prefix cache after a sync")
-        return payload_bytes(payload)
+        return len(data)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return pickle.loads(self.llm.collective_rpc("logra_state_dict")[0])
@@ -237,7 +257,8 @@ class VLLMRolloutEngine:
 
 class VLLMSyncExtension:
     """Mixed into vLLM 0.32.0's `vllm.v1.worker.gpu_worker.Worker` (see `VLLMRolloutEngine`);
-    its methods are called through `LLM.collective_rpc` and take and return pickled bytes.
+    its methods are called through `LLM.collective_rpc` and take and return bytes (payloads
+    as `logra.sync.serialize` writes them, weights pickled).
 
     Relies on, in vLLM 0.32.0:
     - `Worker.model_runner` (`gpu_worker.Worker._init_workspace_and_model_runner`): the V1
@@ -289,7 +310,7 @@ class VLLMSyncExtension:
     def logra_apply_payload(self, data: bytes) -> None:
         views = self.logra_hf_views()
         device = next(iter(views.values())).device
-        apply_payload(views, payload_to(pickle.loads(data), device), self._logra_bases)
+        apply_payload(views, payload_to(deserialize(data), device), self._logra_bases)
 
     def logra_state_dict(self) -> bytes:
         weights = {k: v.to("cpu", copy=True) for k, v in self.logra_hf_views().items()}

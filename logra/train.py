@@ -12,6 +12,15 @@ The larger peak is the run's `peak_mem_bytes`, stored with its step's breakdown 
 analytic one beside it; `peak_mem_bytes_by_step` keeps both. Rollout memory lives in the
 engine's process and is not part of the trainer's peak on CPU.
 
+Sync (logra/sync.py `EngineSync`): after each step the run's transport (`rollout.sync` or the
+method's `sync`) is applied and every applicable transport's serialized bytes are logged
+(`sync_bytes_full`, `sync_bytes_delta`, `sync_bytes_low_rank`: empty where it does not apply),
+with `sync_seconds` (the applied one: pack + hand-over + apply; here the hand-over is a local
+pipe to the engine's process) and `sync_changed_fraction` (trained words whose engine-dtype
+value changed). `logp_mismatch_mean` / `_max`: |log π_trainer − log π_engine| over the step's
+completion tokens, the engine's log-probs returned with its samples, the trainer's from the
+update's own forward (the old log-probs; no extra pass).
+
 One update per rollout batch (TRL's default `num_iterations=1`): the old log-probs are the
 current ones detached, so the importance ratio is exactly 1 and clipping is inactive, as in
 TRL; the clipped loss is kept so that the objective is GRPO's and rollouts may be reused later.
@@ -58,7 +67,7 @@ from logra.kl_control import (KLControl, probe_base, probe_kl, split_probe,
 from logra.memory import MemoryMeter, activation_bytes_estimate, analytic_breakdown, tensor_bytes
 from logra.modeling import load, n_params
 from logra.rollout import make_engine
-from logra.sync import payload_bytes
+from logra.sync import SYNC_METRICS, EngineSync, payload_bytes
 from logra.tasks import get_task, read_jsonl
 
 # Measured peak vs analytic breakdown: the analytic side leaves out gradients of activations
@@ -67,24 +76,28 @@ MEM_TOLERANCE = 0.15
 
 METRIC_COLUMNS = ["step", "reward_mean", "reward_std", "loss", "kl_pred", "kl_real",
                   "step_scale", "grad_norm", "step_time_s", "sync_bytes", "peak_mem_bytes",
-                  "sync_drift"]
+                  "sync_drift", *SYNC_METRICS[1:], "logp_mismatch_mean", "logp_mismatch_max"]
 
 
 def pad_batch(rollouts, pad_id: int):
-    """Left-pad prompts and right-pad completions into (input_ids, attention_mask, loss_mask),
-    where loss_mask (B, T-1) marks the positions whose *next* token is a completion token."""
+    """Left-pad prompts and right-pad completions into (input_ids, attention_mask, loss_mask,
+    engine_logp), where loss_mask (B, T-1) marks the positions whose *next* token is a
+    completion token and engine_logp (B, T-1, float32) holds there the engine's log-prob of
+    that token (`Rollout.logprobs`), aligned with `token_logprobs`' output; 0 elsewhere."""
     p_len = max(len(r.prompt_ids) for r in rollouts)
     c_len = max(max(len(r.completion_ids) for r in rollouts), 1)
     ids = torch.full((len(rollouts), p_len + c_len), pad_id, dtype=torch.long)
     attn = torch.zeros_like(ids)
+    engine_logp = torch.zeros(len(rollouts), p_len + c_len - 1)
     for i, r in enumerate(rollouts):
         p, c = r.prompt_ids, r.completion_ids
         ids[i, p_len - len(p):p_len] = torch.tensor(p)
         ids[i, p_len:p_len + len(c)] = torch.tensor(c, dtype=torch.long)
         attn[i, p_len - len(p):p_len + len(c)] = 1
+        engine_logp[i, p_len - 1:p_len - 1 + len(c)] = torch.tensor(r.logprobs)
     loss_mask = attn[:, 1:].clone()
     loss_mask[:, :p_len - 1] = 0
-    return ids, attn, loss_mask
+    return ids, attn, loss_mask, engine_logp
 
 
 def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str | Path,
@@ -152,6 +165,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                           threads=cfg["threads"], **cfg["rollout"].get("options", {}))
               if rank == 0 else None)
     full_sync_every = cfg["rollout"]["full_sync_every"]
+    syncer = EngineSync(rule, cfg["rollout"].get("sync", "auto"),
+                        getattr(torch, cfg["rollout"]["dtype"]), has_engine=engine is not None)
     # CPU + FSDP: the profiler's memory timeline cannot follow FSDP's storage resizes (it fails
     # its own version checks), so sharded CPU runs are not measured; CUDA uses the allocator
     profiled = set() if mesh is not None and device.type == "cpu" else {1, g["profile_step"]}
@@ -172,8 +187,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             # shuffled, so each micro-batch (and the probe) mixes prompts instead of being one
             # prompt's group; the loss does not depend on the order
             perm = torch.randperm(len(rollouts), generator=shuffle_gen)
-            ids, attn, mask = (t[perm].to(device)
-                               for t in pad_batch(rollouts, tokenizer.pad_token_id))
+            ids, attn, mask, engine_logp = (t[perm].to(device)
+                                            for t in pad_batch(rollouts, tokenizer.pad_token_id))
             adv = adv[perm].to(device)
             probe = (ids[:g["probe_size"]], attn[:g["probe_size"]], mask[:g["probe_size"]])
             meter = (MemoryMeter(device, labels={"optimizer": rule.state_tensors(),
@@ -181,10 +196,10 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                      if step in profiled else contextlib.nullcontext())
             try:
                 with meter, autocast:
-                    loss, eta, kl_pred, kl_real = update_step(
+                    loss, eta, kl_pred, kl_real, mismatch = update_step(
                         model, ref_model, rule, kl_control, (ids, attn, mask, adv), probe, g,
                         max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.,
-                        phase=getattr(meter, "phase", None))
+                        phase=getattr(meter, "phase", None), engine_logp=engine_logp)
             except torch.OutOfMemoryError as e:
                 status, oom = "oom", {"oom_at_step": step, **cuda_oom(e, device)}
                 if mesh is not None:  # the other ranks wait in a collective: stop them all
@@ -205,9 +220,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             if not all(map(math.isfinite, (loss, rule.grad_norm, kl_real))):
                 status, diverged_at = "diverged", step
                 break
-            payload = rule.sync_payload()  # gathered from every rank under FSDP
-            sync_bytes = engine.sync(payload) if engine else payload_bytes(payload)
-            lowrank = payload.get("lowrank", {})
+            sync = syncer.step(engine)  # gathered from every rank under FSDP
+            lowrank = syncer.lowrank
             run["lowrank_bytes"] += payload_bytes({"lowrank": lowrank})
             run["lowrank_full"] += sum(params[n].numel() * params[n].element_size()
                                        for n in lowrank)
@@ -216,17 +230,16 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                 weights = rule.engine_weights()
                 if engine:
                     drift = sync_drift(engine.state_dict(), weights)
-                full_payload = {"dense": weights}
-                sync_bytes += engine.sync(full_payload) if engine else payload_bytes(full_payload)
-                del weights, full_payload
+                    sync["sync_bytes"] += syncer.resync(engine)
+                del weights
             metrics.append({
                 "step": step, "reward_mean": rewards.mean().item(),
                 "reward_std": rewards.std().item(), "loss": loss, "kl_pred": kl_pred,
                 "kl_real": kl_real, "step_scale": eta, "grad_norm": rule.grad_norm,
-                "step_time_s": time.time() - t0, "sync_bytes": sync_bytes,
+                "step_time_s": time.time() - t0,
                 "peak_mem_bytes": (run["memory"][step].peak_bytes if step in profiled
                                    else math.nan),
-                "sync_drift": drift})
+                "sync_drift": drift, **sync, **mismatch})
             run["step"], run["wall_s"] = step, time.time() - t_start
             if ckpt_path and g["checkpoint_every"] and step % g["checkpoint_every"] == 0 \
                     and step < g["steps"]:
@@ -289,8 +302,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         ratio = memory.peak_bytes / breakdown["total"]
         mem_check = {"measured_over_analytic": ratio, "tolerance": MEM_TOLERANCE,
                      "agree": abs(ratio - 1) <= MEM_TOLERANCE}
-    def mean(values):
-        values = list(values)
+    def mean(values):  # of the values that are there (None, nan: not measured)
+        values = [v for v in values if v is not None and not math.isnan(v)]
         return sum(values) / len(values) if values else None
 
     kl_real = [m["kl_real"] for m in metrics]
@@ -316,6 +329,11 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         "mean_step_time_s": mean(m["step_time_s"] for m in metrics
                                  if m["step"] not in (1, g["profile_step"])),
         "sync_bytes_per_step": mean(m["sync_bytes"] for m in metrics),
+        # per-step means of the sync metrics (logra/sync.py): the applied transport and the
+        # bytes of each that applies; the engine's dtype; trainer-vs-engine log-prob mismatch
+        "sync_transport": syncer.transport, "rollout_dtype": cfg["rollout"]["dtype"],
+        **{f"{k}_per_step": mean(m[k] for m in metrics) for k in SYNC_METRICS[1:]},
+        **{k: mean(m[k] for m in metrics) for k in ("logp_mismatch_mean", "logp_mismatch_max")},
         # the whole model's bytes (a sharded parameter's numel is its full size); parameters()
         # lists a tied weight once
         "sync_full_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
@@ -332,17 +350,18 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
 
 
 def update_step(model, ref_model, rule, kl_control, batch, probe, g,
-                max_scale: float = 1.0, phase=None) -> tuple[float, ...]:
+                max_scale: float = 1.0, phase=None, engine_logp=None) -> tuple:
     """One update: gradients, propose, (KL-controlled) apply, realized KL on the probe.
 
     The probe is split (logra/kl_control.py): KL control predicts on its first half, the
     realized KL is measured on the second. `max_scale` caps the step scale (linear warmup).
     `phase(name)`, if given, is called at the end of each phase (`MemoryMeter.phase`:
     forward_backward, propose, kl_control, apply). Returns (loss, step scale η, predicted KL
-    at η or nan, realized KL)."""
+    at η or nan, realized KL, the trainer-vs-engine log-prob mismatch: see
+    `accumulate_gradients`)."""
     phase = phase or (lambda name: None)
     fit, held_out = split_probe(probe)
-    loss = accumulate_gradients(model, ref_model, *batch, g)
+    loss, mismatch = accumulate_gradients(model, ref_model, *batch, g, engine_logp=engine_logp)
     phase("forward_backward")
     chunk = g.get("chunk_tokens")
     if kl_control:  # one forward over the probe, split: the halves share the weights' copy
@@ -359,20 +378,31 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, g,
     del step_delta
     kl_real = probe_kl(model, base_held_out, held_out)
     phase("apply")
-    return loss, eta, kl_pred, kl_real
+    return loss, eta, kl_pred, kl_real, mismatch
 
 
-def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
+def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g,
+                         engine_logp=None) -> tuple[float, dict]:
     """Forward/backward over micro-batches; gradients accumulate (or are consumed by the
-    update rule's hooks). Returns the full-batch loss."""
+    update rule's hooks). Returns the full-batch loss and the mismatch between the trainer's
+    and the engine's log-probs of the sampled completion tokens, |log π_trainer − log
+    π_engine| from this forward (the old log-probs) and `engine_logp` (`pad_batch`):
+    {"logp_mismatch_mean", "logp_mismatch_max"} over every completion token, nan without
+    `engine_logp`."""
     n, mb = ids.shape[0], g["micro_batch_size"]
     normalizer = mask.sum().clamp(min=1) if g["aggregation"] == "dapo" else n
     # FSDP: rank r takes the r-th micro-batch of each global one of mb x world sequences
     rank, world = distributed.rank(), distributed.world_size()
     chunks = [slice(i + rank * mb, i + (rank + 1) * mb) for i in range(0, n, mb * world)]
     total = 0.0
+    gap = torch.zeros(3, dtype=torch.float64, device=ids.device)  # sum, tokens, max
     for c in chunks:
         logp = token_logprobs(model, ids[c], attn[c], g["temperature"], g.get("chunk_tokens"))
+        if engine_logp is not None:
+            d = (logp.detach().double() - engine_logp[c].double()).abs()[mask[c].bool()]
+            gap[0] += d.sum()
+            gap[1] += d.numel()
+            gap[2] = torch.cat([d, gap[2:]]).max()
         loss = policy_loss(logp, logp.detach(), adv[c], mask[c], g["clip_low"], g["clip_high"],
                            g["aggregation"], normalizer=normalizer)
         if ref_model is not None:
@@ -382,8 +412,15 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g) -> float:
             loss = loss + g["beta"] * (kl_k3(logp, ref) * mask[c]).sum() / normalizer
         (loss * world).backward()  # FSDP averages over ranks: the sum is wanted
         total += loss.item()
-    return distributed.all_reduce(torch.tensor(total, dtype=torch.float64,
+    loss = distributed.all_reduce(torch.tensor(total, dtype=torch.float64,
                                                device=ids.device)).item()
+    mismatch = dict.fromkeys(("logp_mismatch_mean", "logp_mismatch_max"), math.nan)
+    if engine_logp is not None:
+        summed, peak = distributed.all_reduce(gap[:2]), distributed.all_reduce(gap[2:], op="max")
+        if summed[1] > 0:
+            mismatch = {"logp_mismatch_mean": (summed[0] / summed[1]).item(),
+                        "logp_mismatch_max": peak.item()}
+    return loss, mismatch
 
 
 def compute_context(device: torch.device, dtype: torch.dtype):

@@ -107,6 +107,10 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: (c["grpo"].update(nproc_per_node=2, prompts_per_step=4, checkpoint_every=0),
                 c["methods"].update(lora={"rule": "lora"}), c.update(run_methods=["lora"])),
      r"methods.lora.rule: 'lora' cannot run sharded \(grpo.nproc_per_node=2\)"),
+    (lambda c: c["methods"]["dense_adam"].update(sync="low_rank"),
+     r"methods.dense_adam.sync: transport 'low_rank' does not apply to rule DenseAdam"),
+    (lambda c: c.setdefault("rollout", {}).update(sync="low_rank"),  # dense_adam takes it
+     r"rollout.sync: transport 'low_rank' does not apply to rule DenseAdam .*dense_adam"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)

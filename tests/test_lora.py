@@ -7,7 +7,7 @@ from peft.tuners.lora import LoraLayer
 from logra import methods
 from logra.modeling import load
 from logra.rollout import HFRolloutEngine
-from logra.sync import payload_bytes
+from logra.sync import payload_bytes, serialized_bytes
 
 PROMPTS = ["Q: 12+3\nA: 15", "Q: 4+4\nA: 8"]
 
@@ -40,29 +40,30 @@ def test_peft_adapters_train_and_state_bytes_match_lora(tiny_dir):
             assert torch.equal(p, frozen[n.replace(".base_layer", "")]), n
 
 
-@pytest.mark.parametrize("sync", ["adapters", "merged"])
+@pytest.mark.parametrize("sync", ["low_rank", "full"])
 def test_engine_equals_the_merged_weights_and_unwrap_leaves_the_plain_model(tiny_dir, sync):
     """The rollout engine (its own process) receives each step's payload: adapter factors,
-    r·(m + n) values per module, or every adapted weight merged; after each sync its weights
-    equal the trainer's merged weights."""
+    r·(m + n) values per module (`low_rank`), or every adapted weight merged (`full`); after
+    each sync its weights equal the trainer's merged weights."""
     model, tok = load(tiny_dir)
     base = {n: p.detach().clone() for n, p in model.named_parameters()}
     r = 4
-    rule = methods.build("lora", model, {"rank": r, "lr": 1e-2, "sync": sync})
+    rule = methods.build("lora", model, {"rank": r, "lr": 1e-2})
     ids = tok(PROMPTS, return_tensors="pt", padding=True)
     with HFRolloutEngine(str(tiny_dir)) as engine:
         for _ in range(3):
             _step(model, tok, rule)
-            payload = rule.sync_payload()
+            payload = (rule.sync_payload() if sync == "low_rank"
+                       else {"dense": rule.engine_weights()})
             sent = engine.sync(payload)
             merged = rule.engine_weights()
             remote = engine.state_dict()
             for n, w in merged.items():
                 assert torch.equal(remote[n], w), n
     shapes = [tuple(w.shape) for w in merged.values()]
-    expected = (sum(4 * r * (m + n) for m, n in shapes) if sync == "adapters"
+    expected = (sum(4 * r * (m + n) for m, n in shapes) if sync == "low_rank"
                 else sum(4 * m * n for m, n in shapes))
-    assert sent == payload_bytes(payload) == expected
+    assert sent == serialized_bytes(payload) and payload_bytes(payload) == expected
     assert set(merged) < set(base)  # adapted weights only, under the base model's names
     for n, w in merged.items():
         assert not torch.equal(w, base[n]), n

@@ -11,7 +11,7 @@ from logra.planner import PHASES, plan, sync_bytes
 from logra.sync import payload_bytes
 
 RULES = [("dense_adam", {}), ("logra", {"rank": 4}), ("galore", {"rank": 4}), ("lora", {"rank": 4}),
-         ("lora", {"rank": 1, "dense_modules": "embed_tokens|lm_head|norm", "sync": "merged"}),
+         ("lora", {"rank": 1, "dense_modules": "embed_tokens|lm_head|norm"}),
          ("apollo", {"rank": 4, "update_proj_gap": 2}),
          ("apollo", {"rank": 1, "scale_type": "tensor", "scale": 128}), ("adam_mini", {}),
          ("adamw_8bit", {})]

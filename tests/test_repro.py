@@ -41,8 +41,8 @@ def test_tensors_digest_sees_one_bit_and_names():
 
 def test_metrics_digest_ignores_the_machine_not_the_results():
     rows = [{"step": 1, "loss": 0.25, "step_time_s": 0.5, "peak_mem_bytes": 100,
-             "sync_drift": math.nan}]
-    slower = [dict(rows[0], step_time_s=9.0, peak_mem_bytes=math.nan)]
+             "sync_drift": math.nan, "sync_seconds": 0.01}]
+    slower = [dict(rows[0], step_time_s=9.0, peak_mem_bytes=math.nan, sync_seconds=0.5)]
     assert repro.metrics_digest(rows) == repro.metrics_digest(slower)
     one_ulp = [dict(rows[0], loss=math.nextafter(0.25, 1))]
     assert repro.metrics_digest(one_ulp) != repro.metrics_digest(rows)

@@ -5,7 +5,7 @@ import torch
 from logra.dense_adam import DenseAdam
 from logra.modeling import load
 from logra.rollout import HFRolloutEngine
-from logra.sync import apply_payload, payload_bytes
+from logra.sync import apply_payload, payload_bytes, serialize, serialized_bytes
 
 
 def test_sync_payload_reproduces_trainer_weights_in_engine_process(tiny_dir):
@@ -22,7 +22,8 @@ def test_sync_payload_reproduces_trainer_weights_in_engine_process(tiny_dir):
             rule.apply(rule.propose(), 1.0)
             payload = rule.sync_payload()
             sent = engine.sync(payload)
-        assert sent == sum(p.numel() * 4 for p in model.parameters()) == payload_bytes(payload)
+        assert sent == serialized_bytes(payload)  # what crossed the pipe
+        assert payload_bytes(payload) == sum(p.numel() * 4 for p in model.parameters())
         remote = engine.state_dict()
         for name, p in model.named_parameters():
             assert torch.equal(remote[name], p.detach()), name
@@ -107,7 +108,7 @@ def test_vllm_worker_extension_applies_payloads_into_fused_weights(tiny_dir):
     embeddings padded (`_vllm_llama`); the extension's views must put every HF weight where it
     lives there, so the weights equal the HF engine's after a dense and a low-rank sync. The
     stand-in worker has vLLM 0.32.0's attribute chain (`Worker.model_runner.get_model()`,
-    `.parallel_config`) and receives what `collective_rpc` carries: pickled bytes."""
+    `.parallel_config`) and receives what `collective_rpc` carries: serialized bytes."""
     import pickle
     from types import SimpleNamespace
 
@@ -137,7 +138,7 @@ def test_vllm_worker_extension_applies_payloads_into_fused_weights(tiny_dir):
                up_name: {"side": "right", "basis": q,
                          "coef": torch.randn(hf_params[up_name].shape[0], 2, generator=gen)}}
     payload = {"dense": dense, "lowrank": lowrank}
-    worker.logra_apply_payload(pickle.dumps(payload))
+    worker.logra_apply_payload(serialize(payload))
     apply_payload(hf_params, payload, {})  # the HF engine's path
     got = pickle.loads(worker.logra_state_dict())
     assert got.keys() == hf_params.keys()

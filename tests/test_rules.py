@@ -25,12 +25,11 @@ OPTIONS = {"dense_adam": {"lr": 1e-2}, "logra": {"lr": 1e-2, "rank": 2, "refresh
            "apollo": {"lr": 1e-2, "rank": 2, "update_proj_gap": 2},
            "adam_mini": {"lr": 1e-2}, "adamw_8bit": {"lr": 1e-2}}
 # configured variants of a rule (config entries with other options): APOLLO-Mini, LoRA rank 1
-# with LoGRA's dense set, LoRA with merged-weight sync
+# with LoGRA's dense set
 VARIANTS = {"apollo_mini": ("apollo", {"lr": 1e-2, "rank": 1, "scale_type": "tensor",
                                        "scale": 128, "update_proj_gap": 2}),
             "lora_dense_head": ("lora", {"lr": 1e-2, "rank": 1, "dense_lr": 1e-3,
-                                         "dense_modules": "embed_tokens|lm_head|norm"}),
-            "lora_merged": ("lora", {"lr": 1e-2, "rank": 2, "sync": "merged"})}
+                                         "dense_modules": "embed_tokens|lm_head|norm"})}
 CASES = {name: (name, options) for name, options in OPTIONS.items()} | VARIANTS
 
 
