@@ -251,3 +251,35 @@ def test_sync_bytes_figure_draws_measured_and_predicted_panels(tmp_path):
     out = tmp_path / "sync_bytes.png"
     sync_bytes(summary, planner, [str(out)])
     assert out.stat().st_size > 0
+
+
+def test_sync_regime_table_and_its_report_section(tmp_path):
+    import pandas as pd
+
+    from logra.report import report_markdown, sync_regime_table, time_ledger
+    paths = []
+    for method, lr, transport, low in (("d", 1e-6, "delta", None), ("l", 2e-6, "low_rank", 50)):
+        path = tmp_path / method / "summary.json"
+        path.parent.mkdir()
+        write_json(path, {"status": "ok", "task": "a", "method": method, "seed": 0,
+                          "config": {"method": {"options": {"lr": lr}}},
+                          "base_median_abs_weight": 0.016, "sync_transport": transport,
+                          "rollout_dtype": "bfloat16", "sync_bytes_full_per_step": 400,
+                          "sync_bytes_delta_per_step": 100, "sync_bytes_low_rank_per_step": low,
+                          "sync_seconds_per_step": 0.01, "sync_changed_fraction_per_step": 0.04,
+                          "logp_mismatch_mean": 0.0, "logp_mismatch_max": 0.0})
+        paths.append(path)
+    table = sync_regime_table(paths, {"lr_7b": ["d", "l"]})
+    assert list(table["regime"]) == ["lr_7b"] * 2
+    assert table["lr_over_w"].tolist() == pytest.approx([1e-6 / 0.016, 2e-6 / 0.016])
+    summary = pd.DataFrame({"status": ["ok"], "task": "a", "method": ["d"], "seed": [0],
+                            "device": "cpu", "n_params": 1, "model": "tiny", "steps": 20,
+                            **_sync_columns(["full"], [400], [100], [None])})
+    accuracy = pd.DataFrame({"task": ["a"], "method": ["d"], "base_accuracy": [0.2],
+                             "accuracy_mean": [0.3], "accuracy_sd": [0.0], "gain_mean": [0.1],
+                             "n_seeds": [1]})
+    ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0)])
+    text = report_markdown(summary, accuracy, [], [], ledger, sync_regime=table)
+    assert "## Sync regime: lr_7b (`results/sync_regime.csv`)" in text
+    assert "median |w| of the base, measured: 0.016" in text
+    assert "l's low-rank sync sends 0.5x the bytes per step of d's delta sync" in text

@@ -42,6 +42,8 @@ def test_lint_is_clean(tmp_path):
     ("stability", {"train": 12, "base": 3, "stability_27b_seeds": 1}),
     # opt-in: TRL's GRPOTrainer, LoGRA and AdamW in one job per task, from its seed-0 base
     ("trl", {"data": 2, "base": 2, "trl_grpo": 2}),
+    # opt-in: dense Adam (delta) and LoGRA (low_rank), bf16 engine, at 2 lr regimes, one seed
+    ("sync_regime", {"data": 1, "base": 1, "train": 4, "sync_regime_table": 1}),
 ])
 def test_default_config_targets_resolve(tmp_path, target, jobs):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
