@@ -142,7 +142,6 @@ def n_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
-@contextlib.contextmanager
 def median_abs_weight(model: torch.nn.Module) -> float:
     """Median |w| over every weight of `model` (each parameter once): the scale an lr is
     compared with (a step of ±lr per weight changes a bf16 word when lr is near |w| / 256)."""
@@ -150,6 +149,7 @@ def median_abs_weight(model: torch.nn.Module) -> float:
                      ).median().item()
 
 
+@contextlib.contextmanager
 def output_layer_replaced(model, fn):
     """Inside, the model's output layer calls `fn(hidden, weight, bias)` on its input and returns
     empty logits, so nothing of vocabulary size is formed by the model itself: `fn` forms what
