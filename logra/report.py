@@ -188,9 +188,11 @@ def low_rank_sentence(summary: pd.DataFrame, reference: str | None) -> str:
     for r in low_rank_vs_delta(summary, reference).itertuples(index=False):
         rival = ("the delta sync of its own updates" if r.vs == "own updates"
                  else f"{r.vs}'s delta sync (same task and seed)")
+        spread = (f"{r.lo:.3g}-{r.hi:.3g}x over {r.n} (task, seed) pairs" if r.n > 1
+                  else "one (task, seed) pair")
         parts.append(f"{r.method}'s low-rank sync sends {r.ratio:.3g}x the bytes per step of "
-                     f"{rival}, {r.lo:.3g}-{r.hi:.3g}x over {r.n} (task, seed) pairs, "
-                     f"{r.engine_dtype} engine: {_fewer_or_more(r.lo, r.hi)}")
+                     f"{rival}, {spread}, {r.engine_dtype} engine: "
+                     f"{_fewer_or_more(r.lo, r.hi)}")
     return ("; ".join(parts) + ".") if parts else "No run applied a low-rank sync."
 
 
