@@ -248,7 +248,7 @@ def sync_bytes(summary: pd.DataFrame, planner: pd.DataFrame, outputs: list[str])
     from logra.planner import POLICIES, REPORTED_CHANGED_FRACTION, delta_bytes
     from logra.report import sync_table
     ok = _ok(summary, "runs")
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(22, 4.6))
     t = sync_table(ok)
     pivot = t.pivot(index="method", columns="transport", values="bytes_per_step") / MB
     pivot.plot.bar(ax=axes[0], rot=0, logy=True)
@@ -262,12 +262,12 @@ def sync_bytes(summary: pd.DataFrame, planner: pd.DataFrame, outputs: list[str])
                       f"{scale_label(ok)}", fontsize=9)
     for method, d in ok.groupby("method"):
         axes[1].scatter(d["sync_bytes_per_step"] / MB, d["logp_mismatch_mean"], label=method)
-    axes[1].set(xscale="log", xlabel="MB per step, applied transport (measured)",
+    axes[1].set(xlabel="MB per step, applied transport (measured)",
                 ylabel="mean |log π_trainer − log π_engine| (measured)")
     axes[1].set_title(f"(b) measured, one point per run: mismatch vs bytes ({dtype} engine)",
                       fontsize=9)
     table = planner.pivot(index="method", columns="model", values="sync_bytes") / GB
-    table.plot.bar(ax=axes[2], rot=0, logy=True)
+    table.plot.bar(ax=axes[2], rot=60, logy=True)
     axes[2].set_ylabel("GB per sync, own transport (PREDICTION)")
     axes[2].set_title(f"(c) PREDICTION, planner: {planner['policy'].iloc[0]} weights",
                       fontsize=9)
@@ -290,8 +290,10 @@ def sync_bytes(summary: pd.DataFrame, planner: pd.DataFrame, outputs: list[str])
     axes[3].set(xscale="log", yscale="log", xlabel="changed fraction of engine words per step",
                 ylabel="GB per sync (PREDICTION)")
     axes[3].set_title(f"(d) PREDICTION, {model}: delta vs changed fraction", fontsize=9)
-    for ax in axes:
+    for ax in axes[:3]:
         ax.legend(fontsize=6)
+    axes[3].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     _save(fig, outputs)
