@@ -397,7 +397,7 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                 "results/sync_regime.csv", f"`snakemake sync_regime`, {d['task'].iloc[0]}, "
                 f"{d['seed'].nunique()} seed(s), a {'/'.join(sorted(set(d['rollout_dtype'])))} "
                 f"engine; median |w| of the base, measured: "
-                f"{_fmt(d['base_median_abs_weight'].unique(), '.4g')[0]}; {lrs}. Columns as in "
+                f"{'/'.join(_fmt(d['base_median_abs_weight'].unique(), '.4g'))}; {lrs}. Columns as in "
                 "Sync.")
     else:
         out += ["", "The sync regime runs have not run (`snakemake sync_regime` writes "
