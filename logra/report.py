@@ -390,15 +390,17 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
     if sync_regime is not None:
         for regime, d in sync_regime.groupby("regime", sort=False):
             delta = d.loc[d["sync_transport"] == "delta", "method"]
-            lrs = ", ".join(f"{m} lr {lr:g}, lr/median|w| {q:.3g}" for m, lr, q in zip(
-                d["method"], d["lr"], d["lr_over_w"]))
+            per_method = d.groupby("method", sort=False).agg(lr=("lr", "first"),
+                                                             ratio=("lr_over_w", "mean"))
+            lrs = ", ".join(f"{m} lr {r.lr:g} (lr/median|w| {r.ratio:.3g})"
+                            for m, r in per_method.iterrows())
+            medians = "/".join(_fmt(d["base_median_abs_weight"].unique(), ".4g"))
+            dtype = "/".join(sorted(set(d["rollout_dtype"])))
             out += _sync_section(
                 d, delta.iloc[0] if len(delta) else None, f"Sync regime: {regime}",
                 "results/sync_regime.csv", f"`snakemake sync_regime`, {d['task'].iloc[0]}, "
-                f"{d['seed'].nunique()} seed(s), a {'/'.join(sorted(set(d['rollout_dtype'])))} "
-                f"engine; median |w| of the base, measured: "
-                f"{'/'.join(_fmt(d['base_median_abs_weight'].unique(), '.4g'))}; {lrs}. Columns as in "
-                "Sync.")
+                f"{d['seed'].nunique()} seed(s), a {dtype} engine; median |w| of the base, "
+                f"measured: {medians}; {lrs}. Columns as in Sync.")
     else:
         out += ["", "The sync regime runs have not run (`snakemake sync_regime` writes "
                 "`results/sync_regime.csv`; the next report includes it)."]
