@@ -6,7 +6,8 @@ under results/ablations/ and figures/ablations/, and the memory sweep's default 
 memory_sweep.ablation_methods: results/ablations/memory_sweep.csv), `lr_sweep` (results/lr_sweep.csv),
 `memory_large` (the memory sweep with memory_sweep.opt_in_sizes: results/memory/sweep_large.csv),
 `stability` (the long runs over stability.opt_in_seeds: figures/stability_27b_seeds), `trl`
-(TRL's GRPOTrainer with LoGRA and with AdamW on each task: results/trl/{task}.json).
+(TRL's GRPOTrainer with LoGRA and with AdamW on each task: results/trl/{task}.json),
+`sync_regime` (bf16 delta vs low-rank sync at two lr regimes: results/sync_regime.csv).
 """
 import os
 
@@ -14,7 +15,7 @@ from snakemake.utils import min_version, validate
 
 from logra.config import (add_lr_sweep_methods, base_input, check, generation_room,
                           hub_models, job_resources, run_config, stability_runs, start_model,
-                          task_options)
+                          sync_regime_runs, task_options)
 from logra.repro import pin_cpu
 
 min_version("9.0")
@@ -62,6 +63,7 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/fingerprints.smk"
 include: "workflow/rules/verdicts.smk"
 include: "workflow/rules/trl.smk"
+include: "workflow/rules/sync_regime.smk"
 
 
 PAPER = {"memory_sweep", "planner", "stability"} <= set(config)  # the paper's figures
@@ -79,6 +81,7 @@ localrules:
     ablation_verdicts, verdicts_figure, ablation_verdicts_figure, memory_sweep,
     ablation_memory_sweep, planner,
     memory_reduction, stability_27b, stability_27b_seeds, sync_bytes, lr_sweep, report,
+    sync_regime_table,
 
 
 report: "workflow/report/workflow.rst"  # `snakemake --report report.html` after a run
@@ -121,3 +124,8 @@ rule memory_large:
 rule stability:
     input:
         expand("figures/stability_27b_seeds.{ext}", ext=["png", "pdf"]),
+
+
+rule sync_regime:
+    input:
+        "results/sync_regime.csv",

@@ -150,6 +150,11 @@ class LoRA(DenseAdam):
         adapted = sum(options.get("rank", 8) * (m + n) for m, n in geo.low_rank) * 4
         return adapted + _dense_numel(geo, options) * b
 
+    @staticmethod
+    def planned_trained(geo: Geometry, options: dict) -> int:
+        """The merged adapted weights and the `dense_modules` weights (`engine_weights`)."""
+        return geo.n_low + _dense_numel(geo, options)
+
 
 def _dense_numel(geo: Geometry, options: dict) -> int:
     """Weights `dense_modules` trains in full (every matching parameter; the adapted ones are

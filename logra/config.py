@@ -37,7 +37,9 @@ def check(config: dict) -> None:
                        *[(f"{k}.methods", config[k]["methods"])
                          for k in ("memory_sweep", "planner", "stability") if k in config],
                        ("memory_sweep.ablation_methods",
-                        (config.get("memory_sweep") or {}).get("ablation_methods", []))]:
+                        (config.get("memory_sweep") or {}).get("ablation_methods", [])),
+                       *[(f"sync_regime.regimes.{r}", names) for r, names in
+                         (config.get("sync_regime") or {}).get("regimes", {}).items()]]:
         for i, name in enumerate(names):
             if name not in config["methods"]:
                 raise ConfigError(f"{key}[{i}]: {name!r} is not defined under methods "
@@ -47,6 +49,7 @@ def check(config: dict) -> None:
         raise ConfigError(f"verdict.reference: {config['verdict']['reference']!r} is not "
                           f"defined under methods (defined: {sorted(config['methods'])})")
     for key, tasks in [("stability.task", [(config.get("stability") or {}).get("task")]),
+                       ("sync_regime.task", [(config.get("sync_regime") or {}).get("task")]),
                        ("lr_sweep.tasks", sweep.get("tasks", []))]:
         for task in tasks:
             if task is not None and task not in config["tasks"]:
@@ -77,7 +80,8 @@ def check(config: dict) -> None:
                               "(it is null: every row trains)")
     trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["anchors"],
                *(config.get("stability") or {}).get("methods", []),
-               *(config.get("stability") or {}).get("opt_in_methods", [])}
+               *(config.get("stability") or {}).get("opt_in_methods", []),
+               *sync_regime_methods(config)}
     for name, m in config["methods"].items():
         unknown = sorted(set(m.get("grpo", {})) - set(config["grpo"]))
         if unknown:
@@ -230,6 +234,20 @@ def stability_runs(config: dict, opt_in: bool = False) -> list[str]:
     return [f"{st['task']}/{m}/seed{s}" for m in methods for s in seeds]
 
 
+def sync_regime_methods(config: dict) -> list[str]:
+    """The methods of `snakemake sync_regime`, every regime's."""
+    regimes = (config.get("sync_regime") or {}).get("regimes", {})
+    return list(dict.fromkeys(m for names in regimes.values() for m in names))
+
+
+def sync_regime_runs(config: dict) -> list[str]:
+    """The runs of `snakemake sync_regime` as "task/method/seedN": every regime's methods on
+    its task over `sync_regime.seeds` (default: every seed)."""
+    st = config.get("sync_regime") or {}
+    return [f"{st['task']}/{m}/seed{s}" for m in sync_regime_methods(config)
+            for s in st.get("seeds") or config["seeds"]] if st else []
+
+
 def start_model(config: dict, method: str | None = None) -> str | None:
     """The hub model (name or directory) a run of `method` (None: the task's base model) starts
     from as it is, or None when it starts from its seed's SFT base
@@ -296,7 +314,8 @@ def run_config(config: dict, task: str, method: str, seed: int) -> dict:
                    "kl_control": config["methods"][method].get("kl_control")},
         "model_name": (config["methods"][method].get("model") or config["model"])["name"],
         "grpo": config["grpo"] | config["methods"][method].get("grpo", {}),
-        "rollout": dict(config["rollout"]) | {"sync": sync_transport(config, method)},
+        "rollout": (dict(config["rollout"]) | config["methods"][method].get("rollout", {})
+                    | {"sync": sync_transport(config, method)}),
     }
 
 

@@ -237,23 +237,64 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
     _save(fig, outputs)
 
 
-def sync_bytes(sweep: pd.DataFrame, planner: pd.DataFrame, outputs: list[str]) -> None:
-    """(a) measured bytes per policy sync by method and model size; (b) PREDICTION at scale."""
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
-    points = _ok(sweep, "memory sweep")
-    for method, d in points.groupby("method"):
-        ax.plot(d["n_params"], d["sync_bytes_per_step"] / MB, marker="o", label=method)
-    ax.set(xscale="log", yscale="log", xlabel="parameters", ylabel="MB per sync (measured)")
-    ax.set_title(f"(a) measured, memory sweep ({points['device'].iloc[0]}, fp32 payloads)",
-                 fontsize=9)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
+def sync_bytes(summary: pd.DataFrame, planner: pd.DataFrame, outputs: list[str]) -> None:
+    """(a) measured: bytes per step of every transport per method (`logra.report.sync_table`,
+    the applied one hatched); (b) measured: each run's trainer-vs-engine log-prob mismatch
+    against the bytes its applied transport sent; (c) PREDICTION, planner: bytes per sync by
+    each method's own transport and in full at scale; (d) PREDICTION: delta bytes at the
+    planner's first model against the changed fraction (`logra.planner.delta_bytes`), at the
+    fractions the runs measured and the 1-3% reported elsewhere for production runs, beside
+    each method's own and full bytes."""
+    from logra.planner import POLICIES, REPORTED_CHANGED_FRACTION, delta_bytes
+    from logra.report import sync_table
+    ok = _ok(summary, "runs")
+    fig, axes = plt.subplots(1, 4, figsize=(22, 4.6))
+    t = sync_table(ok)
+    pivot = t.pivot(index="method", columns="transport", values="bytes_per_step") / MB
+    pivot.plot.bar(ax=axes[0], rot=0, logy=True)
+    for bars, transport in zip(axes[0].containers, pivot.columns):
+        for bar, method in zip(bars, pivot.index):
+            if ((t["method"] == method) & (t["transport"] == transport) & t["applied"]).any():
+                bar.set_hatch("//")
+    dtype = "/".join(sorted(set(ok["rollout_dtype"])))
+    axes[0].set(ylabel="MB per step (measured)", xlabel="")
+    axes[0].set_title(f"(a) measured, every transport (hatched: applied), {dtype} engine\n"
+                      f"{scale_label(ok)}", fontsize=9)
+    for method, d in ok.groupby("method"):
+        axes[1].scatter(d["sync_bytes_per_step"] / MB, d["logp_mismatch_mean"], label=method)
+    axes[1].set(xlabel="MB per step, applied transport (measured)",
+                ylabel="mean |log π_trainer − log π_engine| (measured)")
+    axes[1].set_title(f"(b) measured, one point per run: mismatch vs bytes ({dtype} engine)",
+                      fontsize=9)
     table = planner.pivot(index="method", columns="model", values="sync_bytes") / GB
-    table.plot.bar(ax=bx, rot=0, logy=True)
-    bx.set_ylabel("GB per sync (PREDICTION)")
-    bx.set_title(f"(b) PREDICTION, planner: {planner['policy'].iloc[0]} weights", fontsize=9)
-    bx.legend(fontsize=7, loc="lower left")
-    bx.grid(alpha=0.3)
+    table.plot.bar(ax=axes[2], rot=60, logy=True)
+    axes[2].set_ylabel("GB per sync, own transport (PREDICTION)")
+    axes[2].set_title(f"(c) PREDICTION, planner: {planner['policy'].iloc[0]} weights",
+                      fontsize=9)
+    model = planner["model"].iloc[0]
+    p = planner[planner["model"] == model].set_index("method")
+    b = POLICIES[p["policy"].iloc[0]]
+    fractions = [f / 1000 for f in range(1, 1001)]
+    for method in [m for m in p.index if m in set(ok["method"])] or list(p.index[:1]):
+        line, = axes[3].plot(fractions, [delta_bytes(p.loc[method, "sync_trained_words"], f, b)
+                                         / GB for f in fractions], label=f"{method}: delta")
+        axes[3].axhline(p.loc[method, "sync_bytes"] / GB, color=line.get_color(), ls="--",
+                        label=f"{method}: own transport")
+        measured = ok.loc[ok["method"] == method, "sync_changed_fraction_per_step"].mean()
+        if pd.notna(measured):
+            axes[3].axvline(measured, color=line.get_color(), ls=":",
+                            label=f"{method}: fraction measured here ({measured:.1%}, {dtype})")
+    axes[3].axhline(p["sync_bytes_full"].max() / GB, color="k", ls="-.", label="full")
+    axes[3].axvspan(*REPORTED_CHANGED_FRACTION, color="grey", alpha=0.25,
+                    label="1-3% changed: reported elsewhere (7B-355B), not measured here")
+    axes[3].set(xscale="log", yscale="log", xlabel="changed fraction of engine words per step",
+                ylabel="GB per sync (PREDICTION)")
+    axes[3].set_title(f"(d) PREDICTION, {model}: delta vs changed fraction", fontsize=9)
+    for ax in axes[:3]:
+        ax.legend(fontsize=6)
+    axes[3].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    for ax in axes:
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     _save(fig, outputs)
 

@@ -145,8 +145,14 @@ class UpdateRule:
 
     @staticmethod
     def planned_sync(geo: Geometry, options: dict, b: int) -> int:
-        """Predicted bytes of one policy sync: every weight in the policy dtype."""
+        """Predicted bytes of one policy sync by the rule's own transport: every weight in the
+        policy dtype."""
         return geo.n_all * b
+
+    @staticmethod
+    def planned_trained(geo: Geometry, options: dict) -> int:
+        """Words the engine is sent by the generic transports (`engine_weights`): every weight."""
+        return geo.n_all
 
 
 def rule_class(rule: str) -> type[UpdateRule]:

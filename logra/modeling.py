@@ -142,6 +142,13 @@ def n_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
+def median_abs_weight(model: torch.nn.Module) -> float:
+    """Median |w| over every weight of `model` (each parameter once): the scale an lr is
+    compared with (a step of ±lr per weight changes a bf16 word when lr is near |w| / 256)."""
+    return torch.cat([p.detach().abs().flatten().float() for p in model.parameters()]
+                     ).median().item()
+
+
 @contextlib.contextmanager
 def output_layer_replaced(model, fn):
     """Inside, the model's output layer calls `fn(hidden, weight, bias)` on its input and returns

@@ -46,7 +46,8 @@ optimizer, rollout and, but in rollout, fsdp):
 
 What each category holds for a given update rule (its weights, master copy, gradients, state,
 step, perturbed copy, what survives apply) is that rule's own prediction, `planned` in its
-module (`logra.methods.UpdateRule.planned`); `sync_bytes` is its `planned_sync`.
+module (`logra.methods.UpdateRule.planned`); `sync_bytes` is its `planned_sync` for its own
+transport, and the generic `full` and `delta` transports from its trained words.
 """
 from __future__ import annotations
 
@@ -156,8 +157,52 @@ def geometry(hf_config, options: dict) -> tuple[methods.Geometry, int]:
                             head_dim), layer_numel
 
 
-def sync_bytes(hf_config, rule: str, options: dict | None = None, policy: str = "fp32") -> int:
-    """Predicted bytes of one policy sync (the rule's `planned_sync`)."""
+INDEX_BYTES = 4  # a delta's flat index: int32 below 2^31 words per tensor (logra/sync.py)
+# changed fraction of bf16 words per step reported for production RL at 7B-355B (verl at 72B:
+# 2.1-2.6%); reported elsewhere, not measured here: drawn beside the runs' own fractions
+REPORTED_CHANGED_FRACTION = (0.01, 0.03)
+
+
+def delta_bytes(trained_words: int, changed_fraction: float, b: int) -> int:
+    """Predicted bytes of one `delta` sync: changed fraction x trained words x (index bytes +
+    engine dtype bytes `b`); generic, whatever the rule."""
+    return round(changed_fraction * trained_words * (INDEX_BYTES + b))
+
+
+def sync_bytes(hf_config, rule: str, options: dict | None = None, policy: str = "fp32",
+               transport: str = "auto", changed_fraction: float | None = None) -> int | None:
+    """Predicted bytes of one policy sync by `transport` (`logra.sync.TRANSPORTS`, or `auto`:
+    the rule's own), the engine in the `policy` dtype: the rule's own transport is its
+    `planned_sync`; `full` every trained word (`planned_trained`); `delta` the
+    `changed_fraction` of them (`delta_bytes`; a parameter, required). None where the
+    transport does not apply to the rule."""
     options = dict(options or {})
-    return methods.rule_class(rule).planned_sync(geometry(hf_config, options)[0], options,
-                                                 POLICIES[policy])
+    return _sync_bytes(methods.rule_class(rule), geometry(hf_config, options)[0], options,
+                       POLICIES[policy], transport, changed_fraction)
+
+
+def sync_columns(hf_config, rule: str, options: dict | None = None,
+                 policy: str = "fp32") -> dict:
+    """planner.csv's sync columns (one model built): `sync_bytes` (the rule's own transport),
+    `sync_bytes_full`, `sync_bytes_low_rank` (None where it does not apply) and
+    `sync_trained_words`, from which `delta_bytes` predicts delta at any changed fraction."""
+    options, cls = dict(options or {}), methods.rule_class(rule)
+    geo, b = geometry(hf_config, options)[0], POLICIES[policy]
+    return {"sync_bytes": _sync_bytes(cls, geo, options, b, "auto"),
+            **{f"sync_bytes_{t}": _sync_bytes(cls, geo, options, b, t)
+               for t in ("full", "low_rank")},
+            "sync_trained_words": cls.planned_trained(geo, options)}
+
+
+def _sync_bytes(cls, geo, options: dict, b: int, transport: str,
+                changed_fraction: float | None = None) -> int | None:
+    if transport != "auto" and transport not in cls.transports:
+        return None
+    if transport in ("auto", cls.transports[0]):
+        return cls.planned_sync(geo, options, b)
+    words = cls.planned_trained(geo, options)
+    if transport == "full":
+        return words * b
+    if changed_fraction is None:
+        raise ValueError("sync_bytes: the delta transport needs changed_fraction")
+    return delta_bytes(words, changed_fraction, b)

@@ -15,12 +15,17 @@ from pathlib import Path
 import pandas as pd
 
 from logra.io import atomic_path
-from logra.sync import SYNC_METRICS
+from logra.sync import SYNC_METRICS, TRANSPORTS
 
 SCALARS = ["status", "diverged_at_step", "oom_needed_bytes", "memory_budget_bytes", "task",
            "method", "seed", "model", "n_params", "device", "dtype", "steps", "wall_s",
            "peak_mem_bytes", "mem_rss_peak_bytes", "optimizer_state_bytes", "final_reward",
            "mem_measure"]
+
+# a run's sync means (summary.json, logra/train.py): the applied transport, the engine's dtype,
+# every transport's bytes, sync seconds, changed fraction and trainer-vs-engine mismatch
+SYNC_FIELDS = ("sync_transport", "rollout_dtype", *(f"{k}_per_step" for k in SYNC_METRICS[1:]),
+               "logp_mismatch_mean", "logp_mismatch_max")
 
 
 def base_evals(paths: list[str | Path]) -> dict[tuple[str, int], str | Path]:
@@ -42,8 +47,7 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
         row.update({f"pred_{k}": v for k, v in (s.get("mem_analytic") or {}).items()})
         row["mean_step_time_s"] = s.get("mean_step_time_s")
         for key in ("sync_bytes_per_step", "sync_full_bytes", "sync_lowrank_fraction",
-                    "sync_transport", "rollout_dtype", *(f"{k}_per_step" for k in SYNC_METRICS[1:]),
-                    "logp_mismatch_mean", "logp_mismatch_max"):
+                    *SYNC_FIELDS):
             row[key] = s.get(key)
         for eta, stats in ((s.get("kl") or {}).get("calibration") or {}).items():
             row.update({f"kl_{eta}_{k}": v for k, v in stats.items()})  # realized / predicted
@@ -128,6 +132,109 @@ def memory_sweep_table(points: dict[tuple[str, str], dict], reference: str) -> p
     return df.reset_index(drop=True)
 
 
+def sync_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per method and transport that applies to it, over the method's runs that
+    finished ok: `bytes_per_step` (mean of the runs' per-step means), `applied` (the runs' own
+    transport), and of the applied transport only (the engine it synced): `sync_seconds`,
+    `logp_mismatch_mean`, `logp_mismatch_max`; `changed_fraction` (engine words changed per
+    step: the trajectory's, whatever the transport), `engine_dtype`, `runs`."""
+    rows = []
+    for method, d in summary[summary["status"] == "ok"].groupby("method", sort=False):
+        for t in TRANSPORTS:
+            sent = pd.to_numeric(d[f"sync_bytes_{t}_per_step"])
+            if sent.isna().all():
+                continue  # the transport does not apply to the method's rule
+            applied = bool((d["sync_transport"] == t).all())
+
+            def of_applied(col):
+                return pd.to_numeric(d[col]).mean() if applied else float("nan")
+            rows.append({"method": method, "transport": t, "applied": applied,
+                         "engine_dtype": "/".join(sorted(set(d["rollout_dtype"]))),
+                         "bytes_per_step": sent.mean(),
+                         "sync_seconds": of_applied("sync_seconds_per_step"),
+                         "changed_fraction": pd.to_numeric(
+                             d["sync_changed_fraction_per_step"]).mean(),
+                         "logp_mismatch_mean": of_applied("logp_mismatch_mean"),
+                         "logp_mismatch_max": of_applied("logp_mismatch_max"), "runs": len(d)})
+    return pd.DataFrame(rows)
+
+
+def low_rank_vs_delta(summary: pd.DataFrame, reference: str | None) -> pd.DataFrame:
+    """Per method whose runs apply `low_rank`: its bytes per step over the delta bytes of the
+    `reference` method's run of the same task and seed (`vs`: the reference), and over the
+    delta bytes of its own updates in the same run (`vs`: "own updates"); `ratio` the mean over
+    the (task, seed) pairs, `lo`, `hi` their min and max, `n` their count (runs that finished
+    ok on both sides)."""
+    ok = summary[summary["status"] == "ok"]
+    ref = (ok[ok["method"] == reference].set_index(["task", "seed"])["sync_bytes_delta_per_step"]
+           if reference else pd.Series(dtype=float))
+    rows = []
+    for method, d in ok[ok["sync_transport"] == "low_rank"].groupby("method", sort=False):
+        d = d.set_index(["task", "seed"])
+        low = pd.to_numeric(d["sync_bytes_low_rank_per_step"])
+        for vs, delta in ((reference, ref.reindex(d.index)),
+                          ("own updates", d["sync_bytes_delta_per_step"])):
+            ratio = (low / pd.to_numeric(delta)).dropna()
+            if len(ratio):
+                rows.append({"method": method, "vs": vs, "ratio": ratio.mean(),
+                             "lo": ratio.min(), "hi": ratio.max(), "n": len(ratio),
+                             "engine_dtype": "/".join(sorted(set(d["rollout_dtype"])))})
+    return pd.DataFrame(rows, columns=["method", "vs", "ratio", "lo", "hi", "n", "engine_dtype"])
+
+
+def low_rank_sentence(summary: pd.DataFrame, reference: str | None) -> str:
+    """Where low-rank sync stands against delta sync, from `low_rank_vs_delta`, whatever it is."""
+    parts = []
+    for r in low_rank_vs_delta(summary, reference).itertuples(index=False):
+        rival = ("the delta sync of its own updates" if r.vs == "own updates"
+                 else f"{r.vs}'s delta sync (same task and seed)")
+        spread = (f"{r.lo:.3g}-{r.hi:.3g}x over {r.n} (task, seed) pairs" if r.n > 1
+                  else "one (task, seed) pair")
+        parts.append(f"{r.method}'s low-rank sync sends {r.ratio:.3g}x the bytes per step of "
+                     f"{rival}, {spread}, {r.engine_dtype} engine: "
+                     f"{_fewer_or_more(r.lo, r.hi)}")
+    return ("; ".join(parts) + ".") if parts else "No run applied a low-rank sync."
+
+
+def _fewer_or_more(lo: float, hi: float) -> str:
+    return ("fewer bytes in every pair" if hi < 1 else "more bytes in every pair" if lo > 1
+            else "fewer in some pairs, more in others")
+
+
+def sync_regime_table(run_jsons: list[str | Path], regimes: dict[str, list[str]]) -> pd.DataFrame:
+    """results/sync_regime.csv: one row per run of `snakemake sync_regime` (`regimes`: regime
+    -> its methods): regime, status, task, method, seed, its lr (`lr`, `dense_lr`), the median
+    |w| of the weights it started from and lr / that median, and its sync means
+    (`SYNC_FIELDS`)."""
+    regime_of = {m: r for r, ms in regimes.items() for m in ms}
+    rows = []
+    for path in run_jsons:
+        s = json.loads(Path(path).read_text())
+        options = s["config"]["method"]["options"]
+        rows.append({"regime": regime_of[s["method"]],
+                     **{k: s.get(k) for k in ("status", "task", "method", "seed")},
+                     "lr": options.get("lr"), "dense_lr": options.get("dense_lr"),
+                     "base_median_abs_weight": s.get("base_median_abs_weight"),
+                     "lr_over_w": (options.get("lr") / s["base_median_abs_weight"]
+                                   if s.get("base_median_abs_weight") else None),
+                     **{k: s.get(k) for k in SYNC_FIELDS}})
+    return pd.DataFrame(rows)
+
+
+def _sync_section(summary: pd.DataFrame, reference: str | None, title: str, source: str,
+                  intro: str) -> list[str]:
+    t = sync_table(summary)
+    return _section(title, source, intro, {
+        "method": t["method"], "transport": t["transport"],
+        "applied": t["applied"].map({True: "yes", False: ""}), "engine": t["engine_dtype"],
+        "MiB per step": _fmt(t["bytes_per_step"], ".4f", 2**20),
+        "sync s": _fmt(t["sync_seconds"], ".4f"),
+        "changed fraction": _fmt(t["changed_fraction"], ".2%"),
+        "mismatch mean": _fmt(t["logp_mismatch_mean"], ".2e"),
+        "mismatch max": _fmt(t["logp_mismatch_max"], ".2e"), "runs": t["runs"]}) + [
+        "", low_rank_sentence(summary, reference)]
+
+
 def scale_label(summary: pd.DataFrame) -> str:
     """'cpu, 1.36M params (tiny), 50 GRPO steps, 3 seeds' from the runs in `summary`."""
     def join(values, fmt=str):
@@ -188,11 +295,13 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                     planner: pd.DataFrame | None = None,
                     lr_sweep: pd.DataFrame | None = None,
                     stability: tuple[pd.DataFrame, pd.DataFrame] | None = None,
-                    trl: list[dict] | None = None) -> str:
+                    trl: list[dict] | None = None, reference: str | None = None,
+                    sync_regime: pd.DataFrame | None = None) -> str:
     """results/REPORT.md from the workflow's tables; `runs` and `long_runs` are the summary.json
     contents of the grid's runs and of the stability runs, `stability` their metrics and
-    summary as `logra.figures.factor_effects` takes them; a table that is None (its stage is
-    not in the config, or the lr sweep has not run) is left out."""
+    summary as `logra.figures.factor_effects` takes them; `reference` the method low-rank
+    sync is compared with; a table that is None (its stage is not in the config, or the lr
+    sweep or `snakemake sync_regime` has not run) is left out."""
     from logra.figures import factor_effects
     ok = summary[summary["status"] == "ok"]
     seeds = ", ".join(map(str, sorted(set(summary["seed"]))))
@@ -271,15 +380,30 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
     if stability is not None:
         out += ["", "## Stability (`figures/stability_27b`)", "",
                 factor_effects(*stability)["caption"] + "."]
-    sync = ok.groupby("method", as_index=False).agg(
-        per_step=("sync_bytes_per_step", "mean"), full=("sync_full_bytes", "mean"))
-    out += _section("Sync bytes", "results/summary.csv", "Bytes sent to the rollout engine per "
-                    "step (mean over the runs that finished ok), and as a share of the whole "
-                    "model's bytes, which a dense sync sends.",
-                    {"method": sync["method"],
-                     "MiB per step": _fmt(sync["per_step"], ".3f", 2**20),
-                     "model MiB": _fmt(sync["full"], ".2f", 2**20),
-                     "share of dense": _fmt(sync["per_step"] / sync["full"], ".1%")})
+    out += _sync_section(
+        ok, reference, "Sync", "results/summary.csv", "Per method and transport, means over "
+        "the runs that finished ok of their per-step means: the serialized bytes each transport "
+        "would send (measured in every run, whichever it applied); of the applied transport "
+        "only, its seconds (pack + hand-over + apply; on CPU the hand-over is a local pipe to "
+        "the engine's process) and the trainer-vs-engine |log-prob| mismatch over the sampled "
+        "tokens; the engine words changed per step (logra/sync.py).")
+    if sync_regime is not None:
+        for regime, d in sync_regime.groupby("regime", sort=False):
+            delta = d.loc[d["sync_transport"] == "delta", "method"]
+            per_method = d.groupby("method", sort=False).agg(lr=("lr", "first"),
+                                                             ratio=("lr_over_w", "mean"))
+            lrs = ", ".join(f"{m} lr {r.lr:g} (lr/median|w| {r.ratio:.3g})"
+                            for m, r in per_method.iterrows())
+            medians = "/".join(_fmt(d["base_median_abs_weight"].unique(), ".4g"))
+            dtype = "/".join(sorted(set(d["rollout_dtype"])))
+            out += _sync_section(
+                d, delta.iloc[0] if len(delta) else None, f"Sync regime: {regime}",
+                "results/sync_regime.csv", f"`snakemake sync_regime`, {d['task'].iloc[0]}, "
+                f"{d['seed'].nunique()} seed(s), a {dtype} engine; median |w| of the base, "
+                f"measured: {medians}; {lrs}. Columns as in Sync.")
+    else:
+        out += ["", "The sync regime runs have not run (`snakemake sync_regime` writes "
+                "`results/sync_regime.csv`; the next report includes it)."]
     if lr_sweep is not None:
         chosen = lr_sweep[lr_sweep["chosen"]]
         out += _section("lr sweep", "results/lr_sweep.csv", "The lr with the best mean "

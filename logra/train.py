@@ -65,7 +65,7 @@ from logra.io import atomic_path, save_pretrained, write_json
 from logra.kl_control import (KLControl, probe_base, probe_kl, split_probe,
                               calibration as kl_calibration)
 from logra.memory import MemoryMeter, activation_bytes_estimate, analytic_breakdown, tensor_bytes
-from logra.modeling import load, n_params
+from logra.modeling import load, median_abs_weight, n_params
 from logra.rollout import make_engine
 from logra.sync import SYNC_METRICS, EngineSync, payload_bytes
 from logra.tasks import get_task, read_jsonl
@@ -124,6 +124,9 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         return distributed.load_sharded(base_dir, mesh, device, compute_dtype)
 
     model, tokenizer = load_model()
+    # the scale of the weights it starts from (lr / |w| decides how many bf16 words a step
+    # changes: the sync regime); not measured on sharded parameters
+    base_median_w = median_abs_weight(model) if mesh is None else None
     model.train()
     if g["gradient_checkpointing"]:
         model.gradient_checkpointing_enable()
@@ -332,6 +335,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         # per-step means of the sync metrics (logra/sync.py): the applied transport and the
         # bytes of each that applies; the engine's dtype; trainer-vs-engine log-prob mismatch
         "sync_transport": syncer.transport, "rollout_dtype": cfg["rollout"]["dtype"],
+        "base_median_abs_weight": base_median_w,
         **{f"{k}_per_step": mean(m[k] for m in metrics) for k in SYNC_METRICS[1:]},
         **{k: mean(m[k] for m in metrics) for k in ("logp_mismatch_mean", "logp_mismatch_max")},
         # the whole model's bytes (a sharded parameter's numel is its full size); parameters()

@@ -41,6 +41,10 @@ def test_default_and_smoke_configs_are_valid():
     # a stage's value without the others' `default`; a stage no job has
     (lambda c: c["cluster"].update(mem_gb={"train": 4}), "'default' is a required property"),
     (lambda c: c["cluster"]["runtime_min"].update(summary=5), "'summary' is not one of"),
+    (lambda c: c["methods"]["dense_adam"].update(rollout={"dtype": "float16"}),
+     "'float16' is not one of"),
+    (lambda c: c["methods"]["dense_adam"].update(rollout={"engine": "vllm"}),
+     "'engine' was unexpected"),
 ])
 def test_schema_rejects_with_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
@@ -111,6 +115,10 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"methods.dense_adam.sync: transport 'low_rank' does not apply to rule DenseAdam"),
     (lambda c: c.setdefault("rollout", {}).update(sync="low_rank"),  # dense_adam takes it
      r"rollout.sync: transport 'low_rank' does not apply to rule DenseAdam .*dense_adam"),
+    (lambda c: c.update(sync_regime={"task": "arithmetic", "regimes": {"a": ["adam_bf16"]}}),
+     r"sync_regime.regimes.a\[0\]: 'adam_bf16' is not defined"),
+    (lambda c: c.update(sync_regime={"task": "linear", "regimes": {"a": ["dense_adam"]}}),
+     "sync_regime.task: 'linear' is not defined under tasks"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
@@ -200,3 +208,10 @@ def test_per_task_values_fall_back_to_default(tmp_path):
            for t in ("arithmetic", "countdown")}
     assert lrs == {"arithmetic": 1e-4, "countdown": 3e-4}
     assert [task_options(config["sft"], t)["steps"] for t in ("arithmetic", "countdown")] == [7, 9]
+
+
+def test_a_methods_rollout_keys_override_the_engines_for_its_runs():
+    config = validate_file(ROOT / "config/config.yaml")
+    bf16 = run_config(config, "arithmetic", "dense_adam_bf16_7b", 0)["rollout"]
+    assert bf16["dtype"] == "bfloat16" and bf16["sync"] == "delta"
+    assert run_config(config, "arithmetic", "dense_adam", 0)["rollout"]["dtype"] == "float32"

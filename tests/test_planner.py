@@ -7,7 +7,7 @@ from conftest import ROOT
 from logra import methods
 from logra.memory_sweep import measure
 from logra.modeling import load
-from logra.planner import PHASES, plan, sync_bytes
+from logra.planner import PHASES, plan, sync_bytes, sync_columns
 from logra.sync import payload_bytes
 
 RULES = [("dense_adam", {}), ("logra", {"rank": 4}), ("galore", {"rank": 4}), ("lora", {"rank": 4}),
@@ -88,3 +88,24 @@ def test_planner_predicts_each_measured_phase_where_the_vocabulary_dominates(rul
         if phase == "rollout":  # not measured on CPU (the engine is another process)
             continue
         assert planned[f"phase_{phase}"] == pytest.approx(measured[phase], rel=0.10), phase
+
+
+def test_delta_prediction_is_the_formula_and_beats_full_below_a_third():
+    """delta = changed fraction x trained words x (4 B int32 index + 2 B bf16 word); full = 2 B
+    per trained word: delta is the smaller while the fraction is below 1/3."""
+    qwen = AutoConfig.from_pretrained(ROOT / "config/models/qwen2.5-32b.json")
+    words = 32_763_876_352  # Qwen2.5-32B, every weight trained by dense Adam
+    full = sync_bytes(qwen, "dense_adam", policy="bf16", transport="full")
+    assert full == sync_bytes(qwen, "dense_adam", policy="bf16") == 2 * words
+    for fraction in (0.02, 0.3, 0.34):
+        delta = sync_bytes(qwen, "dense_adam", policy="bf16", transport="delta",
+                           changed_fraction=fraction)
+        assert delta == round(fraction * words * 6)
+        assert (delta < full) == (fraction < 1 / 3)
+    assert sync_bytes(qwen, "dense_adam", policy="bf16", transport="low_rank") is None
+    with pytest.raises(ValueError, match="changed_fraction"):
+        sync_bytes(qwen, "dense_adam", policy="bf16", transport="delta")
+    lora = {"rank": 4}  # its generic transports send the merged adapted weights only
+    assert (sync_bytes(qwen, "lora", lora, "bf16", "full")
+            == 2 * sync_columns(qwen, "lora", lora)["sync_trained_words"]
+            < sync_bytes(qwen, "dense_adam", policy="bf16", transport="full"))

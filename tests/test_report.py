@@ -84,7 +84,9 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     summary = pd.DataFrame({
         "status": ["ok", "ok", "oom"], "task": "a", "method": ["dense_adam", "logra", "logra"],
         "seed": [0, 0, 1], "device": "cpu", "n_params": 1_360_000, "model": "tiny", "steps": 80,
-        "sync_bytes_per_step": [4 * 2**20, 2**19, None], "sync_full_bytes": 4 * 2**20})
+        "sync_bytes_per_step": [4 * 2**20, 2**19, None], "sync_full_bytes": 4 * 2**20,
+        **_sync_columns(["full", "low_rank", "low_rank"], [4 * 2**20] * 3, [2**20] * 3,
+                        [None, 2**19, 2**19])})
     accuracy = pd.DataFrame({"task": ["a", "a"], "method": ["dense_adam", "logra"],
                              "base_accuracy": [0.25, 0.25], "accuracy_mean": [0.4375, 0.5],
                              "accuracy_sd": [0.0211, float("nan")], "gain_mean": [0.1875, 0.25],
@@ -93,14 +95,19 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
                "torch_capability": "AVX2", "transformers": "5.x", "reproducible": True}
     ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0),
                           _bench(tmp_path, "train/train/a.tsv", 3.0)])
-    text = report_markdown(summary, accuracy, [{"machine": machine}], [], ledger)
+    text = report_markdown(summary, accuracy, [{"machine": machine}], [], ledger,
+                           reference="dense_adam")
     assert ("cpu, 1.36M params (tiny), 80 GRPO steps, 2 seeds (0, 1); 2 of 3 runs finished ok"
             in text)
     assert "Some CPU (GenuineIntel; torch 2.x at AVX2" in text
     assert "| a | 0.250 |" in text  # the base
     assert "| a | dense_adam | 0.438 ± 0.021 | +0.188 | 3 |" in text
     assert "| a | logra | 0.500 ± n/a | +0.250 | 1 |" in text  # one seed: no sd
-    assert "| logra | 0.500 | 4.00 | 12.5% |" in text  # sync: of the runs that finished ok
+    # sync: of the runs that finished ok; low-rank over dense Adam's delta, same task and seed
+    assert "| logra | low_rank | yes | float32 | 0.5000 |" in text
+    assert ("logra's low-rank sync sends 0.5x the bytes per step of dense_adam's delta sync "
+            "(same task and seed), one (task, seed) pair") in text
+    assert "The sync regime runs have not run" in text
     assert "| train | 1 | 3.0 | 75.0% |" in text and "| total | 2 | 4.0 | 100.0% |" in text
     for absent in ("## Verdicts", "## Memory sweep", "## Planner", "## lr sweep"):
         assert absent not in text  # not in the config, or not run
@@ -167,3 +174,112 @@ def test_stability_factor_effects_credit_the_larger_main_effect():
     runs, summary = table(0.3, 0.1)
     partial = factor_effects(runs[runs["method"] != "logra"], summary[summary["method"] != "logra"])
     assert partial["kl"] is None and "no factor credited" in partial["caption"]
+
+
+def _sync_columns(transports, full, delta, low_rank, seconds=0.01, changed=0.5, mismatch=1e-3):
+    """summary.csv's sync columns for runs applying `transports`, with these bytes per step."""
+    return {"sync_transport": transports, "rollout_dtype": "float32",
+            "sync_bytes_full_per_step": full, "sync_bytes_delta_per_step": delta,
+            "sync_bytes_low_rank_per_step": low_rank, "sync_seconds_per_step": seconds,
+            "sync_changed_fraction_per_step": changed, "logp_mismatch_mean": mismatch,
+            "logp_mismatch_max": mismatch}
+
+
+def test_sync_table_and_ratio_equal_a_direct_computation():
+    """Per method and transport: the mean over ok runs of each transport's bytes; seconds and
+    mismatch of the applied transport only; low-rank over the reference's delta, paired by
+    task and seed, and over the delta of its own updates."""
+    import math
+
+    import pandas as pd
+
+    from logra.report import low_rank_sentence, low_rank_vs_delta, sync_table
+    runs = [  # (status, task, method, seed, transport, full, delta, low_rank, seconds, mismatch)
+        ("ok", "a", "dense", 0, "delta", 800, 300, None, 0.1, 0.0),
+        ("ok", "a", "dense", 1, "delta", 800, 500, None, 0.3, 0.0),
+        ("ok", "b", "dense", 0, "delta", 800, 100, None, 0.2, 0.0),
+        ("ok", "a", "lowr", 0, "low_rank", 800, 400, 150, 0.05, 2e-3),
+        ("ok", "a", "lowr", 1, "low_rank", 800, 600, 250, 0.07, 4e-3),
+        ("ok", "b", "lowr", 0, "low_rank", 800, 200, 120, 0.06, 6e-3),
+        ("diverged", "b", "lowr", 1, "low_rank", 800, 9e9, 9e9, 9.0, 9.0)]
+    summary = pd.DataFrame(runs, columns=[
+        "status", "task", "method", "seed", "sync_transport", "sync_bytes_full_per_step",
+        "sync_bytes_delta_per_step", "sync_bytes_low_rank_per_step", "sync_seconds_per_step",
+        "logp_mismatch_mean"]).assign(logp_mismatch_max=lambda d: 2 * d["logp_mismatch_mean"],
+                                      sync_changed_fraction_per_step=0.25,
+                                      rollout_dtype="bfloat16")
+    t = sync_table(summary).set_index(["method", "transport"])
+    assert sorted(t.index) == [("dense", "delta"), ("dense", "full"), ("lowr", "delta"),
+                               ("lowr", "full"), ("lowr", "low_rank")]  # dense: no low_rank
+    assert t.loc[("dense", "delta"), "bytes_per_step"] == (300 + 500 + 100) / 3
+    assert t.loc[("lowr", "low_rank"), "bytes_per_step"] == (150 + 250 + 120) / 3  # ok runs
+    assert t.loc[("lowr", "delta"), "bytes_per_step"] == (400 + 600 + 200) / 3
+    assert t.loc[("dense", "delta"), "sync_seconds"] == pytest.approx(0.2)
+    assert t.loc[("lowr", "low_rank"), "logp_mismatch_mean"] == pytest.approx(4e-3)
+    assert t.loc[("lowr", "low_rank"), "logp_mismatch_max"] == pytest.approx(8e-3)
+    assert math.isnan(t.loc[("lowr", "delta"), "sync_seconds"])  # not applied: not measured
+    assert math.isnan(t.loc[("dense", "full"), "logp_mismatch_mean"])
+    assert t.loc[("lowr", "full"), "applied"] == False and t.loc[("lowr", "low_rank"), "applied"]
+    assert (t["runs"] == 3).all() and (t["changed_fraction"] == 0.25).all()
+
+    r = low_rank_vs_delta(summary, "dense").set_index("vs")
+    vs_dense = [150 / 300, 250 / 500, 120 / 100]  # (a, 0), (a, 1), (b, 0)
+    assert r.loc["dense", "ratio"] == pytest.approx(sum(vs_dense) / 3)
+    assert (r.loc["dense", "lo"], r.loc["dense", "hi"], r.loc["dense", "n"]) == (0.5, 1.2, 3)
+    own = [150 / 400, 250 / 600, 120 / 200]
+    assert r.loc["own updates", "ratio"] == pytest.approx(sum(own) / 3)
+    text = low_rank_sentence(summary, "dense")
+    assert (f"lowr's low-rank sync sends {sum(vs_dense) / 3:.3g}x the bytes per step of dense's "
+            "delta sync (same task and seed), 0.5-1.2x over 3 (task, seed) pairs, bfloat16 "
+            "engine: fewer in some pairs, more in others") in text
+    assert f"{sum(own) / 3:.3g}x the bytes per step of the delta sync of its own updates" in text
+    assert "fewer bytes in every pair" in text
+
+
+def test_sync_bytes_figure_draws_measured_and_predicted_panels(tmp_path):
+    import pandas as pd
+
+    from logra.figures import sync_bytes
+    summary = pd.DataFrame({
+        "status": "ok", "task": "a", "method": ["dense_adam", "logra"], "seed": 0,
+        "device": "cpu", "n_params": 1_360_000, "model": "tiny", "steps": 80,
+        "sync_bytes_per_step": [4e6, 5e5],
+        **_sync_columns(["delta", "low_rank"], [4e6, 4e6], [3e6, 2.5e6], [None, 5e5])})
+    planner = pd.DataFrame({"model": "m27b", "method": ["dense_adam", "logra"], "policy": "bf16",
+                            "sync_bytes": [54e9, 3e9], "sync_bytes_full": 54e9,
+                            "sync_trained_words": 27e9})
+    out = tmp_path / "sync_bytes.png"
+    sync_bytes(summary, planner, [str(out)])
+    assert out.stat().st_size > 0
+
+
+def test_sync_regime_table_and_its_report_section(tmp_path):
+    import pandas as pd
+
+    from logra.report import report_markdown, sync_regime_table, time_ledger
+    paths = []
+    for method, lr, transport, low in (("d", 1e-6, "delta", None), ("l", 2e-6, "low_rank", 50)):
+        path = tmp_path / method / "summary.json"
+        path.parent.mkdir()
+        write_json(path, {"status": "ok", "task": "a", "method": method, "seed": 0,
+                          "config": {"method": {"options": {"lr": lr}}},
+                          "base_median_abs_weight": 0.016, "sync_transport": transport,
+                          "rollout_dtype": "bfloat16", "sync_bytes_full_per_step": 400,
+                          "sync_bytes_delta_per_step": 100, "sync_bytes_low_rank_per_step": low,
+                          "sync_seconds_per_step": 0.01, "sync_changed_fraction_per_step": 0.04,
+                          "logp_mismatch_mean": 0.0, "logp_mismatch_max": 0.0})
+        paths.append(path)
+    table = sync_regime_table(paths, {"lr_7b": ["d", "l"]})
+    assert list(table["regime"]) == ["lr_7b"] * 2
+    assert table["lr_over_w"].tolist() == pytest.approx([1e-6 / 0.016, 2e-6 / 0.016])
+    summary = pd.DataFrame({"status": ["ok"], "task": "a", "method": ["d"], "seed": [0],
+                            "device": "cpu", "n_params": 1, "model": "tiny", "steps": 20,
+                            **_sync_columns(["full"], [400], [100], [None])})
+    accuracy = pd.DataFrame({"task": ["a"], "method": ["d"], "base_accuracy": [0.2],
+                             "accuracy_mean": [0.3], "accuracy_sd": [0.0], "gain_mean": [0.1],
+                             "n_seeds": [1]})
+    ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0)])
+    text = report_markdown(summary, accuracy, [], [], ledger, sync_regime=table)
+    assert "## Sync regime: lr_7b (`results/sync_regime.csv`)" in text
+    assert "median |w| of the base, measured: 0.016" in text
+    assert "l's low-rank sync sends 0.5x the bytes per step of d's delta sync" in text

@@ -42,6 +42,8 @@ def test_lint_is_clean(tmp_path):
     ("stability", {"train": 12, "base": 3, "stability_27b_seeds": 1}),
     # opt-in: TRL's GRPOTrainer, LoGRA and AdamW in one job per task, from its seed-0 base
     ("trl", {"data": 2, "base": 2, "trl_grpo": 2}),
+    # opt-in: dense Adam (delta) and LoGRA (low_rank), bf16 engine, at 2 lr regimes, one seed
+    ("sync_regime", {"data": 1, "base": 1, "train": 4, "sync_regime_table": 1}),
 ])
 def test_default_config_targets_resolve(tmp_path, target, jobs):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
@@ -182,7 +184,7 @@ def test_smoke_run_reports_progress_and_writes_the_report(smoke_run):
     for r in pd.read_csv(smoke_run / "results/accuracy.csv").itertuples():
         sd = "n/a" if pd.isna(r.accuracy_sd) else f"{r.accuracy_sd:.3f}"
         assert f"| {r.task} | {r.method} | {r.accuracy_mean:.3f} ± {sd} |" in report
-    for section in ("## Verdicts", "## Memory sweep", "## Planner predictions", "## Sync bytes",
+    for section in ("## Verdicts", "## Memory sweep", "## Planner predictions", "## Sync (",
                     "## Time ledger"):
         assert section in report
     ran = int(re.search(r"^total\s+(\d+)$", console, re.M).group(1))

@@ -129,7 +129,7 @@ use rule stability_27b as stability_27b_seeds with:
 rule sync_bytes:
     input:
         planner="results/memory/planner.csv",
-        sweep="results/memory/sweep.csv",
+        summary="results/summary.csv",
     output:
         png=report("figures/sync_bytes.png", caption="../report/sync_bytes.rst",
                    category="Figures"),

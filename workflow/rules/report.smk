@@ -38,6 +38,8 @@ rule report:
         lr_sweep="results/lr_sweep.csv",  # included if `snakemake lr_sweep` wrote it before
         reference_rule=REFERENCE_RULE,
         trl="results/trl",  # its *.json, if `snakemake trl` wrote them before
+        sync_regime="results/sync_regime.csv",  # if `snakemake sync_regime` wrote it before
+        reference=REFERENCE,
     conda:
         "../../environment.yml"
     benchmark:

@@ -5,7 +5,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import pandas as pd
 from transformers import AutoConfig
 
-from logra.planner import plan, sync_bytes
+from logra.planner import plan, sync_columns
 from logra.report import write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
@@ -27,8 +27,10 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
                          "gpu_bytes": p["gpu_gb"] * 1e9, "policy": p["policy"],
                          "sharding": p["sharding"], **bytes_,
                          "fits": bytes_["total"] <= p["gpu_gb"] * 1e9,
-                         "sync_bytes": sync_bytes(hf_config, spec["rule"],
-                                                  spec.get("options", {}), p["policy"]),
+                         # the rule's own transport, full, low_rank, and the trained
+                         # words: delta at any changed fraction (logra.planner.delta_bytes)
+                         **sync_columns(hf_config, spec["rule"], spec.get("options", {}),
+                                        p["policy"]),
                          "kind": "prediction"})
     table = pd.DataFrame(rows)
     write_csv(table, snakemake.output[0])

@@ -17,7 +17,7 @@ def table(paths):
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     i = snakemake.input
-    lr_sweep = Path(snakemake.params.lr_sweep)
+    lr_sweep, regime = Path(snakemake.params.lr_sweep), Path(snakemake.params.sync_regime)
     ledger = time_ledger(i.benchmarks)
     text = report_markdown(
         pd.read_csv(i.summary), pd.read_csv(i.accuracy),
@@ -27,7 +27,9 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         lr_sweep=pd.read_csv(lr_sweep) if lr_sweep.exists() else None,
         stability=long_run_tables(i.long_metrics, i.long_runs, snakemake.params.reference_rule)
         if i.long_runs else None,
-        trl=[json.loads(p.read_text()) for p in sorted(Path(snakemake.params.trl).glob("*.json"))])
+        trl=[json.loads(p.read_text()) for p in sorted(Path(snakemake.params.trl).glob("*.json"))],
+        reference=snakemake.params.reference,
+        sync_regime=pd.read_csv(regime) if regime.exists() else None)
     with atomic_path(snakemake.output[0]) as tmp:
         tmp.write_text(text)
     progress("report results/REPORT.md", jobs=int(ledger["jobs"].sum()),
