@@ -158,7 +158,9 @@ def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
         assert all(b / a == pytest.approx(config["lr_sweep"]["factor"])
                    for a, b in zip(grid, grid[1:]))
     assert len(sweep) == points * len(anchors)
-    assert "dense_adam" not in sweep and ("dense_adam", configured) in sweep.values()
+    configured = configured.values() if isinstance(configured, dict) else [configured]
+    assert "dense_adam" not in sweep  # each task's configured lr is one of the sweep's runs
+    assert all(("dense_adam", lr) in sweep.values() for lr in configured)
     assert sweep["dense_adam_lr2p5em05"] == ("dense_adam", 2.5e-05)
     assert sweep["dense_adam_lr0p0001"] == ("dense_adam", 1e-04)
     derived = config["methods"]["logra_lr0p0005"]
