@@ -7,6 +7,11 @@ GPUs alike (each parameter's update is one `torch.compile`d function; the first 
 parameter shape compiles: about 25 s for a tiny model's shapes on one CPU core, once per
 process). Chosen because the same code runs on the CPU here and on GPUs.
 
+Deviation from torchao's usage: the rule compiles every update before the first step
+(`compile_ahead`, in its constructor), by stepping a throwaway optimizer over one zero weight
+of each shape. On CPU, a run's step 1 is measured under torch's memory profiler, which records
+the compiler's own work too: a cold compile inside it grew a tiny model's process past 20 GB.
+
 torchao quantizes a tensor only when it has at least 4096 elements and a multiple of
 `block_size`; smaller ones (norms, odd shapes) keep fp32 moments. Both are counted as they
 are stored: `state_tensors` counts a quantized state by its codes, scales and code table
@@ -39,8 +44,21 @@ class AdamW8bit(TorchOptimizerRule):
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, betas=(0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, block_size: int = 256):
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.optimizer = AO_AdamW8bit([p for _, p in self.named], lr=lr, betas=tuple(betas),
-                                      eps=eps, weight_decay=weight_decay, block_size=block_size)
+        hyper = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                     block_size=block_size)
+        self.optimizer = AO_AdamW8bit([p for _, p in self.named], **hyper)
+        self.compile_ahead(hyper)
+
+    def compile_ahead(self, hyper: dict) -> None:
+        """Compile torchao's update for each (shape, dtype, device) of the trained weights: one
+        step of a throwaway optimizer with the same hyperparameters, on one zero weight and
+        zero gradient at a time. The real first step then finds every graph compiled (the
+        compiled function is torchao's module-level one; its guards see the same argument
+        types and constants). The trained weights and this optimizer's state are untouched."""
+        for shape, dtype, device in {(p.shape, p.dtype, p.device) for _, p in self.named}:
+            dummy = torch.nn.Parameter(torch.zeros(shape, dtype=dtype, device=device))
+            dummy.grad = torch.zeros_like(dummy)
+            AO_AdamW8bit([dummy], **hyper).step()
 
     @staticmethod
     def planned(geo: Geometry, options: dict, b: int) -> dict:
