@@ -201,7 +201,9 @@ class EngineSync:
 
     Costs beyond the applied transport, every step: the trained weights copied to the host in
     the engine's dtype (two such copies alive for a moment), compared word by word, and every
-    applicable payload serialized once more for its length (the full one too).
+    applicable payload but `full` serialized once more for its length. The `full` payload's
+    length depends only on the names, dtypes and shapes (torch.save stores, never compresses):
+    it is measured once, on `held`.
     """
 
     def __init__(self, rule, transport_name: str, dtype: torch.dtype, has_engine: bool):
@@ -209,6 +211,7 @@ class EngineSync:
         self.transport = transport(transport_name, type(rule))
         weights = rule.engine_weights()  # a collective under FSDP
         self.held = self._cast(weights) if has_engine else None
+        self.full_bytes = serialized_bytes({"dense": self.held}) if has_engine else None
         self.lowrank: dict = {}  # the last step's `lowrank` section, if any
 
     def _cast(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -240,6 +243,7 @@ class EngineSync:
         self.held = new
         return {"sync_bytes": sent, "sync_seconds": seconds,
                 **{f"sync_bytes_{t}": (sent if t == self.transport else
+                                       self.full_bytes if t == "full" else
                                        serialized_bytes(payloads[t]) if t in payloads else None)
                    for t in TRANSPORTS},
                 "sync_changed_fraction": changed / sum(w.numel() for w in new.values())}
