@@ -132,49 +132,78 @@ def factor_effects(long_runs: pd.DataFrame, long_summary: pd.DataFrame,
     `last` steps; each averaged over its cell's seeds. `kl` = mean over rules of (with −
     without), `rule` = mean over KL settings of (other rule − reference rule), for the run
     mean; `kl_final`, `rule_final` for the last steps. The caption credits the factor with the
-    larger run-mean effect and names divergences. Descriptive: no interval."""
+    larger run-mean effect and names divergences.
+
+    When every cell ran the same two or more seeds, a seed is one replicate of the whole 2 x 2
+    (the four runs share its prompts and base), so each seed gives each effect once and
+    `kl_ci`, `rule_ci` are the 95% t-intervals of the run-mean effects over seeds
+    (`logra.verdict.t_interval`); the caption says whether the credited one excludes 0. With
+    one seed, or cells with different seeds, the effects are descriptive (no interval)."""
+    from logra.verdict import t_interval
     cells = long_summary.drop_duplicates("method").set_index("method")
     runs = long_runs.groupby(["method", "seed"])["reward_mean"]
     diverged = ", ".join(f"{m} seed {s}" for m, s in long_summary.loc[
         long_summary["status"] == "diverged", ["method", "seed"]].itertuples(index=False))
     tail = f"; diverged: {diverged}" if diverged else "; none diverged"
+    none = {"kl": None, "rule": None, "kl_final": None, "rule_final": None, "kl_ci": None,
+            "rule_ci": None}
     rules = {ref: sorted(set(cells.loc[cells["reference"] == ref, "rule"]))
              for ref in (True, False)}
     if not all(len(r) == 1 for r in rules.values()):
-        return {"kl": None, "rule": None, "kl_final": None, "rule_final": None,
-                "caption": "not a 2 x 2 of two rules: no factor credited" + tail}
+        return none | {"caption": "not a 2 x 2 of two rules: no factor credited" + tail}
     reference, other = rules[True][0], rules[False][0]
 
-    def effects(per_run):
-        by_method = per_run.groupby("method").mean()
-        cell = {(bool(cells.loc[m, "reference"]), bool(cells.loc[m, "kl_control"])): by_method[m]
-                for m in by_method.index}
-        if len(cell) < 4:
-            return None, None
-        return (((cell[True, True] - cell[True, False]) + (cell[False, True] - cell[False, False]))
-                / 2,
-                ((cell[False, True] - cell[True, True]) + (cell[False, False] - cell[True, False]))
-                / 2)
+    def effects(per_run: pd.Series):
+        """(kl, rule) from the cell means, and per seed where every cell has every seed."""
+        by_cell = {(bool(cells.loc[m, "reference"]), bool(cells.loc[m, "kl_control"])): v
+                   for m, v in per_run.groupby("method")}
+        if len(by_cell) < 4:
+            return None
 
-    kl, rule = effects(runs.mean())
-    kl_final, rule_final = effects(runs.apply(lambda r: r.tail(last).mean()))
-    if kl is None:
-        return {"kl": None, "rule": None, "kl_final": None, "rule_final": None,
-                "caption": "not a 2 x 2: no factor credited" + tail}
-    credit = "KL control" if abs(kl) >= abs(rule) else f"the {other} update"
+        def contrast(c):
+            return (((c[True, True] - c[True, False]) + (c[False, True] - c[False, False])) / 2,
+                    ((c[False, True] - c[True, True]) + (c[False, False] - c[True, False])) / 2)
+
+        means = contrast({k: v.mean() for k, v in by_cell.items()})
+        seeds = [set(v.index.get_level_values("seed")) for v in by_cell.values()]
+        paired = all(s == seeds[0] for s in seeds) and len(seeds[0]) >= 2
+        per_seed = contrast({k: v.droplevel("method") for k, v in by_cell.items()}) if paired \
+            else None
+        return means, per_seed
+
+    run_mean, final = effects(runs.mean()), effects(runs.apply(lambda r: r.tail(last).mean()))
+    if run_mean is None:
+        return none | {"caption": "not a 2 x 2: no factor credited" + tail}
+    (kl, rule), per_seed = run_mean
+    kl_ci, rule_ci = ((None, None) if per_seed is None else
+                      (t_interval(per_seed[0])[1:], t_interval(per_seed[1])[1:]))
+    kl_final, rule_final = final[0]
+    credit_kl = abs(kl) >= abs(rule)
+    credit = "KL control" if credit_kl else f"the {other} update"
+    n_seeds = long_summary["seed"].nunique()
+    if kl_ci is None:
+        basis = f"descriptive, {n_seeds} seed(s) per cell"
+    else:
+        lo, hi = kl_ci if credit_kl else rule_ci
+        basis = (f"{n_seeds} paired seeds per cell; its 95% interval "
+                 f"{'excludes' if lo > 0 or hi < 0 else 'includes'} 0")
+
+    def ci(interval):
+        return "" if interval is None else f" [{interval[0]:+.3f}, {interval[1]:+.3f}]"
+
     return {"kl": kl, "rule": rule, "kl_final": kl_final, "rule_final": rule_final,
+            "kl_ci": kl_ci, "rule_ci": rule_ci,
             "caption": (
-                f"main effects on the mean reward over the run: KL control {kl:+.3f}, {other} vs "
-                f"{reference} {rule:+.3f} (over the last {last} steps: {kl_final:+.3f}, "
-                f"{rule_final:+.3f}): the data credit {credit} (descriptive, "
-                f"{long_summary['seed'].nunique()} seed(s) per cell){tail}")}
+                f"main effects on the mean reward over the run: KL control {kl:+.3f}{ci(kl_ci)}, "
+                f"{other} vs {reference} {rule:+.3f}{ci(rule_ci)} (over the last {last} steps: "
+                f"{kl_final:+.3f}, {rule_final:+.3f}): the data credit {credit} ({basis}){tail}")}
 
 
 def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: pd.DataFrame,
                   sweep: pd.DataFrame, outputs: list[str], window: int = 25) -> None:
     """(a) planner: per-GPU memory at ~27B by method and phase (PREDICTION) with the GPU line;
     (b) long runs, {dense Adam, LoGRA} x {KL control, none} at one lr: reward and realized KL
-    per step, mean ± sd over seeds (measured), titled with the factor the final rewards credit
+    per step, mean ± sd over seeds (measured), titled with the factor the run-mean rewards credit
     (`factor_effects`); (c) planner vs measured peak at every sweep point."""
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     axes = axes.ravel()

@@ -171,9 +171,50 @@ def test_stability_factor_effects_credit_the_larger_main_effect():
     assert "diverged: dense_adam seed 0" in effects["caption"]
     assert "logra vs dense_adam +0.067" in effects["caption"]
     assert "credit the logra update" in factor_effects(*table(0.1, -0.3))["caption"]
+    assert effects["kl_ci"] is None and "descriptive, 1 seed(s)" in effects["caption"]
     runs, summary = table(0.3, 0.1)
     partial = factor_effects(runs[runs["method"] != "logra"], summary[summary["method"] != "logra"])
     assert partial["kl"] is None and "no factor credited" in partial["caption"]
+
+
+def test_stability_factor_effects_interval_over_paired_seeds():
+    """Three seeds, each a whole 2 x 2: seed s adds KL-control gain g_s to both rules (0.1,
+    0.2, 0.22) and nothing else differs, so the KL effect per seed is g_s and its interval is
+    the t-interval of (0.18, 0.2, 0.22), which excludes 0; the rule effect is 0 on every seed.
+    With gains (−0.1, 0.2, 0.3) the interval includes 0, as the caption says. A cell missing a seed: no interval."""
+    import pandas as pd
+
+    from logra.figures import factor_effects
+    from logra.verdict import t_interval
+
+    def table(gains):
+        runs, summary = [], []
+        for rule in ("dense_adam", "logra"):
+            for kl in (True, False):
+                method = f"{rule}{'_kl' if kl else ''}"
+                for seed, gain in enumerate(gains):
+                    runs.append(pd.DataFrame({"step": range(1, 11), "method": method,
+                                              "seed": seed, "reward_mean": 0.2 + gain * kl}))
+                    summary.append({"method": method, "seed": seed, "rule": rule,
+                                    "kl_control": kl, "reference": rule == "dense_adam",
+                                    "status": "ok"})
+        return pd.concat(runs), pd.DataFrame(summary)
+
+    effects = factor_effects(*table([0.18, 0.2, 0.22]))
+    assert effects["kl"] == pytest.approx(0.2) and effects["rule"] == pytest.approx(0.0)
+    assert effects["kl_ci"] == pytest.approx(t_interval([0.18, 0.2, 0.22])[1:])
+    assert effects["rule_ci"] == pytest.approx((0.0, 0.0))
+    lo, hi = effects["kl_ci"]
+    assert f"KL control +0.200 [{lo:+.3f}, {hi:+.3f}]" in effects["caption"]
+    assert "credit KL control (3 paired seeds per cell; its 95% interval excludes 0)" in \
+        effects["caption"]
+    noisy = factor_effects(*table([-0.1, 0.2, 0.3]))
+    assert noisy["kl_ci"][0] < 0 < noisy["kl_ci"][1]
+    assert "its 95% interval includes 0" in noisy["caption"]
+    runs, summary = table([0.18, 0.2, 0.22])
+    drop = (runs["method"] == "logra") & (runs["seed"] == 2)
+    unpaired = factor_effects(runs[~drop], summary)
+    assert unpaired["kl_ci"] is None and "descriptive" in unpaired["caption"]
 
 
 def _sync_columns(transports, full, delta, low_rank, seconds=0.01, changed=0.5, mismatch=1e-3):
