@@ -13,9 +13,9 @@ import os
 
 from snakemake.utils import min_version, validate
 
-from logra.config import (add_lr_sweep_methods, base_input, check, generation_room,
-                          hub_models, job_resources, run_config, stability_runs, start_model,
-                          sync_regime_runs, task_options)
+from logra.config import (add_lr_sweep_methods, add_sync_regime_methods, base_input, check,
+                          generation_room, hub_models, job_resources, run_config,
+                          stability_runs, start_model, sync_regime_runs, task_options)
 from logra.repro import pin_cpu
 
 min_version("9.0")
@@ -40,6 +40,7 @@ if config["model"]["name"] == "tiny":  # built locally: nothing may come from a 
 TASKS, METHODS, SEEDS = list(config["tasks"]), config["run_methods"], config["seeds"]
 ABLATIONS = [m for m in config["ablation_methods"] if m not in METHODS]
 SWEEP = add_lr_sweep_methods(config)  # {method name: (method, lr)}
+REGIMES = add_sync_regime_methods(config)  # {sync regime: its method names}
 LR_SWEEP = config.get("lr_sweep") or {}
 # the method every other is compared with (verdicts, memory ratios) and its update rule
 REFERENCE = config["verdict"]["reference"]

@@ -38,8 +38,8 @@ def check(config: dict) -> None:
                          for k in ("memory_sweep", "planner", "stability") if k in config],
                        ("memory_sweep.ablation_methods",
                         (config.get("memory_sweep") or {}).get("ablation_methods", [])),
-                       *[(f"sync_regime.regimes.{r}", names) for r, names in
-                         (config.get("sync_regime") or {}).get("regimes", {}).items()]]:
+                       ("sync_regime.methods",
+                        (config.get("sync_regime") or {}).get("methods", []))]:
         for i, name in enumerate(names):
             if name not in config["methods"]:
                 raise ConfigError(f"{key}[{i}]: {name!r} is not defined under methods "
@@ -81,7 +81,7 @@ def check(config: dict) -> None:
     trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["anchors"],
                *(config.get("stability") or {}).get("methods", []),
                *(config.get("stability") or {}).get("opt_in_methods", []),
-               *sync_regime_methods(config)}
+               *(config.get("sync_regime") or {}).get("methods", [])}
     for name, m in config["methods"].items():
         unknown = sorted(set(m.get("grpo", {})) - set(config["grpo"]))
         if unknown:
@@ -234,10 +234,46 @@ def stability_runs(config: dict, opt_in: bool = False) -> list[str]:
     return [f"{st['task']}/{m}/seed{s}" for m in methods for s in seeds]
 
 
+def lr_scaled(method: dict, scale: float) -> dict:
+    """A copy of a `methods` entry with every lr option (`lr` and each `*_lr`, per task where
+    given per task) multiplied by `scale`, rounded to 12 significant digits (so 5e-5 x 0.02
+    is 1e-6, not 1.0000000000000002e-06)."""
+    def times(value):
+        return ({k: times(v) for k, v in value.items()} if isinstance(value, dict)
+                else float(f"{value * scale:.12g}"))
+    options = method.get("options", {})
+    return {**copy.deepcopy(method), "options": {
+        **options, **{k: times(v) for k, v in options.items() if k == "lr" or k.endswith("_lr")}}}
+
+
+def sync_regimes(config: dict) -> dict[str, list[str]]:
+    """`snakemake sync_regime`'s regimes, {regime: its method names}: each of
+    `sync_regime.methods` with its lrs times the regime's `lr_scales` value, named
+    `<method>_<regime>` (the method itself at scale 1; `add_sync_regime_methods` defines them)."""
+    st = config.get("sync_regime") or {}
+    return {regime: [m if scale == 1 else f"{m}_{regime}" for m in st["methods"]]
+            for regime, scale in st.get("lr_scales", {}).items()}
+
+
+def add_sync_regime_methods(config: dict) -> dict[str, list[str]]:
+    """Define the lr-scaled methods of `sync_regimes` in config["methods"]; returns them."""
+    regimes = sync_regimes(config)
+    st = config.get("sync_regime") or {}
+    for regime, names in regimes.items():
+        for method, name in zip(st["methods"], names):
+            if name == method:
+                continue
+            if name in config["methods"]:
+                raise ConfigError(f"sync_regime.lr_scales.{regime}: the run name {name!r} is "
+                                  "already a method")
+            config["methods"][name] = lr_scaled(config["methods"][method],
+                                                st["lr_scales"][regime])
+    return regimes
+
+
 def sync_regime_methods(config: dict) -> list[str]:
     """The methods of `snakemake sync_regime`, every regime's."""
-    regimes = (config.get("sync_regime") or {}).get("regimes", {})
-    return list(dict.fromkeys(m for names in regimes.values() for m in names))
+    return list(dict.fromkeys(m for names in sync_regimes(config).values() for m in names))
 
 
 def sync_regime_runs(config: dict) -> list[str]:

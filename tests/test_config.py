@@ -115,9 +115,11 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"methods.dense_adam.sync: transport 'low_rank' does not apply to rule DenseAdam"),
     (lambda c: c.setdefault("rollout", {}).update(sync="low_rank"),  # dense_adam takes it
      r"rollout.sync: transport 'low_rank' does not apply to rule DenseAdam .*dense_adam"),
-    (lambda c: c.update(sync_regime={"task": "arithmetic", "regimes": {"a": ["adam_bf16"]}}),
-     r"sync_regime.regimes.a\[0\]: 'adam_bf16' is not defined"),
-    (lambda c: c.update(sync_regime={"task": "linear", "regimes": {"a": ["dense_adam"]}}),
+    (lambda c: c.update(sync_regime={"task": "arithmetic", "methods": ["adam_bf16"],
+                                     "lr_scales": {"a": 1}}),
+     r"sync_regime.methods\[0\]: 'adam_bf16' is not defined"),
+    (lambda c: c.update(sync_regime={"task": "linear", "methods": ["dense_adam"],
+                                     "lr_scales": {"a": 1}}),
      "sync_regime.task: 'linear' is not defined under tasks"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
@@ -212,8 +214,36 @@ def test_per_task_values_fall_back_to_default(tmp_path):
     assert [task_options(config["sft"], t)["steps"] for t in ("arithmetic", "countdown")] == [7, 9]
 
 
+def test_sync_regimes_scale_every_lr_of_their_methods(tmp_path):
+    """A regime at scale 1 runs its methods as they are; another runs copies named
+    <method>_<regime> whose lr options (`lr`, `*_lr`, per task too) are scaled and whose other
+    keys are the method's; a copy's name that is already a method is refused."""
+    from logra.config import ConfigError, add_sync_regime_methods
+    config = validate_file(ROOT / "config/config.yaml")
+    methods = copy.deepcopy(config["methods"])
+    regimes = add_sync_regime_methods(config)
+    assert regimes == {"default_lr": ["dense_adam_bf16", "logra_bf16"],
+                       "7b_lr": ["dense_adam_bf16_7b_lr", "logra_bf16_7b_lr"]}
+    for name in ("dense_adam_bf16", "logra_bf16"):
+        base, scaled = methods[name], config["methods"][f"{name}_7b_lr"]
+        assert {k: v for k, v in scaled.items() if k != "options"} == \
+            {k: v for k, v in base.items() if k != "options"}
+        for key, value in base["options"].items():
+            lr = key == "lr" or key.endswith("_lr")
+            want = ({t: pytest.approx(v * 0.02) for t, v in value.items()}
+                    if lr and isinstance(value, dict) else
+                    pytest.approx(value * 0.02) if lr else value)
+            assert scaled["options"][key] == want, (name, key)
+    assert config["methods"]["dense_adam_bf16_7b_lr"]["options"]["lr"] == 1e-6  # not 1e-6 + ulp
+    config = validate_file(ROOT / "config/config.yaml")
+    config["methods"]["logra_bf16_7b_lr"] = {"rule": "logra"}
+    with pytest.raises(ConfigError, match=r"sync_regime.lr_scales.7b_lr: the run name "
+                                          r"'logra_bf16_7b_lr' is already a method"):
+        add_sync_regime_methods(config)
+
+
 def test_a_methods_rollout_keys_override_the_engines_for_its_runs():
     config = validate_file(ROOT / "config/config.yaml")
-    bf16 = run_config(config, "arithmetic", "dense_adam_bf16_7b", 0)["rollout"]
+    bf16 = run_config(config, "arithmetic", "dense_adam_bf16", 0)["rollout"]
     assert bf16["dtype"] == "bfloat16" and bf16["sync"] == "delta"
     assert run_config(config, "arithmetic", "dense_adam", 0)["rollout"]["dtype"] == "float32"

@@ -9,7 +9,7 @@ rule sync_regime_table:
     output:
         "results/sync_regime.csv",
     params:
-        regimes=(config.get("sync_regime") or {}).get("regimes", {}),
+        regimes=REGIMES,
     conda:
         "../../environment.yml"
     benchmark:
