@@ -204,8 +204,7 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
     """(a) planner: per-GPU memory at ~27B by method and phase (PREDICTION) with the GPU line;
     (b) long runs, {dense Adam, LoGRA} x {KL control, none} at one lr: reward and realized KL
     per step, the mean over seeds and each seed (measured), titled with the factor the run-mean
-    rewards credit
-    (`factor_effects`); (c) planner vs measured peak at every sweep point."""
+    rewards credit (`factor_effects`); (c) planner vs measured peak at every sweep point."""
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     axes = axes.ravel()
     model = planner["model"].iloc[0]
