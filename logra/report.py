@@ -280,6 +280,76 @@ def _section(title: str, source: str, intro: str, table: dict) -> list[str]:
     return ["", f"## {title} (`{source}`)", "", intro, "", markdown_table(pd.DataFrame(table))]
 
 
+def _accuracy_section(accuracy: pd.DataFrame, title: str, source: str) -> list[str]:
+    return _section(title, source, "lm-eval accuracy after GRPO per task and method: mean ± sd "
+                    "over the seeds whose run finished ok.",
+                    {"task": accuracy["task"], "method": accuracy["method"],
+                     "accuracy": _pm(accuracy["accuracy_mean"], accuracy["accuracy_sd"]),
+                     "gain over base": _fmt(accuracy["gain_mean"], "+.3f"),
+                     "seeds": accuracy["n_seeds"]})
+
+
+def _verdicts_section(v: pd.DataFrame, title: str, source: str) -> list[str]:
+    return _section(title, source, "Accuracy minus the reference's, paired by task and seed, "
+                    "with its 95% interval (logra/verdict.py says how each row is computed).",
+                    {"task": v["task"], "method": v["method"], "reference": v["reference"],
+                     "statistic": v["statistic"],
+                     "difference [95% interval]": [
+                         f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
+                             *(_fmt(v[c], "+.3f") for c in ("diff_mean", "diff_lo", "diff_hi")))],
+                     "margin": v["margin"], "call": v["call"]})
+
+
+def cost_table(summary: pd.DataFrame, reference: str | None) -> pd.DataFrame:
+    """Per task and method, means over the runs that finished ok: measured peak memory of the
+    update (`peak_mem_bytes`) and its ratio to `reference`'s on the same task, optimizer state
+    bytes, seconds per step (the unprofiled steps) and sync bytes per step (the applied
+    transport)."""
+    ok = summary[summary["status"] == "ok"]
+    t = ok.groupby(["task", "method"], sort=False).agg(
+        peak=("peak_mem_bytes", "mean"), state=("optimizer_state_bytes", "mean"),
+        step_s=("mean_step_time_s", "mean"), sync=("sync_bytes_per_step", "mean"),
+        runs=("seed", "size")).reset_index()
+    ref = t[t["method"] == reference].set_index("task")["peak"]
+    return t.assign(peak_vs_reference=t["peak"] / t["task"].map(ref))
+
+
+def _cost_section(summary: pd.DataFrame, reference: str | None, title: str,
+                  source: str) -> list[str]:
+    t = cost_table(summary, reference)
+    return _section(title, source, "Per task and method, means over the runs that finished ok: "
+                    "the update's peak memory as measured in the run (CUDA allocator on GPUs, "
+                    f"torch's memory profiler on CPU) and its ratio to {reference}'s, the "
+                    "optimizer state, seconds per step and sync bytes per step (the applied "
+                    "transport).",
+                    {"task": t["task"], "method": t["method"],
+                     "peak (MiB)": _fmt(t["peak"], ".2f", 2**20),
+                     "vs reference": _fmt(t["peak_vs_reference"]),
+                     "optimizer state (MiB)": _fmt(t["state"], ".3f", 2**20),
+                     "s per step": _fmt(t["step_s"], ".3f"),
+                     "sync MiB per step": _fmt(t["sync"], ".4f", 2**20), "runs": t["runs"]})
+
+
+def _memory_sweep_section(sweep: pd.DataFrame, title: str, source: str) -> list[str]:
+    return _section(title, source, "One GRPO step per method and model size, measured; the "
+                    "planner's prediction beside it (error = predicted / measured - 1).",
+                    {"size": sweep["size"], "parameters": sweep["n_params"],
+                     "method": sweep["method"], "status": sweep["status"],
+                     "peak (MiB)": _fmt(sweep["peak_mem_bytes"], ".1f", 2**20),
+                     "vs reference": _fmt(sweep["peak_mem_bytes_vs_reference"]),
+                     "peak phase": sweep["peak_phase"],
+                     "planner error": _fmt(sweep["planned_error"], "+.1%"),
+                     "planner's peak phase": sweep["planned_peak_phase"]})
+
+
+SYNC_INTRO = ("Per method and transport, means over the runs that finished ok of their per-step "
+              "means: the serialized bytes each transport would send (measured in every run, "
+              "whichever it applied); of the applied transport only, its seconds (pack + "
+              "hand-over + apply; on CPU the hand-over is a local pipe to the engine's process) "
+              "and the trainer-vs-engine |log-prob| mismatch over the sampled tokens; the engine "
+              "words changed per step (logra/sync.py).")
+
+
 def _machines(runs: list[dict]) -> str:
     seen = dict.fromkeys(
         f"{m['cpu_model']} ({m['cpu_vendor']}; torch {m['torch']} at {m['torch_capability']}, "
@@ -296,12 +366,15 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                     lr_sweep: pd.DataFrame | None = None,
                     stability: tuple[pd.DataFrame, pd.DataFrame] | None = None,
                     trl: list[dict] | None = None, reference: str | None = None,
-                    sync_regime: pd.DataFrame | None = None) -> str:
+                    sync_regime: pd.DataFrame | None = None,
+                    ablations: dict[str, pd.DataFrame | None] | None = None) -> str:
     """results/REPORT.md from the workflow's tables; `runs` and `long_runs` are the summary.json
     contents of the grid's runs and of the stability runs, `stability` their metrics and
     summary as `logra.figures.factor_effects` takes them; `reference` the method low-rank
-    sync is compared with; a table that is None (its stage is not in the config, or the lr
-    sweep or `snakemake sync_regime` has not run) is left out."""
+    sync and measured peaks are compared with; `ablations` the tables of `snakemake ablations`
+    (results/ablations/: summary, accuracy, verdicts, sweep). A table that is None (its stage
+    is not in the config, or the lr sweep, `snakemake sync_regime` or `snakemake ablations`
+    has not run) is left out."""
     from logra.figures import factor_effects
     ok = summary[summary["status"] == "ok"]
     seeds = ", ".join(map(str, sorted(set(summary["seed"]))))
@@ -319,35 +392,12 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
     out += _section("SFT bases", "results/accuracy.csv", "lm-eval accuracy of each task's SFT "
                     "base, mean over seeds.",
                     {"task": bases["task"], "base accuracy": _fmt(bases["base_accuracy"])})
-    out += _section("Accuracy", "results/accuracy.csv", "lm-eval accuracy after GRPO per task "
-                    "and method: mean ± sd over the seeds whose run finished ok.",
-                    {"task": accuracy["task"], "method": accuracy["method"],
-                     "accuracy": _pm(accuracy["accuracy_mean"], accuracy["accuracy_sd"]),
-                     "gain over base": _fmt(accuracy["gain_mean"], "+.3f"),
-                     "seeds": accuracy["n_seeds"]})
+    out += _accuracy_section(accuracy, "Accuracy", "results/accuracy.csv")
     if verdicts is not None:
-        v = verdicts
-        out += _section("Verdicts", "results/verdicts.csv", "Accuracy minus the reference's, "
-                        "paired by task and seed, with its 95% interval (logra/verdict.py says "
-                        "how each row is computed).",
-                        {"task": v["task"], "method": v["method"], "reference": v["reference"],
-                         "statistic": v["statistic"],
-                         "difference [95% interval]": [
-                             f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
-                                 *(_fmt(v[c], "+.3f") for c in ("diff_mean", "diff_lo",
-                                                                "diff_hi")))],
-                         "margin": v["margin"], "call": v["call"]})
+        out += _verdicts_section(verdicts, "Verdicts", "results/verdicts.csv")
+    out += _cost_section(summary, reference, "Measured cost", "results/summary.csv")
     if sweep is not None:
-        out += _section("Memory sweep", "results/memory/sweep.csv", "One GRPO step per method "
-                        "and model size, measured; the planner's prediction beside it (error = "
-                        "predicted / measured - 1).",
-                        {"size": sweep["size"], "parameters": sweep["n_params"],
-                         "method": sweep["method"], "status": sweep["status"],
-                         "peak (MiB)": _fmt(sweep["peak_mem_bytes"], ".1f", 2**20),
-                         "vs reference": _fmt(sweep["peak_mem_bytes_vs_reference"]),
-                         "peak phase": sweep["peak_phase"],
-                         "planner error": _fmt(sweep["planned_error"], "+.1%"),
-                         "planner's peak phase": sweep["planned_peak_phase"]})
+        out += _memory_sweep_section(sweep, "Memory sweep", "results/memory/sweep.csv")
     if planner is not None:
         out += _section("Planner predictions", "results/memory/planner.csv", "Predicted, not "
                         "measured: bytes per GPU by the planner (logra/planner.py).",
@@ -380,13 +430,7 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
     if stability is not None:
         out += ["", "## Stability (`figures/stability_27b`)", "",
                 factor_effects(*stability)["caption"] + "."]
-    out += _sync_section(
-        ok, reference, "Sync", "results/summary.csv", "Per method and transport, means over "
-        "the runs that finished ok of their per-step means: the serialized bytes each transport "
-        "would send (measured in every run, whichever it applied); of the applied transport "
-        "only, its seconds (pack + hand-over + apply; on CPU the hand-over is a local pipe to "
-        "the engine's process) and the trainer-vs-engine |log-prob| mismatch over the sampled "
-        "tokens; the engine words changed per step (logra/sync.py).")
+    out += _sync_section(ok, reference, "Sync", "results/summary.csv", SYNC_INTRO)
     if sync_regime is not None:
         for regime, d in sync_regime.groupby("regime", sort=False):
             delta = d.loc[d["sync_transport"] == "delta", "method"]
@@ -418,6 +462,22 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
     else:
         out += ["", "The lr sweep has not run (`snakemake lr_sweep` writes "
                 "`results/lr_sweep.csv`; the next report includes it)."]
+    if ablations is not None:
+        a, where = ablations, "results/ablations"
+        out += _accuracy_section(a["accuracy"], "Ablations: accuracy", f"{where}/accuracy.csv")
+        if a.get("verdicts") is not None:
+            out += _verdicts_section(a["verdicts"], "Ablations: verdicts",
+                                     f"{where}/verdicts.csv")
+        out += _cost_section(a["summary"], reference, "Ablations: measured cost",
+                             f"{where}/summary.csv")
+        if a.get("sweep") is not None:
+            out += _memory_sweep_section(a["sweep"], "Ablations: memory sweep",
+                                         f"{where}/memory_sweep.csv")
+        out += _sync_section(a["summary"][a["summary"]["status"] == "ok"], reference,
+                             "Ablations: sync", f"{where}/summary.csv", SYNC_INTRO)
+    else:
+        out += ["", "The ablations have not run (`snakemake ablations` writes "
+                "`results/ablations/`; the next report includes them)."]
     if trl:
         rows = [(r, m) for r in trl for m in ("logra", "adamw")]
         out += _section("LoGRA in TRL", "results/trl/", "TRL's GRPOTrainer (generation by the "

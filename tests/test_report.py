@@ -85,6 +85,8 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
         "status": ["ok", "ok", "oom"], "task": "a", "method": ["dense_adam", "logra", "logra"],
         "seed": [0, 0, 1], "device": "cpu", "n_params": 1_360_000, "model": "tiny", "steps": 80,
         "sync_bytes_per_step": [4 * 2**20, 2**19, None], "sync_full_bytes": 4 * 2**20,
+        "peak_mem_bytes": [8 * 2**20, 4 * 2**20, None],
+        "optimizer_state_bytes": [2 * 2**20, 2**19, None], "mean_step_time_s": [0.5, 0.25, None],
         **_sync_columns(["full", "low_rank", "low_rank"], [4 * 2**20] * 3, [2**20] * 3,
                         [None, 2**19, 2**19])})
     accuracy = pd.DataFrame({"task": ["a", "a"], "method": ["dense_adam", "logra"],
@@ -103,6 +105,9 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     assert "| a | 0.250 |" in text  # the base
     assert "| a | dense_adam | 0.438 ± 0.021 | +0.188 | 3 |" in text
     assert "| a | logra | 0.500 ± n/a | +0.250 | 1 |" in text  # one seed: no sd
+    # measured cost: of the runs that finished ok, peak vs the reference's on the same task
+    assert "| a | dense_adam | 8.00 | 1.000 | 2.000 | 0.500 | 4.0000 | 1 |" in text
+    assert "| a | logra | 4.00 | 0.500 | 0.500 | 0.250 | 0.5000 | 1 |" in text
     # sync: of the runs that finished ok; low-rank over dense Adam's delta, same task and seed
     assert "| logra | low_rank | yes | float32 | 0.5000 |" in text
     assert ("logra's low-rank sync sends 0.5x the bytes per step of dense_adam's delta sync "
@@ -113,6 +118,7 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
         assert absent not in text  # not in the config, or not run
     assert "The lr sweep has not run" in text
     assert "LoGRA in TRL has not run" in text
+    assert "The ablations have not run" in text
 
     lr_sweep = pd.DataFrame({"task": ["a", "a"], "method": "logra", "lr": [1e-4, 2.5e-4],
                              "val_accuracy_mean": [0.3, 0.35], "val_accuracy_sd": [0.01, 0.02],
@@ -131,8 +137,17 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
                                              "reward_first": 0.3, "reward_last": last}
                                          for m, peak, state, last in (("logra", 30, 0.5, 0.4),
                                                                       ("adamw", 40, 10, 0.375))}}
+    peer = summary.iloc[:1].assign(method="adamw_8bit", peak_mem_bytes=6 * 2**20)
+    ablations = {"summary": pd.concat([summary, peer]), "verdicts": None, "sweep": None,
+                 "accuracy": accuracy.iloc[:1].assign(method="adamw_8bit", accuracy_mean=0.375)}
     text = report_markdown(calibrated, accuracy, [{"machine": machine}], [], ledger,
-                           planner=planner, lr_sweep=lr_sweep, trl=[trl])
+                           planner=planner, lr_sweep=lr_sweep, trl=[trl], reference="dense_adam",
+                           ablations=ablations)
+    assert "## Ablations: accuracy (`results/ablations/accuracy.csv`)" in text
+    assert "| a | adamw_8bit | 0.375 ± 0.021 | +0.188 | 3 |" in text
+    assert "| a | adamw_8bit | 6.00 | 0.750 | 2.000 | 0.500 | 4.0000 | 1 |" in text
+    assert "## Ablations: sync (`results/ablations/summary.csv`)" in text
+    assert "## Ablations: verdicts" not in text and "The ablations have not run" not in text
     assert "| a | logra | cpu | 1360000 | 40 | 30.00 | 0.750 | 0.500 | 0.300 / 0.400 (10) |" in text
     assert "| a | adamw | cpu | 1360000 | 40 | 40.00 | 1.000 | 10.000 | 0.300 / 0.375 (10) |" in text
     assert "| m32b | logra | 8 | bf16 | 61.2 | forward_backward | 80 | True | 0.15 |" in text
@@ -315,6 +330,8 @@ def test_sync_regime_table_and_its_report_section(tmp_path):
     assert table["lr_over_w"].tolist() == pytest.approx([1e-6 / 0.016, 2e-6 / 0.016])
     summary = pd.DataFrame({"status": ["ok"], "task": "a", "method": ["d"], "seed": [0],
                             "device": "cpu", "n_params": 1, "model": "tiny", "steps": 20,
+                            "peak_mem_bytes": 1e6, "optimizer_state_bytes": 1e5,
+                            "mean_step_time_s": 0.1, "sync_bytes_per_step": 400,
                             **_sync_columns(["full"], [400], [100], [None])})
     accuracy = pd.DataFrame({"task": ["a"], "method": ["d"], "base_accuracy": [0.2],
                              "accuracy_mean": [0.3], "accuracy_sd": [0.0], "gain_mean": [0.1],

@@ -39,6 +39,7 @@ rule report:
         reference_rule=REFERENCE_RULE,
         trl="results/trl",  # its *.json, if `snakemake trl` wrote them before
         sync_regime="results/sync_regime.csv",  # if `snakemake sync_regime` wrote it before
+        ablations="results/ablations",  # its tables, if `snakemake ablations` wrote them before
         reference=REFERENCE,
     conda:
         "../../environment.yml"

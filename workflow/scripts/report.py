@@ -15,6 +15,16 @@ def table(paths):
     return pd.read_csv(paths[0]) if paths else None
 
 
+def ablation_tables(folder: Path):
+    """The tables `snakemake ablations` wrote before, or None if it has not run."""
+    files = {"summary": "summary.csv", "accuracy": "accuracy.csv", "verdicts": "verdicts.csv",
+             "sweep": "memory_sweep.csv"}
+    if not all((folder / files[k]).exists() for k in ("summary", "accuracy")):
+        return None
+    return {k: pd.read_csv(folder / f) if (folder / f).exists() else None
+            for k, f in files.items()}
+
+
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     i = snakemake.input
     lr_sweep, regime = Path(snakemake.params.lr_sweep), Path(snakemake.params.sync_regime)
@@ -29,7 +39,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         if i.long_runs else None,
         trl=[json.loads(p.read_text()) for p in sorted(Path(snakemake.params.trl).glob("*.json"))],
         reference=snakemake.params.reference,
-        sync_regime=pd.read_csv(regime) if regime.exists() else None)
+        sync_regime=pd.read_csv(regime) if regime.exists() else None,
+        ablations=ablation_tables(Path(snakemake.params.ablations)))
     with atomic_path(snakemake.output[0]) as tmp:
         tmp.write_text(text)
     progress("report results/REPORT.md", jobs=int(ledger["jobs"].sum()),
