@@ -7,10 +7,15 @@ GPUs alike (each parameter's update is one `torch.compile`d function; the first 
 parameter shape compiles: about 25 s for a tiny model's shapes on one CPU core, once per
 process). Chosen because the same code runs on the CPU here and on GPUs.
 
-Deviation from torchao's usage: the rule compiles every update before the first step
+Deviations from torchao's usage: the rule compiles every update before the first step
 (`compile_ahead`, in its constructor), by stepping a throwaway optimizer over one zero weight
 of each shape. On CPU, a run's step 1 is measured under torch's memory profiler, which records
 the compiler's own work too: a cold compile inside it grew a tiny model's process past 20 GB.
+A compiled graph is reused only under the global state it was compiled in, autocast included,
+so both the throwaway steps and the real ones run with autocast off (`_fp32`): the update is
+fp32 arithmetic either way, and a bf16 run's step 1 would otherwise compile every shape again.
+Weights on the meta device (the config check builds every rule on a meta model) compile
+nothing.
 
 torchao quantizes a tensor only when it has at least 4096 elements and a multiple of
 `block_size`; smaller ones (norms, odd shapes) keep fp32 moments. Both are counted as they
@@ -56,9 +61,16 @@ class AdamW8bit(TorchOptimizerRule):
         compiled function is torchao's module-level one; its guards see the same argument
         types and constants). The trained weights and this optimizer's state are untouched."""
         for shape, dtype, device in {(p.shape, p.dtype, p.device) for _, p in self.named}:
+            if device.type == "meta":
+                continue
             dummy = torch.nn.Parameter(torch.zeros(shape, dtype=dtype, device=device))
             dummy.grad = torch.zeros_like(dummy)
-            AO_AdamW8bit([dummy], **hyper).step()
+            with _fp32(device):
+                AO_AdamW8bit([dummy], **hyper).step()
+
+    def propose(self) -> None:
+        with _fp32(self.named[0][1].device if self.named else torch.device("cpu")):
+            super().propose()
 
     @staticmethod
     def planned(geo: Geometry, options: dict, b: int) -> dict:
@@ -73,6 +85,11 @@ class AdamW8bit(TorchOptimizerRule):
                 "optimizer": sum(state_bytes(math.prod(s), block) for _, s in geo.params),
                 "step": 0, "perturbed_copy": 0, "after_apply": 0,
                 "transient": 2 * geo.largest * f, "frozen_base": False}
+
+
+def _fp32(device: torch.device):
+    """Autocast off on `device`: the global state every update is compiled and run under."""
+    return torch.autocast(device.type, enabled=False)
 
 
 def quantized(numel: int, block: int) -> bool:

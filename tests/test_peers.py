@@ -66,9 +66,15 @@ def test_adamw_8bit_compiles_before_the_first_step(tiny_dir):
     assert not rule.optimizer.state  # the throwaway steps leave this optimizer's state empty
     graphs = counters["stats"]["unique_graphs"]
     assert graphs > 0
-    _step(model, tok, rule)
+    ids = tok(PROMPTS, return_tensors="pt", padding=True)
+    model(**ids, labels=ids["input_ids"]).loss.backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as a bf16 run's update step
+        rule.apply(rule.propose(), 1.0)
     assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled in the first step
     assert rule.optimizer.state
+    with torch.device("meta"):  # the config check's meta model: nothing to compile
+        methods.build("adamw_8bit", torch.nn.Linear(256, 256), {"lr": 1e-3})
+    assert counters["stats"]["unique_graphs"] == graphs
 
 
 def test_adam_mini_keeps_one_second_moment_per_block(tiny_dir):
