@@ -79,10 +79,10 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
                             kl_control=bool(method.get("kl_control")),
                             attention_mask=False,  # no padding: HF's sdpa then takes no mask
                             chunk_tokens=g.get("chunk_tokens"))
-    rule = methods.build(method["rule"], model, method["options"])
-    kl = KLControl(**method["kl_control"]) if method.get("kl_control") else None
     times, rollout_times, sync = [], [], []
-    try:
+    try:  # building the rule allocates too (its state; 8-bit AdamW compiles on throwaway weights)
+        rule = methods.build(method["rule"], model, method["options"])
+        kl = KLControl(**method["kl_control"]) if method.get("kl_control") else None
         for step in range(1, steps + 1):
             if step == 2 and dev.type == "cuda":  # the rollout's own peak
                 torch.cuda.reset_peak_memory_stats(dev)
