@@ -132,7 +132,7 @@ def factor_effects(long_runs: pd.DataFrame, long_summary: pd.DataFrame,
     `last` steps; each averaged over its cell's seeds. `kl` = mean over rules of (with −
     without), `rule` = mean over KL settings of (other rule − reference rule), for the run
     mean; `kl_final`, `rule_final` for the last steps. The caption credits the factor with the
-    larger run-mean effect and names divergences.
+    larger run-mean effect (a comparison of point estimates, not a test) and names divergences.
 
     When every cell ran the same two or more seeds, a seed is one replicate of the whole 2 x 2
     (the four runs share its prompts and base), so each seed gives each effect once and
@@ -169,23 +169,24 @@ def factor_effects(long_runs: pd.DataFrame, long_summary: pd.DataFrame,
         paired = all(s == seeds[0] for s in seeds) and len(seeds[0]) >= 2
         per_seed = contrast({k: v.droplevel("method") for k, v in by_cell.items()}) if paired \
             else None
-        return means, per_seed
+        return means, per_seed, sorted({len(s) for s in seeds})
 
     run_mean, final = effects(runs.mean()), effects(runs.apply(lambda r: r.tail(last).mean()))
     if run_mean is None:
         return none | {"caption": "not a 2 x 2: no factor credited" + tail}
-    (kl, rule), per_seed = run_mean
+    (kl, rule), per_seed, counts = run_mean
     kl_ci, rule_ci = ((None, None) if per_seed is None else
                       (t_interval(per_seed[0])[1:], t_interval(per_seed[1])[1:]))
+    if kl_ci is not None and not all(pd.notna([*kl_ci, *rule_ci])):
+        kl_ci = rule_ci = None  # a run without rewards: no interval
     kl_final, rule_final = final[0]
     credit_kl = abs(kl) >= abs(rule)
     credit = "KL control" if credit_kl else f"the {other} update"
-    n_seeds = long_summary["seed"].nunique()
     if kl_ci is None:
-        basis = f"descriptive, {n_seeds} seed(s) per cell"
+        basis = f"the larger effect; descriptive, {'-'.join(map(str, counts))} seed(s) per cell"
     else:
         lo, hi = kl_ci if credit_kl else rule_ci
-        basis = (f"{n_seeds} paired seeds per cell; its 95% interval "
+        basis = (f"the larger effect; {counts[0]} paired seeds per cell; its 95% interval "
                  f"{'excludes' if lo > 0 or hi < 0 else 'includes'} 0")
 
     def ci(interval):

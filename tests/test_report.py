@@ -196,7 +196,8 @@ def test_stability_factor_effects_interval_over_paired_seeds():
     """Three seeds, each a whole 2 x 2: seed s adds KL-control gain g_s to both rules (0.1,
     0.2, 0.22) and nothing else differs, so the KL effect per seed is g_s and its interval is
     the t-interval of (0.18, 0.2, 0.22), which excludes 0; the rule effect is 0 on every seed.
-    With gains (−0.1, 0.2, 0.3) the interval includes 0, as the caption says. A cell missing a seed: no interval."""
+    With gains (−0.1, 0.2, 0.3) the interval includes 0, as the caption says. A cell missing a
+    seed: no interval."""
     import pandas as pd
 
     from logra.figures import factor_effects
@@ -221,15 +222,15 @@ def test_stability_factor_effects_interval_over_paired_seeds():
     assert effects["rule_ci"] == pytest.approx((0.0, 0.0))
     lo, hi = effects["kl_ci"]
     assert f"KL control +0.200 [{lo:+.3f}, {hi:+.3f}]" in effects["caption"]
-    assert "credit KL control (3 paired seeds per cell; its 95% interval excludes 0)" in \
-        effects["caption"]
+    assert ("credit KL control (the larger effect; 3 paired seeds per cell; its 95% interval "
+            "excludes 0)") in effects["caption"]
     noisy = factor_effects(*table([-0.1, 0.2, 0.3]))
     assert noisy["kl_ci"][0] < 0 < noisy["kl_ci"][1]
     assert "its 95% interval includes 0" in noisy["caption"]
     runs, summary = table([0.18, 0.2, 0.22])
     drop = (runs["method"] == "logra") & (runs["seed"] == 2)
     unpaired = factor_effects(runs[~drop], summary)
-    assert unpaired["kl_ci"] is None and "descriptive" in unpaired["caption"]
+    assert unpaired["kl_ci"] is None and "descriptive, 2-3 seed(s) per cell" in unpaired["caption"]
 
 
 def _sync_columns(transports, full, delta, low_rank, seconds=0.01, changed=0.5, mismatch=1e-3):
