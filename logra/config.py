@@ -55,6 +55,11 @@ def check(config: dict) -> None:
             if task is not None and task not in config["tasks"]:
                 raise ConfigError(f"{key}: {task!r} is not defined under tasks "
                                   f"(defined: {sorted(config['tasks'])})")
+    unscaled = [r for r, scale in (config.get("sync_regime") or {}).get("lr_scales", {}).items()
+                if scale == 1]
+    if len(unscaled) > 1:
+        raise ConfigError(f"sync_regime.lr_scales: regimes {unscaled} all run the methods as "
+                          "they are (scale 1), the same runs; keep one")
     per_task = [(f"methods.{name}.options.{key}", value)
                 for name, m in config["methods"].items()
                 for key, value in m.get("options", {}).items()]

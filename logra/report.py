@@ -316,12 +316,12 @@ def cost_table(summary: pd.DataFrame, reference: str | None) -> pd.DataFrame:
 
 def _cost_section(summary: pd.DataFrame, reference: str | None, title: str,
                   source: str) -> list[str]:
-    t = cost_table(summary, reference)
+    t, ref = cost_table(summary, reference), reference or "the reference"
     return _section(title, source, "Per task and method, means over the runs that finished ok: "
                     "the update's peak memory as measured in the run (CUDA allocator on GPUs, "
-                    f"torch's memory profiler on CPU) and its ratio to {reference}'s, the "
-                    "optimizer state, seconds per step and sync bytes per step (the applied "
-                    "transport).",
+                    f"torch's memory profiler on CPU) and its ratio to {ref}'s, the optimizer "
+                    "state, seconds per step and sync bytes per step (the applied transport, "
+                    "periodic full resyncs included).",
                     {"task": t["task"], "method": t["method"],
                      "peak (MiB)": _fmt(t["peak"], ".2f", 2**20),
                      "vs reference": _fmt(t["peak_vs_reference"]),
