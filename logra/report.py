@@ -321,7 +321,9 @@ def _cost_section(summary: pd.DataFrame, reference: str | None, title: str,
                     "the update's peak memory as measured in the run (CUDA allocator on GPUs, "
                     f"torch's memory profiler on CPU) and its ratio to {ref}'s, the optimizer "
                     "state, seconds per step and sync bytes per step (the applied transport, "
-                    "periodic full resyncs included).",
+                    "periodic full resyncs included). A run's peak is at the sequence lengths it "
+                    "sampled in its profiled steps; the memory sweep compares methods at one "
+                    "fixed shape.",
                     {"task": t["task"], "method": t["method"],
                      "peak (MiB)": _fmt(t["peak"], ".2f", 2**20),
                      "vs reference": _fmt(t["peak_vs_reference"]),
