@@ -27,9 +27,14 @@ def _save(fig, outputs) -> None:
     plt.close(fig)
 
 
+BAND_METHODS = 4
+
+
 def reward_curves(summary: pd.DataFrame, metrics_paths: list[str | Path], outputs: list[str],
                   window: int = 5) -> None:
-    """Metrics files live at results/runs/{task}/{method}/seed{seed}/metrics.csv."""
+    """Metrics files live at results/runs/{task}/{method}/seed{seed}/metrics.csv. One colour per
+    method; the ± sd band over seeds only for up to `BAND_METHODS` methods (more bands hide one
+    another), the legend beside the panels."""
     frames = []
     for p in map(Path, metrics_paths):
         df = pd.read_csv(p)
@@ -38,20 +43,25 @@ def reward_curves(summary: pd.DataFrame, metrics_paths: list[str | Path], output
     data = pd.concat(frames)
     data["reward"] = data.groupby(["task", "method", "seed"])["reward_mean"].transform(
         lambda r: r.rolling(window, min_periods=1).mean())
-    tasks = sorted(data["task"].unique())
+    tasks, methods = sorted(data["task"].unique()), sorted(data["method"].unique())
+    cmap = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
+    color = {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
+    bands = len(methods) <= BAND_METHODS
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False,
                              sharey=True)
     for ax, task in zip(axes[0], tasks):
         for method, d in data[data["task"] == task].groupby("method"):
             stats = d.groupby("step")["reward"].agg(["mean", "std"]).fillna(0)
-            ax.plot(stats.index, stats["mean"], label=method)
-            ax.fill_between(stats.index, stats["mean"] - stats["std"],
-                            stats["mean"] + stats["std"], alpha=0.2)
+            ax.plot(stats.index, stats["mean"], label=method, color=color[method])
+            if bands:
+                ax.fill_between(stats.index, stats["mean"] - stats["std"],
+                                stats["mean"] + stats["std"], color=color[method], alpha=0.2)
         ax.set_title(task)
         ax.set_xlabel("GRPO step")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("training reward (mean of group)")
-    axes[0][-1].legend(title=f"moving avg {window}", fontsize=8)
+    axes[0][-1].legend(title=f"moving avg {window}" + (", band ± sd" if bands else ""),
+                       fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(f"Training reward — measured on {scale_label(summary)}", fontsize=10)
     _save(fig, outputs)
 

@@ -342,3 +342,32 @@ def test_sync_regime_table_and_its_report_section(tmp_path):
     assert "## Sync regime: lr_7b (`results/sync_regime.csv`)" in text
     assert "median |w| of the base, measured: 0.016" in text
     assert "l's low-rank sync sends 0.5x the bytes per step of d's delta sync" in text
+
+
+@pytest.mark.parametrize("n_methods", [2, 12])
+def test_reward_curves_give_each_method_its_own_colour_and_bands_only_when_few(
+        tmp_path, monkeypatch, n_methods):
+    """Every method gets a colour no other method has (the ablations draw 15); the ± sd bands,
+    which hide one another when many overlap, are drawn for at most BAND_METHODS methods."""
+    import pandas as pd
+    from matplotlib.collections import PolyCollection
+
+    from logra import figures
+    paths = []
+    for m in range(n_methods):
+        for seed in (0, 1):
+            p = tmp_path / "runs" / "a" / f"method{m}" / f"seed{seed}" / "metrics.csv"
+            p.parent.mkdir(parents=True)
+            pd.DataFrame({"step": [1, 2, 3], "reward_mean": [0.1 * m, 0.2, 0.3 + seed]}
+                         ).to_csv(p, index=False)
+            paths.append(p)
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, outputs: drawn.update(fig=fig))
+    summary = pd.DataFrame({"status": "ok", "device": "cpu", "n_params": 1_360_000,
+                            "model": "tiny", "steps": 3, "seed": [0, 1]})
+    figures.reward_curves(summary, paths, [str(tmp_path / "r.png")])
+    ax = drawn["fig"].axes[0]
+    colours = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    assert len(colours) == n_methods and len(set(map(str, colours.values()))) == n_methods
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == (n_methods if n_methods <= figures.BAND_METHODS else 0)
