@@ -1,8 +1,8 @@
 """Figures (matplotlib). Every figure says what it was made with: device, model size, steps.
 
 `reward_curves`: mean training reward per GRPO step for each task (one panel each) and method
-(one line each, mean over seeds, band = ± one sd over seeds, smoothed with a moving average
-whose window is stated in the legend title).
+(one line each, mean over seeds, smoothed with a moving average whose window is stated in the
+legend title; with at most `BAND_METHODS` methods, a band of ± one sd over seeds).
 """
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ BAND_METHODS = 4
 def reward_curves(summary: pd.DataFrame, metrics_paths: list[str | Path], outputs: list[str],
                   window: int = 5) -> None:
     """Metrics files live at results/runs/{task}/{method}/seed{seed}/metrics.csv. One colour per
-    method; the ± sd band over seeds only for up to `BAND_METHODS` methods (more bands hide one
-    another), the legend beside the panels."""
+    method up to 20 (tab20's ten dark shades first, then its light ones); the ± sd band over
+    seeds only for up to `BAND_METHODS` methods (more bands hide one another); the legend beside
+    the panels."""
     frames = []
     for p in map(Path, metrics_paths):
         df = pd.read_csv(p)
@@ -44,8 +45,9 @@ def reward_curves(summary: pd.DataFrame, metrics_paths: list[str | Path], output
     data["reward"] = data.groupby(["task", "method", "seed"])["reward_mean"].transform(
         lambda r: r.rolling(window, min_periods=1).mean())
     tasks, methods = sorted(data["task"].unique()), sorted(data["method"].unique())
-    cmap = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
-    color = {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
+    shades = plt.get_cmap("tab20").colors
+    shades = shades[0::2] + shades[1::2]  # dark shades first: the light ones are each a pair's
+    color = {m: shades[i % len(shades)] for i, m in enumerate(methods)}
     bands = len(methods) <= BAND_METHODS
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False,
                              sharey=True)

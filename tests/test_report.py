@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from logra.figures import BAND_METHODS
 from logra.io import write_json
 from logra.report import lr_sweep_table
 
@@ -344,7 +345,7 @@ def test_sync_regime_table_and_its_report_section(tmp_path):
     assert "l's low-rank sync sends 0.5x the bytes per step of d's delta sync" in text
 
 
-@pytest.mark.parametrize("n_methods", [2, 12])
+@pytest.mark.parametrize("n_methods", [2, BAND_METHODS, BAND_METHODS + 1, 15])
 def test_reward_curves_give_each_method_its_own_colour_and_bands_only_when_few(
         tmp_path, monkeypatch, n_methods):
     """Every method gets a colour no other method has (the ablations draw 15); the ± sd bands,
