@@ -46,7 +46,7 @@ def reward_curves(summary: pd.DataFrame, metrics_paths: list[str | Path], output
         lambda r: r.rolling(window, min_periods=1).mean())
     tasks, methods = sorted(data["task"].unique()), sorted(data["method"].unique())
     shades = plt.get_cmap("tab20").colors
-    shades = shades[0::2] + shades[1::2]  # dark shades first: the light ones are each a pair's
+    shades = shades[0::2] + shades[1::2]  # tab20 pairs each hue (dark, light): tab10's darks first
     color = {m: shades[i % len(shades)] for i, m in enumerate(methods)}
     bands = len(methods) <= BAND_METHODS
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False,
