@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import torch
 from apollo_torch import APOLLOAdamW
+from apollo_torch.random_projector import GradientProjector
+from apollo_torch.svd_projector import GaLoreProjector
 
 from baselines.torch_optimizer import TorchOptimizerRule
 from logra.logra import DEFAULT_MODULES, low_rank_linears
@@ -47,6 +49,7 @@ class APOLLO(TorchOptimizerRule):
                                "the scale (authors: for short warm-ups, small models)"},
                "dense_lr": LR, "modules": {"type": "string"}}
     shardable = False  # not run under FSDP here
+    checkpoint_classes = (GradientProjector, GaLoreProjector)  # `proj`: random, svd
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
                  scale_type: str = "channel", scale: float = 1.0, proj: str = "random",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 from galore_torch import GaLoreAdamW
+from galore_torch.galore_projector import GaLoreProjector
 
 from baselines.torch_optimizer import TorchOptimizerRule
 from logra.logra import DEFAULT_MODULES, low_rank_linears
@@ -30,6 +31,7 @@ class GaLore(TorchOptimizerRule):
                "proj_type": {"type": "string", "enum": ["std", "reverse_std", "right", "left"]},
                "dense_lr": LR, "modules": {"type": "string"}}
     shardable = True  # but it gathers whole gradients for its SVD (see the module docstring)
+    checkpoint_classes = (GaLoreProjector,)  # kept in the optimizer's state, one per weight
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
                  update_proj_gap: int = 20, scale: float = 1.0, proj_type: str = "std",

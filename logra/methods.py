@@ -10,7 +10,9 @@ against them), whether it can run sharded, whether its step can be scaled, its a
     perturbed(step, eta)     context in which forwards see θ + eta * step (KL prediction);
                              θ is restored exactly on exit
     state_tensors() -> list  the optimizer state tensors (labelled "optimizer" when measured)
-    state_dict() -> dict     everything the rule needs to resume (logra/checkpoint.py)
+    state_dict() -> dict     everything the rule needs to resume (logra/checkpoint.py):
+                             tensors, numbers, strings and containers, which a weights-only
+                             load reads, or objects of the classes in `checkpoint_classes`
     load_state_dict(state)   restore it on the same model
 
 and, where the defaults below do not hold for it,
@@ -90,6 +92,9 @@ class UpdateRule:
     # sync transports that apply (logra/sync.py); the first is the rule's own (`auto`):
     # a rule whose sync_payload() is low-rank puts "low_rank" first
     transports: tuple[str, ...] = ("full", "delta")
+    # classes a weights-only load may rebuild in state_dict() (from their attributes, no code
+    # of theirs runs), e.g. a package's projector objects kept in an optimizer's state
+    checkpoint_classes: tuple[type, ...] = ()
     named: list
     grad_norm: float = float("nan")
 

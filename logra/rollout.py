@@ -9,6 +9,11 @@ talks to it over a pipe; `VLLMRolloutEngine` runs vLLM on a GPU. Every engine of
     sync(payload) -> bytes sent (the length of `logra.sync.serialize(payload)`)
     state_dict() -> the engine's weights (for tests and drift checks)
     close()
+
+and raises `EngineError` when the engine fails, dies or does not answer in time: a call to the
+HF engine's process waits at most max(`timeout_s`, `timeout_factor` x the longest earlier call
+of the same kind), so a slow machine does not misfire and a stopped engine cannot hang the
+trainer (the engine is then killed).
 """
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ import multiprocessing as mp
 import pickle
 import subprocess
 import sys
+import threading
+import time
 import traceback
 from multiprocessing.connection import Connection
 from dataclasses import dataclass
@@ -24,6 +31,10 @@ import torch
 from transformers import GenerationConfig
 
 from logra.sync import apply_payload, deserialize, payload_to, serialize
+
+
+class EngineError(RuntimeError):
+    """The rollout engine failed, died or did not answer in time; the message says which."""
 
 
 @dataclass
@@ -111,30 +122,61 @@ def _recv(conn: Connection):
     return pickle.loads(conn.recv_bytes())
 
 
+def _send_quietly(conn: Connection, obj) -> None:
+    """`_send` from a helper thread: a pipe the engine closed is reported by the caller."""
+    try:
+        _send(conn, obj)
+    except OSError:
+        pass
+
+
 class HFRolloutEngine:
     """Hugging Face `generate` in a separate process holding its own weights.
 
     The process is started with `python -m logra.rollout` (not multiprocessing's spawn, which
     re-imports the caller's main script: a Snakemake script would run again) and talks over a
-    multiprocessing pipe whose child end it inherits.
+    multiprocessing pipe whose child end it inherits. Every call is sent from a helper thread
+    (a large payload would block on a full pipe) while this one watches the reply, the process
+    and the clock: see the module docstring for the time limit.
     """
 
-    def __init__(self, model_dir: str, dtype: str = "float32", threads: int = 1):
+    def __init__(self, model_dir: str, dtype: str = "float32", threads: int = 1,
+                 timeout_s: float = 600.0, timeout_factor: float = 20.0):
         self._conn, child = mp.Pipe()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "logra.rollout", str(child.fileno()), str(model_dir), dtype,
              str(threads)], pass_fds=[child.fileno()])
         child.close()
+        self.timeout_s, self.timeout_factor = timeout_s, timeout_factor
+        self._longest: dict[str, float] = {}  # seconds of the longest call, by kind
 
     def _call(self, op: str, args=None):
+        limit = max(self.timeout_s, self.timeout_factor * self._longest.get(op, 0.0))
+        name = f"rollout engine hf (pid {self._proc.pid})"
+        start = time.monotonic()
+        sender = threading.Thread(target=_send_quietly, args=(self._conn, (op, args)),
+                                  daemon=True)
+        sender.start()
         try:
-            _send(self._conn, (op, args))
+            while not self._conn.poll(0.2):  # True on a reply or on a closed pipe
+                if self._proc.poll() is not None:
+                    raise EOFError
+                if time.monotonic() - start > limit:
+                    self._proc.kill()
+                    self._proc.wait()
+                    raise EngineError(
+                        f"{name} did not answer {op!r} within {limit:.0f} s (rollout.timeout_s "
+                        f"{self.timeout_s:g}, or rollout.timeout_factor {self.timeout_factor:g} x "
+                        f"its longest earlier {op!r}, {self._longest.get(op, 0.0):.2f} s); "
+                        "it was killed")
             status, value = _recv(self._conn)
         except (EOFError, OSError) as e:
-            raise RuntimeError(f"rollout engine process died during {op} "
-                               f"(exit code {self._proc.poll()}); see its stderr above") from e
+            raise EngineError(f"{name} died during {op!r} (exit code {self._proc.poll()}); "
+                              "see its stderr above") from e
+        sender.join()
+        self._longest[op] = max(self._longest.get(op, 0.0), time.monotonic() - start)
         if status == "error":
-            raise RuntimeError(f"rollout engine failed on {op}:\n{value}")
+            raise EngineError(f"{name} failed on {op!r}:\n{value}")
         return value
 
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
@@ -157,8 +199,9 @@ class HFRolloutEngine:
             try:
                 self._call("close")
                 self._proc.wait(timeout=30)
-            except (OSError, EOFError, subprocess.TimeoutExpired):
+            except (EngineError, subprocess.TimeoutExpired):
                 self._proc.kill()
+                self._proc.wait()
 
     def __enter__(self):
         return self
@@ -204,13 +247,17 @@ class VLLMRolloutEngine:
     tensors are copied and low-rank steps added (W += lift(C)) where they live; nothing else is
     loaded (a bf16 copy is updated with stochastic rounding, see `logra.sketch.lift_add_`).
 
+    Time limits: a sync waits at most `timeout_s` (collective_rpc's own timeout); generation
+    runs inside vLLM's engine, whose own health checks stop a dead worker.
+
     vLLM does not run on CPU: the import is lazy, and selecting this engine without a CUDA
     device or without vllm installed raises an error that says so. Tensor parallelism is not
     supported (each worker would hold a shard of every fused weight).
     """
 
     def __init__(self, model_dir: str, dtype: str = "bfloat16", threads: int = 1,
-                 gpu_memory_utilization: float = 0.3):
+                 gpu_memory_utilization: float = 0.3, timeout_s: float = 600.0,
+                 timeout_factor: float = 20.0):
         if not torch.cuda.is_available():
             raise RuntimeError("rollout.engine: vllm needs a CUDA GPU and none is visible; "
                                "use rollout.engine: hf on this machine")
@@ -220,6 +267,7 @@ class VLLMRolloutEngine:
             raise RuntimeError("rollout.engine: vllm is selected but not installed "
                                "(pip install vllm on the GPU machines)") from e
         self._vllm = vllm
+        self.timeout_s = timeout_s  # bounds each sync (collective_rpc's timeout)
         self.llm = vllm.LLM(model=model_dir, dtype=dtype, seed=0, enable_prefix_caching=True,
                             gpu_memory_utilization=gpu_memory_utilization,
                             logprobs_mode="processed_logprobs",
@@ -243,7 +291,7 @@ class VLLMRolloutEngine:
 
     def sync(self, payload: dict) -> int:
         data = serialize(payload)
-        self.llm.collective_rpc("logra_apply_payload", args=(data,))
+        self.llm.collective_rpc("logra_apply_payload", timeout=self.timeout_s, args=(data,))
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM did not reset its prefix cache after a sync")
         return len(data)

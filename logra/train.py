@@ -27,11 +27,15 @@ TRL; the clipped loss is kept so that the objective is GRPO's and rollouts may b
 
 Reliability: every `grpo.checkpoint_every` steps the run's full state is checkpointed
 (logra/checkpoint.py) into `checkpoint_dir`; a rerun after a crash or `kill -9` resumes from it
-and ends with the same weights and metrics. Non-finite loss, gradient (LoGRA: sketch) norm or
-realized KL on the probe after the update stop the run with `status: diverged` and `diverged_at_step`;
-the saved model is then the last good checkpoint's (or the base model; `model_step` says which)
-and the checkpoint is kept. A finished run removes its checkpoint. Every output is written
-atomically (logra/io.py).
+and ends with the same weights and metrics. A checkpoint that fails verification is set aside
+and the run starts from its base, or the run stops (`grpo.on_bad_checkpoint`). After each step
+`divergence` decides whether the run has diverged (non-finite values, a realized KL or weight
+norm past its bound, a gradient stuck at zero while rewards vary); such a run stops with
+`status: diverged`, `diverged_at_step` and `diverged_because`, the saved model is the last good
+checkpoint's (or the base model; `model_step` says which) and the checkpoint is kept. A rollout
+engine that fails or stops answering (logra/rollout.py, `EngineError`) stops the run naming the
+step; the checkpoint stays for the rerun. A finished run removes its checkpoint and the folders
+left empty. Every output is written atomically (logra/io.py).
 
 FSDP (`grpo.nproc_per_node` > 1, started by torchrun; logra/distributed.py): rank 0 owns the rollout
 engine and broadcasts the rollouts; each global micro-batch of micro_batch_size x world sequences
@@ -49,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import math
 import random
 import re
@@ -60,13 +65,15 @@ import torch
 from tqdm import tqdm
 
 from logra import checkpoint, distributed, methods, repro
+from logra.distributed import local
 from logra.grpo import group_advantages, kl_k3, policy_loss, token_logprobs
 from logra.io import atomic_path, save_pretrained, write_json
 from logra.kl_control import (KLControl, probe_base, probe_kl, split_probe,
                               calibration as kl_calibration)
-from logra.memory import MemoryMeter, activation_bytes_estimate, analytic_breakdown, tensor_bytes
+from logra.memory import (MemoryMeter, MemoryReport, activation_bytes_estimate,
+                          analytic_breakdown, tensor_bytes)
 from logra.modeling import load, median_abs_weight, n_params
-from logra.rollout import make_engine
+from logra.rollout import EngineError, make_engine
 from logra.sync import SYNC_METRICS, EngineSync, payload_bytes
 from logra.tasks import get_task, read_jsonl
 
@@ -148,24 +155,33 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     run = {"step": 0, "metrics": [], "memory": {}, "memory_seq_len": {},  # by profiled step
            "lowrank_bytes": 0,  # low-rank sync bytes ...
            "lowrank_full": 0,  # ... and what those weights take in full
-           "wall_s": 0.0, "resumed_from": []}
+           "wall_s": 0.0, "resumed_from": [],
+           "zero_grad_steps": 0}  # consecutive steps without a gradient while rewards varied
     ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir and mesh is None else None
     engine_weights = None  # the engine's weights at the checkpoint, on resume
-    if ckpt_path and ckpt_path.exists():
-        state = checkpoint.load(ckpt_path, cfg, model)
+    base_norm = weight_norm(model)  # the divergence bound's reference (LoRA: adapters too)
+    state = resume(ckpt_path, cfg, model, rule, g["on_bad_checkpoint"])
+    discarded = []
+    if isinstance(state, Path):  # corrupt, set aside: the run starts from its base
+        discarded, state = [str(state)], None
+    if state is not None:
         model.load_state_dict(state["model"])
         rule.load_state_dict(state["rule"])
         checkpoint.set_rng_states(state["rng"], rng, shuffle_gen)
         run, engine_weights = state["run"], state["engine"]
+        run["memory"] = {s: MemoryReport(**r) for s, r in run["memory"].items()}
         run["resumed_from"].append(run["step"])
         del state
         print(f"resumed from {ckpt_path} at step {run['step']}")
     metrics, status, diverged_at, oom = run["metrics"], "ok", None, {}
+    diverged_why = None
     budget = cfg.get("memory_budget_bytes")
     cap_cuda_memory(budget, device)
     t_start = time.time() - run["wall_s"]
     engine = (make_engine(cfg["rollout"]["engine"], str(base_dir), dtype=cfg["rollout"]["dtype"],
-                          threads=cfg["threads"], **cfg["rollout"].get("options", {}))
+                          threads=cfg["threads"], timeout_s=cfg["rollout"]["timeout_s"],
+                          timeout_factor=cfg["rollout"]["timeout_factor"],
+                          **cfg["rollout"].get("options", {}))
               if rank == 0 else None)
     full_sync_every = cfg["rollout"]["full_sync_every"]
     syncer = EngineSync(rule, cfg["rollout"].get("sync", "auto"),
@@ -173,6 +189,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     # CPU + FSDP: the profiler's memory timeline cannot follow FSDP's storage resizes (it fails
     # its own version checks), so sharded CPU runs are not measured; CUDA uses the allocator
     profiled = set() if mesh is not None and device.type == "cpu" else {1, g["profile_step"]}
+    step = run["step"]
     try:
         if engine_weights is not None:  # the engine starts from the base weights: restore its own
             engine.sync({"dense": engine_weights})
@@ -220,8 +237,14 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                         "measured peak vs budget, after the step (the larger of the profiled "
                         "steps' peaks)"), "oom_needed_bytes": peak}
                     break
-            if not all(map(math.isfinite, (loss, rule.grad_norm, kl_real))):
+            varied = bool((rewards.view(-1, group).std(dim=1) > 0).any())
+            run["zero_grad_steps"] = (run["zero_grad_steps"] + 1
+                                      if rule.grad_norm == 0 and varied else 0)
+            diverged_why = divergence(loss, rule.grad_norm, kl_real,
+                                      weight_norm(model) / base_norm, run["zero_grad_steps"], g)
+            if diverged_why:
                 status, diverged_at = "diverged", step
+                print(f"diverged at step {step}: {diverged_why}")
                 break
             sync = syncer.step(engine)  # gathered from every rank under FSDP
             lowrank = syncer.lowrank
@@ -249,7 +272,13 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                 checkpoint.save(ckpt_path, {
                     "cfg": cfg, "model": model.state_dict(), "rule": rule.state_dict(),
                     "engine": engine.state_dict(),
-                    "rng": checkpoint.rng_states(rng, shuffle_gen), "run": run})
+                    "rng": checkpoint.rng_states(rng, shuffle_gen),
+                    "run": run | {"memory": {s: dataclasses.asdict(r)  # plain data
+                                             for s, r in run["memory"].items()}}})
+    except EngineError as e:  # the checkpoint stays: a rerun resumes from it
+        raise EngineError(f"{cfg['run_id']} at step {step}: {e}; a rerun resumes from the "
+                          f"last checkpoint ({ckpt_path or 'none: checkpoint_every is 0'})") \
+            from None
     finally:
         if engine:
             engine.close()
@@ -260,7 +289,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         cap_cuda_memory(None, device)  # lift the budget cap: saving must not fail for lack of it
         model_step = 0
         if ckpt_path and ckpt_path.exists():  # loaded before unwrap: LoRA's names match then
-            state = checkpoint.load(ckpt_path, cfg, model)
+            state = checkpoint.load(ckpt_path, cfg, model, rule.checkpoint_classes)
             model.load_state_dict(state["model"])
             model_step = state["run"]["step"]
             del state
@@ -282,11 +311,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         save_pretrained(saved, tokenizer, out_dir / "model")
         fingerprint = {"weights": repro.model_digest(out_dir / "model"),
                        "metrics": repro.metrics_digest(metrics)}
-    if ckpt_path and status == "ok":
-        ckpt_path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # the directories too, when nothing else is in them
-            ckpt_path.parent.rmdir()
-            ckpt_path.parent.parent.rmdir()
+    if ckpt_path and status == "ok":  # and <task>/<method>/seed<k>/<hash>/ when empty
+        checkpoint.remove(ckpt_path)
     # the profiled step with the larger peak (step 1 or grpo.profile_step) is the run's
     peak_step = max(run["memory"], key=lambda s: run["memory"][s].peak_bytes, default=None)
     memory = run["memory"].get(peak_step)
@@ -311,7 +337,10 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
 
     kl_real = [m["kl_real"] for m in metrics]
     return {
-        "status": status, "diverged_at_step": diverged_at, "memory_budget_bytes": budget, **oom,
+        "status": status, "diverged_at_step": diverged_at, "diverged_because": diverged_why,
+        "memory_budget_bytes": budget, **oom,
+        # corrupt checkpoints found at the start, set aside (grpo.on_bad_checkpoint)
+        "checkpoints_set_aside": discarded,
         "model_step": model_step,  # the step whose weights were saved (0 = the base model)
         "checkpoint": str(ckpt_path) if ckpt_path and ckpt_path.exists() else None,
         "resumed_from_steps": run["resumed_from"],
@@ -351,6 +380,53 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         "eval_accuracy": None, "config": cfg,
         # what the bits depend on, and the bits: weights and metrics without machine columns
         "machine": repro.machine(), "fingerprint": fingerprint}
+
+
+def resume(ckpt_path: Path | None, cfg: dict, model, rule, on_bad: str) -> dict | Path | None:
+    """The checkpoint of this run at `ckpt_path`, verified (logra/checkpoint.py); None when
+    there is none. A corrupt one is set aside (its new path is returned) with `on_bad`
+    "set_aside", else the error stops the run, naming the file and what to do."""
+    if ckpt_path is None or not ckpt_path.exists():
+        return None
+    try:
+        return checkpoint.load(ckpt_path, cfg, model, rule.checkpoint_classes)
+    except checkpoint.CorruptCheckpoint as e:
+        if on_bad == "stop":
+            raise checkpoint.CorruptCheckpoint(
+                f"{e}. Move it aside (or delete it) to start the run from its base, or set "
+                "grpo.on_bad_checkpoint: set_aside") from None
+        bad = checkpoint.set_aside(ckpt_path)
+        print(f"{e}; set aside as {bad}: the run starts from its base")
+        return bad
+
+
+def weight_norm(model) -> float:
+    """‖θ‖ over every parameter (sharded ones over all ranks), in float64."""
+    sq = sum(torch.linalg.vector_norm(local(p.detach()), dtype=torch.float64) ** 2
+             for p in model.parameters())
+    return math.sqrt(distributed.all_reduce(torch.as_tensor(sq, dtype=torch.float64)).item())
+
+
+def divergence(loss: float, grad_norm: float, kl_real: float, weight_ratio: float,
+               zero_grad_steps: int, g: dict) -> str | None:
+    """Why a run has diverged after this step, or None: a non-finite loss, gradient norm
+    (LoGRA: sketch norm) or realized KL; a realized KL on the probe above
+    `grpo.max_kl_per_step`; ‖θ‖ / ‖θ_base‖ above `grpo.max_weight_norm_ratio`; or
+    `grpo.max_zero_grad_steps` steps in a row with a zero gradient while some group's rewards
+    varied (a step whose groups all have equal rewards has no gradient, rightly)."""
+    if not all(map(math.isfinite, (loss, grad_norm, kl_real, weight_ratio))):
+        return (f"non-finite loss {loss}, gradient norm {grad_norm}, realized KL {kl_real} or "
+                f"weight norm ratio {weight_ratio}")
+    if kl_real > g["max_kl_per_step"]:
+        return (f"realized KL {kl_real:.3g} nats on the probe > grpo.max_kl_per_step "
+                f"{g['max_kl_per_step']:g}")
+    if weight_ratio > g["max_weight_norm_ratio"]:
+        return (f"weight norm {weight_ratio:.3g}x the base's > grpo.max_weight_norm_ratio "
+                f"{g['max_weight_norm_ratio']:g}")
+    if g["max_zero_grad_steps"] and zero_grad_steps >= g["max_zero_grad_steps"]:
+        return (f"zero gradient for {zero_grad_steps} steps in a row while rewards varied "
+                f"within groups (grpo.max_zero_grad_steps {g['max_zero_grad_steps']})")
+    return None
 
 
 def update_step(model, ref_model, rule, kl_control, batch, probe, g,

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -23,8 +24,37 @@ from logra.checkpoint import CheckpointError
 from logra.config import run_config, validate_file
 from logra.methods import RULES
 from logra.modeling import build_tiny, load
+from logra.rollout import EngineError
 from logra.tasks import TASKS, ArithmeticTask, register_task, write_jsonl
 from logra.train import METRIC_COLUMNS, train
+
+
+class CoinFlip(ArithmeticTask):
+    """Reward 1 on every other call, whatever the completion: rewards vary within every group,
+    so a zero gradient is never explained by equal rewards."""
+    name = "coin-flip-test"
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.calls = 0
+
+    def reward(self, completion, example):
+        self.calls += 1
+        return float(self.calls % 2)
+
+
+def engine_pids() -> list[int]:
+    """Rollout engine processes started by this process."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and b"logra.rollout" in cmd:
+            pids.append(int(stat.parent.name))
+    return pids
 
 
 class DigitFraction(ArithmeticTask):
@@ -35,15 +65,20 @@ class DigitFraction(ArithmeticTask):
         super().__init__(**options)
         self.nan_after, self.calls = nan_after, 0
 
+    on_call = None  # a test's fault injection: called with the count of reward calls
+
     def reward(self, completion, example):
         self.calls += 1
+        if self.on_call:
+            self.on_call(self.calls)
         if self.nan_after and self.calls > self.nan_after:
             return math.nan
         return sum(c.isdigit() for c in completion) / max(len(completion), 1)
 
 
-if DigitFraction.name not in TASKS:
-    register_task(DigitFraction)
+for _task in (DigitFraction, CoinFlip):
+    if _task.name not in TASKS:
+        register_task(_task)
 
 METHODS = {
     "dense_adam": {"rule": "dense_adam", "options": {"lr": 1.0e-3}},
@@ -167,7 +202,7 @@ def test_divergence_stops_with_status_and_keeps_last_good_checkpoint(tmp_path, t
     assert summary["status"] == "diverged" and summary["diverged_at_step"] == 4
     ckpt_path = checkpoint.path(ckpt, cfg)
     assert summary["checkpoint"] == str(ckpt_path) and summary["model_step"] == 2
-    state = torch.load(ckpt_path, weights_only=False)
+    state = checkpoint.read(ckpt_path)
     assert state["run"]["step"] == 2
     saved = weights(tmp_path / "run")  # the model saved is the last good checkpoint's
     for n, w in saved.items():
@@ -199,6 +234,171 @@ def test_run_over_its_memory_budget_records_oom(tmp_path, tiny_dir):
     assert summary["oom_needed_bytes"] > 10**6 and "after the step" in summary["oom_check"]
     assert summary["steps"] == 2 and (tmp_path / "run/model/config.json").exists()
     # kept like a divergence: the model is the last good checkpoint's (step 2)
-    state = torch.load(checkpoint.path(tmp_path / "ckpt", cfg), weights_only=False)
+    state = checkpoint.read(checkpoint.path(tmp_path / "ckpt", cfg))
     for n, w in weights(tmp_path / "run").items():
         assert torch.equal(w, state["model"][n]), n
+
+
+# -- hardening: checkpoints verified before they are trusted, divergence beyond NaN, a hung engine
+
+
+class Evil:
+    """Unpickling it would run a command (touch a marker file)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.fixture(scope="module")
+def genuine(tmp_path_factory, tiny_dir):
+    """A run killed after a checkpoint, its checkpoint, and the uninterrupted run's weights."""
+    tmp_path = tmp_path_factory.mktemp("genuine")
+    cfg, train_jsonl = make_run(tmp_path, "dense_adam")
+    train(cfg, tiny_dir, train_jsonl, tmp_path / "reference")
+    ckpt = tmp_path / "ckpt"
+    killed_run(cfg, tiny_dir, train_jsonl, tmp_path / "killed", ckpt)
+    return cfg, train_jsonl, checkpoint.path(ckpt, cfg), weights(tmp_path / "reference")
+
+
+def _flip(path):
+    data = bytearray(path.read_bytes())
+    for i in (len(data) // 2, len(data) // 2 + 1):  # inside the weights' tensor records
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+def _truncate_with_its_digest(path):  # the digest rewritten too: the load itself must refuse
+    _truncate(path)
+    checkpoint.digest_path(path).write_text(f"{checkpoint._sha256(path)}  state.pt\n")
+
+
+@pytest.mark.parametrize("corrupt, message", [
+    (_flip, "its SHA-256 does not match state.pt.sha256"),
+    (_truncate, "its SHA-256 does not match state.pt.sha256"),
+    (_truncate_with_its_digest, "refused by the weights-only load"),
+])
+def test_a_corrupt_checkpoint_is_never_resumed(tmp_path, tiny_dir, genuine, corrupt, message):
+    """Corrupted or cut short: with on_bad_checkpoint stop the run stops naming the file; by
+    default it is set aside (kept, as state.pt.bad) and the run starts from its base, ending as
+    an uninterrupted run does."""
+    cfg, train_jsonl, source, reference = genuine
+    ckpt = tmp_path / "checkpoints/t/m/seed0"
+    path = checkpoint.path(ckpt, cfg)
+    path.parent.mkdir(parents=True)
+    for f in (source, checkpoint.digest_path(source)):
+        (path.parent / f.name).write_bytes(f.read_bytes())
+    corrupt(path)
+
+    stop = json.loads(json.dumps(cfg))
+    stop["grpo"]["on_bad_checkpoint"] = "stop"
+    with pytest.raises(CheckpointError, match=rf"{path}: {message}.*Move it aside"):
+        train(stop, tiny_dir, train_jsonl, tmp_path / "stopped", ckpt)
+    assert path.exists()  # untouched
+    summary = train(cfg, tiny_dir, train_jsonl, tmp_path / "run", ckpt)
+    assert summary["status"] == "ok" and summary["resumed_from_steps"] == []
+    assert summary["checkpoints_set_aside"] == [f"{path}.bad"]
+    assert Path(f"{path}.bad").exists()  # evidence kept
+    got = weights(tmp_path / "run")
+    assert all(torch.equal(got[n], reference[n]) for n in reference)
+
+
+def test_a_checkpoint_whose_unpickling_runs_code_is_refused_and_nothing_runs(tmp_path, tiny_dir,
+                                                                             genuine):
+    """Even with a matching digest (whoever wrote the file could write that too)."""
+    cfg, train_jsonl, _, _ = genuine
+    marker, ckpt = tmp_path / "ran", tmp_path / "ckpt"
+    path = checkpoint.path(ckpt, cfg)
+    checkpoint.save(path, {"cfg": cfg, "model": Evil(marker)})
+    model, _ = load(tiny_dir)
+    with pytest.raises(CheckpointError, match=rf"{path}: refused by the weights-only load"):
+        checkpoint.load(path, cfg, model)
+    summary = train(cfg, tiny_dir, train_jsonl, tmp_path / "run", ckpt)
+    assert summary["status"] == "ok" and summary["checkpoints_set_aside"] == [f"{path}.bad"]
+    assert not marker.exists()
+
+
+def test_a_finished_run_leaves_no_empty_checkpoint_folders(tmp_path, tiny_dir, genuine):
+    cfg, train_jsonl, source, _ = genuine
+    root = tmp_path / "checkpoints"
+    ckpt = root / "arithmetic/dense_adam/seed0"
+    path = checkpoint.path(ckpt, cfg)
+    path.parent.mkdir(parents=True)
+    for f in (source, checkpoint.digest_path(source)):
+        (path.parent / f.name).write_bytes(f.read_bytes())
+    assert train(cfg, tiny_dir, train_jsonl, tmp_path / "run", ckpt)["resumed_from_steps"]
+    assert list(root.iterdir()) == []
+
+
+def test_a_huge_lr_is_divergence_not_a_finished_run(tmp_path, tiny_dir):
+    """Dense Adam at lr 1e6: the weight norm explodes at the first step with a gradient (the
+    random model's first rollouts may all score 0), its realized KL finite."""
+    cfg, train_jsonl = make_run(tmp_path, "dense_adam")
+    cfg["method"]["options"]["lr"] = 1.0e6
+    summary = train(cfg, tiny_dir, train_jsonl, tmp_path / "run", tmp_path / "ckpt")
+    assert summary["status"] == "diverged"
+    before = pd.read_csv(tmp_path / "run/metrics.csv")
+    assert len(before) == summary["diverged_at_step"] - 1 and (before["grad_norm"] == 0).all()
+    assert summary["diverged_because"].startswith("weight norm")
+    assert "grpo.max_weight_norm_ratio 2" in summary["diverged_because"]
+    assert summary["model_step"] == 0  # scored on the base model
+    base = load_file(tiny_dir / "model.safetensors")
+    assert all(torch.equal(w, base[n]) for n, w in weights(tmp_path / "run").items())
+
+
+def test_a_step_over_the_kl_bound_is_divergence(tmp_path, tiny_dir):
+    cfg, train_jsonl = make_run(tmp_path, "dense_adam")
+    cfg["grpo"]["max_kl_per_step"] = 1e-12
+    summary = train(cfg, tiny_dir, train_jsonl, tmp_path / "run")
+    assert summary["status"] == "diverged"  # at the first step that moved the policy
+    before = pd.read_csv(tmp_path / "run/metrics.csv")
+    assert len(before) == summary["diverged_at_step"] - 1 and (before["kl_real"] == 0).all()
+    assert summary["diverged_because"].startswith("realized KL")
+
+
+def test_zero_gradients_while_rewards_vary_are_divergence(tmp_path, tiny_dir):
+    """A saturated policy (lr 1e6, the norm bound lifted): every sampled token has probability
+    1, so the gradient is exactly zero although every group's rewards differ."""
+    cfg, train_jsonl = make_run(tmp_path, "dense_adam", max_zero_grad_steps=3,
+                                max_weight_norm_ratio=1e30, max_kl_per_step=1e30)
+    cfg["method"]["options"]["lr"] = 1.0e6
+    cfg["task"] = {"type": CoinFlip.name, "options": {"digits": 1}}
+    summary = train(cfg, tiny_dir, train_jsonl, tmp_path / "run")
+    metrics = pd.read_csv(tmp_path / "run/metrics.csv")
+    assert summary["status"] == "diverged", metrics[["step", "grad_norm"]]
+    assert "zero gradient for 3 steps in a row" in summary["diverged_because"]
+    zero = metrics["grad_norm"] == 0
+    assert zero.iloc[-2:].all() and summary["diverged_at_step"] == len(metrics) + 1
+
+
+def test_a_stopped_engine_cannot_hang_the_trainer(tmp_path, tiny_dir):
+    """SIGSTOP of the engine during step 3: the next call to it times out after
+    rollout.timeout_s (which must cover the engine's start-up, inside its first call: ~10 s
+    here), naming the engine and the step; the rerun resumes from step 2."""
+    cfg, train_jsonl = make_run(tmp_path, "dense_adam")
+    cfg["rollout"]["timeout_s"] = 30
+
+    def stop_engine(calls):  # the first reward of step 3 (8 rollouts per step)
+        if calls == 2 * 8 + 1:
+            for pid in engine_pids():
+                os.kill(pid, signal.SIGSTOP)
+    start = time.time()
+    DigitFraction.on_call = staticmethod(stop_engine)
+    try:
+        with pytest.raises(EngineError, match=r"digits/dense_adam/seed0 at step 3: rollout "
+                                              r"engine hf \(pid \d+\) did not answer 'sync' "
+                                              r"within 30 s.*a rerun resumes from the last "
+                                              r"checkpoint"):
+            train(cfg, tiny_dir, train_jsonl, tmp_path / "run", tmp_path / "ckpt")
+    finally:
+        DigitFraction.on_call = None
+    assert time.time() - start < 120 and not engine_pids()  # killed, not left behind
+    cfg["rollout"]["timeout_s"] = 600  # how a run is supervised is not part of its identity
+    summary = train(cfg, tiny_dir, train_jsonl, tmp_path / "run", tmp_path / "ckpt")
+    assert summary["status"] == "ok" and summary["resumed_from_steps"] == [2]

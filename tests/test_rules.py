@@ -61,8 +61,8 @@ def test_every_registered_rule_is_covered_and_declares_its_options():
 def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, case):
     """propose/apply trains; `perturbed` restores θ exactly (or says the rule cannot be
     scaled); an engine fed only sync payloads equals `engine_weights()` after every step; the
-    state round-trips through a checkpoint into a rule on a fresh model, which then takes the
-    same next step; `unwrap` leaves a plain architecture that AutoModelForCausalLM loads."""
+    state round-trips through a weights-only checkpoint into a rule on a fresh model, which
+    then takes the same next step; `unwrap` leaves a plain architecture that AutoModelForCausalLM loads."""
     rule_name, options = CASES[case]
     torch.manual_seed(0)
     model, tok = load(tiny_dir)
@@ -87,11 +87,13 @@ def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, case):
         _assert_same(engine, {n: w for n, w in rule.engine_weights().items()})
     assert any(not torch.equal(engine[n], initial[n]) for n in initial)  # it trained
 
-    # resume: the model's and the rule's state, saved and loaded as logra/checkpoint.py does
+    # resume: the model's and the rule's state, saved and loaded as logra/checkpoint.py does:
+    # weights-only, with the classes the rule declares
     buffer = io.BytesIO()
     torch.save({"model": model.state_dict(), "rule": rule.state_dict()}, buffer)
     buffer.seek(0)
-    saved = torch.load(buffer, weights_only=False)
+    with torch.serialization.safe_globals(list(rule.checkpoint_classes)):
+        saved = torch.load(buffer, weights_only=True)
     torch.manual_seed(1)  # a different draw for anything the new rule samples at build
     fresh, _ = load(tiny_dir)
     resumed = methods.build(rule_name, fresh, options)
