@@ -11,26 +11,22 @@ memory_sweep.ablation_methods: results/ablations/memory_sweep.csv), `lr_sweep` (
 """
 import os
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
-from logra.config import (add_lr_sweep_methods, add_sync_regime_methods, base_input, check,
-                          generation_room, hub_models, job_resources, run_config,
+from logra.config import (add_lr_sweep_methods, add_sync_regime_methods, base_input,
+                          generation_room, hub_models, job_resources, resolve, run_config,
                           stability_runs, start_model, sync_regime_runs, task_options)
 from logra.repro import pin_cpu
 
 min_version("9.0")
 
 
-# A --configfile replaces the default config instead of being merged over it: every config
-# here is complete (the schema fills defaults), and a merge would carry, e.g., the default's
-# per-task lrs into a config with other tasks.
-if not workflow.overwrite_configfiles:
-
-    configfile: "config/config.yaml"
-
-
-validate(config, "workflow/schemas/config.schema.yaml")
-check(config)
+# config/config.yaml, then each --configfile merged over it (one with `complete: true`
+# replaces what came before), then --config key=value; validated and checked (logra/config.py)
+resolved = resolve(workflow.overwrite_configfiles, workflow.config_settings.config,
+                   default=os.path.join(workflow.basedir, "config", "config.yaml"))
+config.clear()
+config.update(resolved)
 if config["device"] == "cpu" and config["reproducible"]:
     pin_cpu()  # every job started from here inherits the pinned kernels (logra/repro.py)
 if config["model"]["name"] == "tiny":  # built locally: nothing may come from a hub

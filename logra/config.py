@@ -1,12 +1,23 @@
-"""Configuration: the checks a JSON schema cannot express, and one run's resolved config.
+"""Configuration: how config files combine, the checks a JSON schema cannot express, and one
+run's resolved config.
 
-The schema (`workflow/schemas/config.schema.yaml`) validates every key and fills defaults; the
-Snakefile runs it and then `check`, so a bad key or value stops the workflow before any job
-starts, with the key named. `validate_file` does both for use outside Snakemake.
+`resolve` is what the Snakefile calls. It reads `config/config.yaml`, then every
+`--configfile` in order, then `--config key=value`: each merged over what came before as
+Snakemake merges configs (nested maps merge key by key; any other value, a list too,
+replaces), except that a file with `complete: true` replaces everything before it (the
+default included): a config written whole, such as `config/paper.yaml`. Files are read
+strictly (a key given twice is an error naming the file and line). The merged config is then
+validated by the schema (`workflow/schemas/config.schema.yaml`, which fills defaults) and by
+`check`, so a bad key or value stops the workflow before any job starts, naming the key and the
+file that set it. `validate_file` does the same for one complete file, outside Snakemake.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import math
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -18,15 +29,176 @@ SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.
 
 
 
+DEFAULT = SCHEMA.parents[2] / "config" / "config.yaml"
+
+
 class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the key."""
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader that refuses a mapping key given twice (YAML merge keys `<<` may
+    still be overridden, as they are meant to be)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"{self.name}:{line}: key {key!r} is given twice in one "
+                                  f"mapping (first on line {seen[key]}); keep one")
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(path: str | Path) -> dict:
+    """One config file, read strictly (`_StrictLoader`); it must hold a mapping."""
+    path = Path(path)
+    with open(path, encoding="utf-8") as f:
+        loader = _StrictLoader(f)
+        loader.name = str(path)
+        try:
+            data = loader.get_single_data()
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({e})") from None
+        finally:
+            loader.dispose()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file holds a mapping of keys at its top level")
+    return data
+
+
+def merge(config: dict, sources: dict, overlay: Mapping, source: str, prefix=()) -> None:
+    """Merge `overlay` into `config` in place, as Snakemake's `update_config` does (maps key by
+    key, anything else replaced), recording in `sources` which `source` set each key."""
+    for key, value in overlay.items():
+        path = (*prefix, key)
+        if isinstance(value, Mapping) and isinstance(config.get(key), dict):
+            merge(config[key], sources, value, source, path)
+        else:
+            config[key] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
+            for known in [k for k in sources if k[:len(path)] == path]:
+                del sources[known]
+            sources[path] = source
+
+
+def resolve(files: list[str | Path], overrides: Mapping | None = None,
+            default: str | Path | None = DEFAULT) -> dict:
+    """The config the workflow runs: `default`, then `files` in order, then `overrides`
+    (`--config`), merged as the module docstring says, validated (defaults filled) and
+    checked; an error names the key, the file that set it and how files combine."""
+    config: dict = {}
+    sources: dict[tuple, str] = {}
+    order = []
+    for path in ([default] if default else []) + list(files):
+        data = read_yaml(path)
+        if data.get("complete"):  # a config written whole: what came before is dropped
+            config, sources, order = {}, {}, []
+        order.append(str(path) + (" (complete)" if data.get("complete") else ""))
+        merge(config, sources, data, str(path))
+    if overrides:
+        order.append("--config")
+        merge(config, sources, _typed(overrides), "--config")
+    how = ("" if default is None and len(files) == 1 and not overrides else
+           f"config merged from {' < '.join(order)}: later files override the keys they name, "
+           "nested maps merge, and a file with `complete: true` replaces all before it")
+    validate(config, sources, how)
+    try:
+        check(config)
+    except ConfigError as e:  # "key: message": say who set the key, and how files combine
+        key = re.split(r"[:= ]", str(e), maxsplit=1)[0]
+        path = tuple(re.sub(r"\[\d+\]$", "", key).split("."))
+        raise ConfigError(f"{e}{_set_by(sources, path)}{'; ' + how if how else ''}") from None
+    return config
+
+
+def _typed(value):
+    """`--config` values as a YAML file would hold them: Snakemake reads a nested value
+    (`grpo={steps: 2}`) with YAML's base loader, every scalar a string; numbers, booleans and
+    null are restored here (a number in Python's syntax, `1e-3` too)."""
+    if isinstance(value, Mapping):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if isinstance(value, str):
+        for parse in (int, float):
+            with contextlib.suppress(ValueError):
+                return parse(value)
+        if value.lower() in ("true", "false", "null", "~"):
+            return yaml.safe_load(value)
+    return value
+
+
+def _set_by(sources: dict, path: tuple) -> str:
+    """Which config file set the key at `path` (or the nearest map holding it)."""
+    for n in range(len(path), 0, -1):
+        if path[:n] in sources:
+            return f" (set by {sources[path[:n]]})"
+    return ""
+
+
+def _number_hint(value) -> str:
+    """For a string YAML 1.1 reads where a number was meant (`1e-3`), how to write it."""
+    hit = (re.fullmatch(r"([+-]?)(\d+)(?:\.(\d*))?[eE]([+-]?)(\d+)", value.strip())
+           if isinstance(value, str) else None)
+    if not hit:
+        return ""
+    sign, whole, frac, exp_sign, exp = hit.groups()
+    return (f" ({value!r} was read as a string: YAML 1.1 reads an exponent only after a dot "
+            f"and with a sign; write {sign}{whole}.{frac or '0'}e{exp_sign or '+'}{exp})")
+
+
+def validate(config: dict, sources: dict | None = None, how: str = "") -> None:
+    """Validate `config` against the schema, filling defaults in place, then refuse any
+    non-finite number. An error names the key, the value, the file that set it and `how` the
+    files combined, without the schema dump."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+    from snakemake.utils import validate as fill_defaults
+
+    sources = sources or {}
+    error = best_match(Draft202012Validator(yaml.safe_load(SCHEMA.read_text()))
+                       .iter_errors(config))
+    if error is not None:
+        path = tuple(error.absolute_path)
+        by = _set_by(sources, path)
+        missing = re.match(r"'(.+)' is a required property", error.message)
+        if missing:
+            key = ".".join(map(str, (*path, missing.group(1))))
+            raise ConfigError(f"config: {key} is required and no file sets it{by}; "
+                              f"{how or 'a config read alone must be complete'}")
+        raise ConfigError(f"config: {'.'.join(map(str, path)) or '(top level)'}: "
+                          f"{error.message}{_number_hint(error.instance)}{by}"
+                          f"{'; ' + how if how else ''}")
+    fill_defaults(config, str(SCHEMA))
+    for path, value in _numbers(config):
+        if not math.isfinite(value):
+            raise ConfigError(f"config: {'.'.join(map(str, path))}: {value} is not a finite "
+                              f"number{_set_by(sources, path)}")
+
+
+def _numbers(value, path=()):
+    """(path, number) of every float in a config."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _numbers(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _numbers(v, (*path, i))
+    elif isinstance(value, float):
+        yield path, value
+
+
 def check(config: dict) -> None:
-    """Cross-key checks: references between sections, options accepted by the code. The
-    `task_files` are imported first, so the tasks they register are checked like the others."""
+    """Cross-key checks: references between sections, options accepted by the code, data
+    sizes against batch sizes. The `task_files` are imported first, so the tasks they register
+    are checked like the others."""
     load_task_files(config.get("task_files", []))
     _check_rule_options(config)
+    _check_data_sizes(config)
     if config["device"] == "cpu" and config["reproducible"] and config["threads"] != 1:
         raise ConfigError(f"threads: {config['threads']}; reproducible CPU runs use one thread "
                           "per job (set threads: 1, or reproducible: false)")
@@ -93,9 +265,6 @@ def check(config: dict) -> None:
             raise ConfigError(f"methods.{name}.grpo: unknown key {unknown[0]!r} "
                               f"(grpo keys: {sorted(config['grpo'])})")
         g = config["grpo"] | m.get("grpo", {})
-        if g["profile_step"] > g["steps"]:
-            raise ConfigError(f"grpo.profile_step={g['profile_step']} is after the last step "
-                              f"(grpo.steps={g['steps']} for method {name})")
         world = g["nproc_per_node"]
         if world > 1 and name in trained:
             if not methods.rule_class(m["rule"]).shardable:
@@ -133,7 +302,8 @@ def _check_rule_options(config: dict) -> None:
         if error is not None:
             key = ".".join(map(str, error.absolute_path))
             raise ConfigError(f"methods.{name}.options{'.' + key if key else ''}: "
-                              f"{error.message} (rule {m['rule']!r} takes "
+                              f"{error.message}{_number_hint(error.instance)} (rule "
+                              f"{m['rule']!r} takes "
                               f"{sorted(rule.options)})")
         key = f"methods.{name}.sync" if "sync" in m else "rollout.sync"
         try:
@@ -219,12 +389,30 @@ def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
 
 
 def validate_file(path: str | Path) -> dict:
-    """Load a config file, validate it against the schema (filling defaults) and check it."""
-    from snakemake.utils import validate
-    config = yaml.safe_load(Path(path).read_text())
-    validate(config, str(SCHEMA))
-    check(config)
-    return config
+    """One complete config file, read, validated (filling defaults) and checked (`resolve`
+    without the default config under it)."""
+    return resolve([path], default=None)
+
+
+def _check_data_sizes(config: dict) -> None:
+    """The train split must fill SFT's held-out slice plus one batch, and every method's GRPO
+    step (each draws its prompts without replacement)."""
+    n = (config.get("data") or {}).get("n_train")
+    if n is None:  # every row of a dataset: its size is known to the data job
+        return
+    sft = config["sft"]
+    steps = sft["steps"].values() if isinstance(sft["steps"], dict) else [sft["steps"]]
+    if any(steps) and n < sft["eval_examples"] + sft["batch_size"]:
+        raise ConfigError(f"data.n_train: {n} train examples cannot hold SFT's held-out slice "
+                          f"(sft.eval_examples: {sft['eval_examples']}) plus one batch "
+                          f"(sft.batch_size: {sft['batch_size']})")
+    for name, m in config["methods"].items():
+        prompts = (config["grpo"] | m.get("grpo", {}))["prompts_per_step"]
+        if prompts > n:
+            key = (f"methods.{name}.grpo.prompts_per_step" if "prompts_per_step" in
+                   m.get("grpo", {}) else "grpo.prompts_per_step")
+            raise ConfigError(f"{key}: {prompts} prompts per step are drawn from the train "
+                              f"split without replacement, which holds data.n_train: {n}")
 
 
 def stability_runs(config: dict, opt_in: bool = False) -> list[str]:
@@ -354,10 +542,15 @@ def run_config(config: dict, task: str, method: str, seed: int) -> dict:
                    "options": task_options(config["methods"][method].get("options", {}), task),
                    "kl_control": config["methods"][method].get("kl_control")},
         "model_name": (config["methods"][method].get("model") or config["model"])["name"],
-        "grpo": config["grpo"] | config["methods"][method].get("grpo", {}),
+        "grpo": _run_grpo(config["grpo"] | config["methods"][method].get("grpo", {})),
         "rollout": (dict(config["rollout"]) | config["methods"][method].get("rollout", {})
                     | {"sync": sync_transport(config, method)}),
     }
+
+
+def _run_grpo(g: dict) -> dict:
+    """A run's grpo keys: a run shorter than `profile_step` profiles its last step."""
+    return g | {"profile_step": min(g["profile_step"], g["steps"])}
 
 
 def sync_transport(config: dict, method: str) -> str:

@@ -597,8 +597,13 @@ class MathTask(HubTask):
 
 def _iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
     """Yield (1-based line number, object) for each non-blank line."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path}:{lineno}: not UTF-8 (byte 0x{raw[error.start]:02x} at "
+                                 f"column {error.start + 1}); JSONL files are UTF-8") from None
             if not line.strip():
                 continue
             try:
@@ -626,6 +631,23 @@ def read_jsonl(path: str | os.PathLike, required: Iterable[str] = ()) -> list[di
     if not rows:
         raise ValueError(f"{path}: empty JSONL file (no rows)")
     return rows
+
+
+def check_lengths(task: Task, splits: dict[str, list[Example]], max_chars: int,
+                  files: dict[str, str]) -> None:
+    """Refuse an example whose prompt + target exceeds `max_chars` (config
+    `data.max_example_chars`), naming the file its split is written to (`files`) and its line
+    there, and the task's own source file where it reads one."""
+    for split, examples in splits.items():
+        for line, example in enumerate(examples, 1):
+            n = len(example["prompt"]) + len(task.target(example))
+            if n > max_chars:
+                source = getattr(task, "paths", {}).get("test" if split == "test" else "train")
+                raise ValueError(
+                    f"{files.get(split, split)}:{line}: a {split} example of {n:,} characters "
+                    f"(prompt + target) exceeds data.max_example_chars = {max_chars:,}"
+                    + (f" (read from {source})" if source else "")
+                    + "; shorten or drop it, or raise the cap")
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:

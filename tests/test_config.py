@@ -5,10 +5,9 @@ import sys
 
 import pytest
 import yaml
-from snakemake.exceptions import WorkflowError
 
-from logra.config import (ConfigError, add_lr_sweep_methods, run_config, task_options,
-                          validate_file)
+from logra.config import (ConfigError, add_lr_sweep_methods, resolve, run_config,
+                          task_options, validate_file)
 from logra.tasks import get_task
 
 from conftest import ROOT
@@ -39,7 +38,7 @@ def test_default_and_smoke_configs_are_valid():
     (lambda c: c["methods"].update(logra={"rule": "logra", "kl_control": {"target": -1}}),
      "-1 is less than or equal to the minimum of 0"),
     # a stage's value without the others' `default`; a stage no job has
-    (lambda c: c["cluster"].update(mem_gb={"train": 4}), "'default' is a required property"),
+    (lambda c: c["cluster"].update(mem_gb={"train": 4}), "cluster.mem_gb.default is required"),
     (lambda c: c["cluster"]["runtime_min"].update(summary=5), "'summary' is not one of"),
     (lambda c: c["methods"]["dense_adam"].update(rollout={"dtype": "float16"}),
      "'float16' is not one of"),
@@ -49,7 +48,7 @@ def test_default_and_smoke_configs_are_valid():
 def test_schema_rejects_with_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
     edit(config)
-    with pytest.raises(WorkflowError, match=message):
+    with pytest.raises(ConfigError, match=message):
         validate_file(_write(tmp_path, config))
 
 
@@ -75,7 +74,6 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: c["run_methods"].append("galore"), r"run_methods\[2\]: 'galore' is not defined"),
     (lambda c: c["tasks"]["arithmetic"]["options"].update(digitz=3),
      "tasks.arithmetic.options: .*digitz"),
-    (lambda c: c["grpo"].update(profile_step=9), "grpo.profile_step=9 is after the last step"),
     (lambda c: c.update(threads=2), r"threads: 2; reproducible CPU runs use one thread per job"),
     (lambda c: c["sft"].update(steps={"arithmetic": 10}),
      r"sft.steps: no value for task 'countdown' \(given for: \['arithmetic'\]; add it, or a"),
@@ -130,6 +128,92 @@ def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     edit(config)
     with pytest.raises(ConfigError, match=message):
         validate_file(_write(tmp_path, config))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["methods"]["dense_adam"]["options"].update(lr=float("nan")),
+     r"methods.dense_adam.options.lr: nan is not a finite number"),
+    (lambda c: c["grpo"].update(temperature=float("inf")),
+     r"grpo.temperature: inf is not a finite number"),
+    # YAML 1.1 reads 1e-3 as a string: the error says how to write it
+    (lambda c: c["sft"].update(lr="1e-3"),
+     r"sft.lr: '1e-3' is not of type 'number' \('1e-3' was read as a string: .* write 1.0e-3\)"),
+    (lambda c: c["methods"]["dense_adam"]["options"].update(lr="5e-5"),
+     r"methods.dense_adam.options.lr: .* write 5.0e-5"),
+    # sizes that would fail inside a job: SFT's held-out slice + a batch, a GRPO step's prompts
+    (lambda c: c["data"].update(n_train=12),
+     r"data.n_train: 12 train examples cannot hold SFT's held-out slice "
+     r"\(sft.eval_examples: 8\) plus one batch \(sft.batch_size: 8\)"),
+    (lambda c: (c["data"].update(n_train=16), c["methods"]["dense_adam"].update(
+        grpo={"prompts_per_step": 17})),
+     r"methods.dense_adam.grpo.prompts_per_step: 17 prompts per step .* data.n_train: 16"),
+])
+def test_bad_values_that_used_to_pass_are_named(tmp_path, edit, message):
+    config = copy.deepcopy(SMOKE)
+    edit(config)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.dump(config))  # .nan, .inf; '1e-3' quoted, as YAML 1.1 reads 1e-3
+    with pytest.raises(ConfigError, match=message):
+        validate_file(path)
+
+
+def test_a_key_given_twice_is_refused_naming_file_and_line(tmp_path):
+    path = tmp_path / "config.yaml"
+    text = (ROOT / "tests/data/smoke.yaml").read_text()
+    path.write_text(text.replace("grpo: {steps: 3,", "grpo: {steps: 3, steps: 30,"))
+    line = 1 + text[:text.index("grpo: {steps: 3,")].count("\n")
+    with pytest.raises(ConfigError, match=rf"config.yaml:{line}: key 'steps' is given twice in "
+                                          rf"one mapping \(first on line {line}\)"):
+        validate_file(path)
+    path.write_text(text + "seeds: [5]\n")
+    with pytest.raises(ConfigError, match=r"key 'seeds' is given twice .* \(first on line 4\)"):
+        validate_file(path)
+    # YAML merge keys may still be overridden: config/config.yaml is full of them
+    validate_file(ROOT / "config/config.yaml")
+
+
+def test_an_overlay_changes_only_the_keys_it_names(tmp_path):
+    """`--configfile` files merge over config/config.yaml as Snakemake merges configs, and
+    `--config` values (every nested scalar a string, as Snakemake passes them) over both."""
+    default = resolve([])
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("grpo: {steps: 2}\nmethods: {logra: {options: {rank: 4}}}\n")
+    merged = resolve([overlay])
+    assert merged["grpo"] == default["grpo"] | {"steps": 2}
+    assert merged["methods"]["logra"]["options"] == default["methods"]["logra"]["options"] | {
+        "rank": 4}
+    assert {k: v for k, v in merged.items() if k not in ("grpo", "methods")} == \
+        {k: v for k, v in default.items() if k not in ("grpo", "methods")}
+    given = resolve([overlay], {"grpo": {"steps": "3", "beta": "1e-3"}, "seeds": [7]})
+    assert (given["grpo"]["steps"], given["grpo"]["beta"], given["seeds"]) == (3, 0.001, [7])
+
+
+def test_a_complete_config_replaces_what_came_before():
+    paper = resolve([ROOT / "config/paper.yaml"])
+    assert set(paper["tasks"]) == {"gsm8k", "math"}  # not the default's tasks beside them
+    assert paper == validate_file(ROOT / "config/paper.yaml")
+    assert resolve([ROOT / "tests/data/smoke.yaml"]) == validate_file(
+        ROOT / "tests/data/smoke.yaml")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("grpo: {steps: 0}\n",
+     r"config: grpo.steps: 0 is less than the minimum of 1 \(set by .*overlay.yaml\); config "
+     r"merged from .*config/config.yaml < .*overlay.yaml: later files override the keys they "
+     r"name, nested maps merge, and a file with `complete: true` replaces all before it"),
+    ("complete: true\ngrpo: {steps: 2}\n",
+     r"config: seeds is required and no file sets it; config merged from .*overlay.yaml "
+     r"\(complete\)"),
+    # a task added without the per-task values the default gives its own tasks
+    ("tasks: {successor: {type: linear}}\n",
+     r"methods.dense_adam.options.lr: no value for task 'successor' .* \(set by "
+     r".*config/config.yaml\); config merged from"),
+])
+def test_a_broken_overlay_names_the_key_the_file_and_how_files_combine(tmp_path, text, message):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        resolve([overlay])
 
 
 def test_snakemake_stops_before_any_job(tmp_path):

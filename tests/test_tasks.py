@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from logra.tasks import (
     TASKS,
     Task,
+    check_lengths,
     evaluate_expression,
     extract_number,
     get_task,
@@ -419,6 +420,28 @@ def test_read_jsonl_missing_required_field(tmp_path):
     with pytest.raises(ValueError, match=r"train\.jsonl:2: missing field 'answer'"):
         read_jsonl(path, required=("prompt", "answer"))
     assert len(read_jsonl(path)) == 2
+
+
+def test_non_utf8_byte_is_named_with_file_and_line(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(b'{"question": "1+1", "answer": "2"}\n{"question": "caf\xe9", "answer": "3"}\n')
+    with pytest.raises(ValueError, match=r"train\.jsonl:2: not UTF-8 \(byte 0xe9 at column 18\)"):
+        read_jsonl(path)
+
+
+def test_an_example_longer_than_the_cap_is_named_with_file_and_line(tmp_path):
+    for split, question in (("train", "x" * 100_000), ("test", "1+1")):
+        rows = [{"question": "2+2", "answer": "#### 4"}, {"question": question,
+                                                          "answer": "#### 2"}]
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = get_task("gsm8k", train_path=tmp_path / "train.jsonl",
+                    test_path=tmp_path / "test.jsonl")
+    splits = task.splits(0, None, None)
+    with pytest.raises(ValueError, match=r"out/train\.jsonl:2: a train example of 100,0\d\d "
+                                         r"characters .* exceeds data\.max_example_chars = "
+                                         r"4,096 \(read from .*train\.jsonl\)"):
+        check_lengths(task, splits, 4096, {"train": "out/train.jsonl"})
+    check_lengths(task, splits, 200_000, {})  # under the cap: nothing to say
 
 
 def test_read_jsonl_empty_file(tmp_path):

@@ -58,8 +58,8 @@ def test_default_config_targets_resolve(tmp_path, target, jobs):
 def test_paper_config_resolves_on_slurm(tmp_path):
     """config/paper.yaml through snakemake-executor-plugin-slurm and the slurm workflow profile,
     dry, as the README's cluster command runs it from the repository root: in a copy of the
-    root's config/ and profile, so config/config.yaml is found too (a --configfile replaces it,
-    never merges into it), and no results of the checkout count. The full paper grid
+    root's config/ and profile, so no results of the checkout count (paper.yaml is complete:
+    config/config.yaml is not merged under it). The full paper grid
     resolves, sharded runs ask for the node's 8 GPUs, LoRA runs and lm-eval for one, and each
     job for the host memory the config gives its stage."""
     import shutil
@@ -91,6 +91,71 @@ def test_paper_config_resolves_on_slurm(tmp_path):
     assert resources[("train", "logra")]["mem_mb"] == str(cluster["mem_gb"]["train"] * 1024)
     assert resources[("eval_run", "logra")]["mem_mb"] == str(cluster["mem_gb"]["eval"] * 1024)
     assert "slurm" in out.stdout + out.stderr  # the plugin was the executor
+
+
+def test_an_overlay_of_one_key_plans_and_runs_the_default_with_it(tmp_path):
+    """The README's overlay: a file holding `grpo: {steps: 2}` plans the default grid, and its
+    run (SFT shortened by --config, to be quick) trains 2 steps with every other grpo key as
+    config/config.yaml gives it."""
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("grpo: {steps: 2}\n")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--configfile",
+           str(overlay), "--directory", str(tmp_path)]
+    plan = subprocess.run(cmd + ["-n"], capture_output=True, text=True)
+    assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
+    assert re.search(r"^train\s+16$", plan.stdout, re.M)
+    run = "results/runs/arithmetic/dense_adam/seed0/summary.json"
+    out = subprocess.run(cmd + ["--cores", "2", run, "--config",
+                                "sft={steps: {arithmetic: 5, countdown: 5}}"],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads((tmp_path / run).read_text())
+    default = validate_file(ROOT / "config/config.yaml")
+    assert summary["steps"] == 2 and summary["status"] == "ok"
+    assert summary["config"]["grpo"] == default["grpo"] | {"steps": 2, "profile_step": 2}
+
+
+def test_complete_configs_resolve_from_the_repository_root(tmp_path):
+    """`--configfile config/paper.yaml` (and the smoke config) as the README writes it, from the
+    root: each declares `complete: true`, so the default's tasks do not join them."""
+    for config, jobs in (("config/paper.yaml", {"train": 48}), ("tests/data/smoke.yaml",
+                                                                {"train": 8, "data": 2})):
+        out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", config,
+                              "--directory", str(tmp_path)], capture_output=True, text=True,
+                             cwd=ROOT)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        for rule, count in jobs.items():
+            assert re.search(rf"^{rule}\s+{count}$", out.stdout, re.M), (config, out.stdout)
+
+
+def test_the_data_job_refuses_an_example_over_the_cap_naming_file_and_line(tmp_path):
+    """One 100,000-character question in a local GSM8K file: the data job stops naming the
+    split's file and line (a tiny model's context would be sized to it), writing nothing."""
+    import yaml
+    for split in ("train", "test"):
+        rows = [{"question": f"q{i}" + ("x" * 100_000 if (split, i) == ("train", 2) else ""),
+                 "answer": "#### 1"} for i in range(4)]
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
+    config["tasks"] = {"gsm8k": {"type": "gsm8k", "options": {
+        "train_path": str(tmp_path / "train.jsonl"), "test_path": str(tmp_path / "test.jsonl")}}}
+    for paper_only in ("memory_sweep", "planner", "stability", "lr_sweep"):
+        del config[paper_only]
+    config["methods"]["dense_adam"]["options"]["lr"] = 1.0e-4
+    config["data"] = {"n_train": None, "n_test": None}
+    config["sft"]["eval_examples"] = 1
+    config["sft"]["batch_size"] = 1
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+                          "--configfile", str(tmp_path / "config.yaml"), "--cores", "1",
+                          "--directory", str(tmp_path), "results/data/gsm8k/train.jsonl"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode != 0
+    log = out.stdout + out.stderr  # the script's error, as Snakemake shows it
+    assert re.search(r"results/data/gsm8k/train.jsonl:3: a train example of 100,\d+ characters "
+                     r"\(prompt \+ target\) exceeds data.max_example_chars = 4,096 \(read from "
+                     r".*train.jsonl\)", log), log[-2000:]
+    assert not (tmp_path / "results/data/gsm8k/train.jsonl").exists()
 
 
 def test_lr_sweep_resolves_on_slurm(tmp_path):

@@ -7,13 +7,15 @@ from transformers import AutoConfig, AutoTokenizer
 
 from logra.evaluate import write_lmeval_task
 from logra.modeling import check_context, context_needed
-from logra.tasks import get_task, write_jsonl
+from logra.tasks import check_lengths, get_task, write_jsonl
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     spec, data, out = snakemake.params.task, snakemake.params.data, snakemake.output
     task = get_task(spec["type"], **spec.get("options", {}))
     splits = task.splits(data["seed"], data["n_train"], data["n_test"], data.get("n_val", 0))
     written = [split for split in splits if hasattr(out, split)]
+    check_lengths(task, splits, data["max_example_chars"],
+                  {split: getattr(out, split) for split in written})
     for name in snakemake.params.hub_models:  # before any job loads one: does the task fit?
         needed = context_needed(AutoTokenizer.from_pretrained(name), task,
                                 [e for split in splits.values() for e in split],
