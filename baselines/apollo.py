@@ -31,8 +31,8 @@ from apollo_torch.random_projector import GradientProjector
 from apollo_torch.svd_projector import GaLoreProjector
 
 from baselines.torch_optimizer import TorchOptimizerRule
-from logra.logra import DEFAULT_MODULES, low_rank_linears
-from logra.methods import ADAM_OPTIONS, LR, POSINT, POSNUM, Geometry
+from logra.methods import (ADAM_OPTIONS, DEFAULT_MODULES, LR, POSINT, POSNUM, Geometry,
+                           low_rank_linears)
 
 
 class APOLLO(TorchOptimizerRule):

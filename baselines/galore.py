@@ -22,8 +22,8 @@ from galore_torch import GaLoreAdamW
 from galore_torch.galore_projector import GaLoreProjector
 
 from baselines.torch_optimizer import TorchOptimizerRule
-from logra.logra import DEFAULT_MODULES, low_rank_linears
-from logra.methods import ADAM_OPTIONS, LR, POSINT, POSNUM, Geometry
+from logra.methods import (ADAM_OPTIONS, DEFAULT_MODULES, LR, POSINT, POSNUM, Geometry,
+                           low_rank_linears)
 
 
 class GaLore(TorchOptimizerRule):

@@ -35,8 +35,8 @@ from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
 
 from logra.dense_adam import DenseAdam
-from logra.logra import DEFAULT_MODULES, low_rank_linears
-from logra.methods import ADAM_OPTIONS, LR, POSINT, POSNUM, Geometry
+from logra.methods import (ADAM_OPTIONS, DEFAULT_MODULES, LR, POSINT, POSNUM, Geometry,
+                           low_rank_linears)
 from logra.sync import lora_merged
 
 ADAPTER = "default"

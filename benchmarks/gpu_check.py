@@ -10,7 +10,7 @@ galore-torch==1.0 bitsandbytes==0.50.2` and `pip install --no-deps` them there; 
 GaLore is skipped and the output says so.
 
 1. The same GRPO update step (`logra.memory_sweep.measure`: rollout, micro-batched forward and
-   backward, propose, KL control for LoGRA, apply, sync payload) for dense Adam, GaLore and
+   backward, propose, LoGRA's KL control, apply, sync payload) for dense Adam, GaLore and
    LoGRA on a randomly initialised decoder, bf16 compute on float32 weights and optimizer
    state: CUDA peak memory (allocator, `max_memory_allocated`) of the step and of each of its
    phases, update time, sync bytes, each with its ratio to dense Adam, and the planner's
@@ -44,8 +44,9 @@ METHODS = {
     "dense_adam": {"rule": "dense_adam", "options": {"lr": 1e-5}, "kl_control": None},
     "galore": {"rule": "galore", "options": {"lr": 1e-4, "rank": 64, "update_proj_gap": 200},
                "kl_control": None},
-    "logra": {"rule": "logra", "options": {"lr": 1e-4, "rank": 64, "refresh_every": 50},
-              "kl_control": {"target": 2e-3}},
+    # the authors' LoGRA with its own controller (a forward-mode JVP on 4 probe sequences)
+    "logra": {"rule": "logra", "options": {"rank": 64, "update_ratio": 3e-3,
+                                           "probe_responses": 4}, "kl_control": None},
 }
 GRPO = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28,
         "probe_size": 8}

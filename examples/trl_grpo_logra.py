@@ -9,8 +9,9 @@ config (`--config`, config/config.yaml): the tiny model the workflow trains is b
 and warm-started by SFT (a random model never earns a reward, so GRPO would have nothing to
 learn from), unless `--base` names a model directory. Then TRL's GRPOTrainer trains it for
 `--steps` steps twice from the same base: with `logra.LoGRAOptimizer` passed as
-`optimizers=(optimizer, scheduler)` (the trainer class mixes in `LoGRATrainerMixin`, so TRL's
-max_grad_norm = 1.0 clips on the sketches), and with TRL's default AdamW. The task's reward is
+`optimizers=(optimizer, scheduler)` (the trainer class mixes in `LoGRATrainerMixin`, which
+counts the completion tokens LoGRA divides its sketch by; LoGRA's step is its update_ratio at
+α = 1: its controller runs in the harness's loop only), and with TRL's default AdamW. The task's reward is
 TRL's reward function (`logra.trl_grpo.reward_function`). The output JSON holds, per method,
 the measured peak memory of one update step (logra/memory.py, device and model size beside it)
 and the mean reward of the first and the last steps' rollouts; `snakemake trl` writes one per

@@ -333,9 +333,18 @@ def _check_rules_fit_model(config: dict) -> None:
         with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA adapters)
             model = AutoModelForCausalLM.from_config(hf_config)
         try:
-            methods.build(m["rule"], model, task_options(m.get("options", {}), task))
+            rule = methods.build(m["rule"], model, task_options(m.get("options", {}), task))
         except (TypeError, ValueError) as e:
             raise ConfigError(f"methods.{name}.options: {e}") from None
+        if rule.control is not None and m.get("kl_control"):
+            raise ConfigError(f"methods.{name}.kl_control: rule {m['rule']!r} controls its own "
+                              "step (its options); remove kl_control, or switch its own off")
+        half = (config["grpo"] | m.get("grpo", {}))["probe_size"] // 2
+        if getattr(rule.control, "probe_responses", 0) > half:
+            raise ConfigError(f"methods.{name}.options.probe_responses: "
+                              f"{rule.control.probe_responses} sequences exceed the probe's "
+                              f"prediction half (grpo.probe_size // 2 = {half}; the other half "
+                              "measures the realized KL)")
 
 
 def generation_room(config: dict) -> int:
@@ -371,9 +380,10 @@ def lr_grid(anchor: float, points: int, factor: float) -> list[float]:
 
 def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
     """Add one method per (method, lr) of `lr_sweep` (each anchor's `lr_grid`) to
-    config["methods"], a copy with `lr` replaced, named `<method>_lr<lr>`
-    (`dense_adam_lr0p0001`, `dense_adam_lr2p5em05`), the configured lr too: adopting the
-    sweep's choice in the config renames no sweep run. Returns {name: (method, lr)}."""
+    config["methods"], a copy with its step size replaced (the rule's `step_size_option`: `lr`,
+    LoGRA's `update_ratio`), named `<method>_lr<lr>` (`dense_adam_lr0p0001`,
+    `dense_adam_lr2p5em05`), the configured one too: adopting the sweep's choice in the config
+    renames no sweep run. Returns {name: (method, lr)}."""
     sweep, spec = {}, config.get("lr_sweep") or {"anchors": {}}
     for method, anchor in spec["anchors"].items():
         base = config["methods"][method]
@@ -382,8 +392,9 @@ def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
             if name in config["methods"]:
                 raise ConfigError(f"lr_sweep.anchors.{method}: the run name {name!r} for "
                                   f"lr={lr} is already a method")
+            knob = methods.rule_class(base["rule"]).step_size_option
             config["methods"][name] = {**copy.deepcopy(base),
-                                       "options": {**base.get("options", {}), "lr": lr}}
+                                       "options": {**base.get("options", {}), knob: lr}}
             sweep[name] = (method, lr)
     return sweep
 
@@ -428,15 +439,16 @@ def stability_runs(config: dict, opt_in: bool = False) -> list[str]:
 
 
 def lr_scaled(method: dict, scale: float) -> dict:
-    """A copy of a `methods` entry with every lr option (`lr` and each `*_lr`, per task where
-    given per task) multiplied by `scale`, rounded to 12 significant digits (so 5e-5 x 0.02
-    is 1e-6, not 1.0000000000000002e-06)."""
+    """A copy of a `methods` entry with every step-size option (the rule's
+    `step_size_option`, `lr` or LoGRA's `update_ratio`, and each `*_lr`, per task where given
+    per task) multiplied by `scale`, rounded to 12 significant digits (so 5e-5 x 0.02 is 1e-6,
+    not 1.0000000000000002e-06)."""
     def times(value):
         return ({k: times(v) for k, v in value.items()} if isinstance(value, dict)
                 else float(f"{value * scale:.12g}"))
-    options = method.get("options", {})
+    options, knob = method.get("options", {}), methods.rule_class(method["rule"]).step_size_option
     return {**copy.deepcopy(method), "options": {
-        **options, **{k: times(v) for k, v in options.items() if k == "lr" or k.endswith("_lr")}}}
+        **options, **{k: times(v) for k, v in options.items() if k == knob or k.endswith("_lr")}}}
 
 
 def sync_regimes(config: dict) -> dict[str, list[str]]:
@@ -539,13 +551,22 @@ def run_config(config: dict, task: str, method: str, seed: int) -> dict:
         "task": {"type": config["tasks"][task]["type"],
                  "options": config["tasks"][task].get("options", {})},
         "method": {"rule": config["methods"][method]["rule"],
-                   "options": task_options(config["methods"][method].get("options", {}), task),
+                   "options": _seeded(config["methods"][method], task, int(seed)),
                    "kl_control": config["methods"][method].get("kl_control")},
         "model_name": (config["methods"][method].get("model") or config["model"])["name"],
         "grpo": _run_grpo(config["grpo"] | config["methods"][method].get("grpo", {})),
         "rollout": (dict(config["rollout"]) | config["methods"][method].get("rollout", {})
                     | {"sync": sync_transport(config, method)}),
     }
+
+
+def _seeded(method: dict, task: str, seed: int) -> dict:
+    """A method's options on `task`; a rule with a `seed` option (LoGRA's projections) gets
+    the run's seed unless the method sets one, as the LoGRA authors' configs do."""
+    options = task_options(method.get("options", {}), task)
+    if "seed" in methods.rule_class(method["rule"]).options and "seed" not in options:
+        options["seed"] = seed
+    return options
 
 
 def _run_grpo(g: dict) -> dict:

@@ -130,9 +130,9 @@ def long_run_tables(metrics_paths, summary_paths,
         m = s["config"]["method"]
         summaries.append({k: s[k] for k in ("method", "seed", "device", "n_params", "steps",
                                             "status")}
-                         | {"lr": m["options"].get("lr"), "rule": m["rule"],
+                         | {"lr": s["step_size"]["value"], "rule": m["rule"],
                             "reference": m["rule"] == reference_rule,
-                            "kl_control": bool(m["kl_control"])})
+                            "kl_control": s["control"] is not None})
     return pd.concat(runs), pd.DataFrame(summaries)
 
 
@@ -247,7 +247,7 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
                 axes[1].plot(run["step"], run["reward"], alpha=0.35, **(style | {"lw": 0.6}))
     s = long_summary.iloc[0]
     scale = (f"{s['device']}, {s['n_params'] / 1e6:.2f}M params, {long_summary['steps'].max()} "
-             f"steps, {long_summary['seed'].nunique()} seed(s) per cell, lr "
+             f"steps, {long_summary['seed'].nunique()} seed(s) per cell, step size "
              f"{'/'.join(sorted(set(long_summary['lr'].astype(str))))}")
     axes[1].set_title(f"(b) training reward (moving avg {window}; mean over seeds, thin: each "
                       "seed), measured:"

@@ -1,7 +1,15 @@
-"""Predicted-KL step control: scale each proposed step so the policy moves by about δ.
+"""Predicted-KL step control: scale each proposed step so the policy moves by a set amount.
 
-Works with any update rule that can `propose()` a step and evaluate the model at θ + η·step
-(`rule.perturbed(step, eta)`), i.e. LoGRA and dense Adam.
+Two controllers, called by the loop between propose() and apply() with the same signature,
+`scale(model, rule, step, probe, base, max_scale, temperature, mismatch) -> (η, predicted KL at
+η, diagnostics)`:
+- `KLControl` (config `methods.<name>.kl_control`), this project's: η from the KL measured at
+  θ + step (below); any rule that can evaluate the model at θ + η·step
+  (`rule.perturbed(step, eta)`), e.g. dense Adam and Sketch-Adam.
+- `BudgetControl`, the LoGRA authors' (`skzhang1/RL`, `nemo_rl/models/automodel/
+  logra_probe.py`), which a rule brings as its own (`UpdateRule.control`, LoGRA's): α from a
+  second-order KL prediction by one forward-mode JVP along the step, against a scheduled
+  budget less the engine/trainer mismatch (see the class).
 
 The probe is a few sequences of the current rollout batch, split in two halves (`split_probe`):
 the prediction is made on the first, the realized KL is measured on the second, so that the
@@ -38,6 +46,7 @@ import statistics
 from dataclasses import dataclass
 
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 
 from logra import distributed
@@ -128,14 +137,19 @@ def probe_kl(model, base: ProbeBase, probe: tuple) -> float:
 
 
 class KLControl:
+    """This project's controller: η = min(η_max, √(δ / K₁)), K₁ the KL at θ + step measured
+    on the probe's first half (see the module docstring)."""
+    needs_base = True  # π_θ on the prediction half (`probe_base`)
+
     def __init__(self, target: float, eta_max: float = 1.0, refine: bool = False):
         if target <= 0:
             raise ValueError(f"kl_control.target must be > 0, got {target}")
         self.target, self.eta_max, self.refine = target, eta_max, refine
+        self.cap = eta_max
 
     def scale(self, model, rule, step, probe: tuple, base: ProbeBase,
-              max_scale: float = 1.0) -> tuple[float, float]:
-        """(η, predicted KL at η) for `step` on `probe` = (ids, attn, mask) with its `base`;
+              max_scale: float = 1.0, **_) -> tuple[float, float, dict]:
+        """(η, predicted KL at η, {}) for `step` on `probe` = (ids, attn, mask) with its `base`;
         η ≤ η_max·max_scale (`max_scale` < 1 during warmup). A non-finite K₁ skips the step
         (η = 0)."""
         eta_max = self.eta_max * max_scale
@@ -146,24 +160,146 @@ class KLControl:
 
         k1 = kl_at(1.0)
         if not math.isfinite(k1):
-            return 0.0, 0.0
+            return 0.0, 0.0, {}
         if k1 <= 0:
-            return eta_max, 0.0
+            return eta_max, 0.0, {}
         eta = min(eta_max, math.sqrt(self.target / k1))
         if self.refine and eta < eta_max:
             k_eta = kl_at(eta) / eta ** 2  # curvature at the chosen scale
             if k_eta > 0:
                 eta = min(eta_max, math.sqrt(self.target / k_eta))
-                return eta, eta ** 2 * k_eta
-        return eta, eta ** 2 * k1
+                return eta, eta ** 2 * k_eta, {}
+        return eta, eta ** 2 * k1, {}
+
+
+class BudgetControl:
+    """The LoGRA authors' controller (`logra_probe.py`), per update k (0-based):
+    1. budget = b_f + ½(b₀ − b_f)(1 + cos(π·min(k / (schedule_steps − 1), 1))), b₀ = kl_budget,
+       b_f = kl_budget_final;
+    2. with `mismatch_subtraction`, when the batch has completion tokens of responses that ended
+       with eos: m ← (1 − w)·m + w·max(0, mean(log π_engine − log π_trainer)) over those tokens
+       (w = mismatch_ema_weight, m from 0, no bias correction), then
+       budget ← max(budget − m, budget·mismatch_budget_floor); otherwise neither changes;
+    3. prediction K = mean over the completion tokens of the first `probe_responses` sequences
+       (each cut to `probe_max_tokens`) of ½·Var_p(δ), p = softmax(logits / τ) and δ the
+       logits' directional derivative along the step at α = 1 over τ: the second-order KL
+       of the step, from one forward-mode JVP (`predict_kl`), in eval mode with eager
+       attention, float64 sums;
+    4. α = min(alpha_max, √(budget / K)), α = 1 for K = 0.
+    Deviations: during the harness's warmup α ≤ alpha_max·max_scale; a step without
+    directions (non-finite sketch) gets α = 0; the probe sequences are the first of the
+    harness's probe half (the other half measures the realized KL)."""
+    needs_base = False
+
+    def __init__(self, kl_budget: float = 2e-4, kl_budget_final: float = 2e-5,
+                 schedule_steps: int = 300, alpha_max: float = 3.0, probe_responses: int = 2,
+                 probe_max_tokens: int = 4096, mismatch_subtraction: bool = True,
+                 mismatch_ema_weight: float = 0.3, mismatch_budget_floor: float = 0.5):
+        self.kl_budget, self.kl_budget_final = kl_budget, kl_budget_final
+        self.schedule_steps, self.alpha_max = schedule_steps, alpha_max
+        self.probe_responses, self.probe_max_tokens = probe_responses, probe_max_tokens
+        self.mismatch_subtraction, self.ema_weight = mismatch_subtraction, mismatch_ema_weight
+        self.floor = mismatch_budget_floor
+        self.mismatch = 0.0  # the EMA
+        self.cap = alpha_max
+
+    def budget(self, count: int) -> float:
+        """The scheduled budget of update `count` (0-based), before the mismatch."""
+        progress = min(count / max(self.schedule_steps - 1, 1), 1.0)
+        return self.kl_budget_final + 0.5 * (self.kl_budget - self.kl_budget_final) * (
+            1 + math.cos(math.pi * progress))
+
+    def effective_budget(self, count: int, mismatch: float) -> float:
+        """Steps 1 and 2 of the class docstring: updates the EMA from `mismatch`, the mean of
+        log π_engine − log π_trainer over the completed responses' tokens (nan: none)."""
+        budget = self.budget(count)
+        if self.mismatch_subtraction and math.isfinite(mismatch):
+            observed = max(0.0, mismatch)
+            self.mismatch = (1 - self.ema_weight) * self.mismatch + self.ema_weight * observed
+            budget = max(budget - self.mismatch, budget * self.floor)
+        return budget
+
+    def alpha(self, prediction: float, budget: float, max_scale: float = 1.0) -> float:
+        if prediction == 0:
+            return min(1.0, self.alpha_max * max_scale)
+        return min(self.alpha_max * max_scale, math.sqrt(budget / prediction))
+
+    def scale(self, model, rule, step, probe: tuple, max_scale: float = 1.0,
+              temperature: float = 1.0, mismatch: float = math.nan,
+              **_) -> tuple[float, float, dict]:
+        """(α, predicted KL at α, {"kl_budget", "mismatch_ema"}) for `step` of `rule` (which
+        provides `tangent(step)` and `count`), predicted on `probe` = (ids, attn, mask)."""
+        budget = self.effective_budget(rule.count, mismatch)
+        info = {"kl_budget": budget, "mismatch_ema": self.mismatch}
+        if step.get("directions") is None:
+            return 0.0, math.nan, info
+        k = predict_kl(model, rule, step, probe, temperature, self.probe_responses,
+                       self.probe_max_tokens)
+        alpha = self.alpha(k, budget, max_scale)
+        return alpha, alpha ** 2 * k, info
+
+    def state_dict(self) -> dict:
+        return {"mismatch": self.mismatch}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.mismatch = float(state["mismatch"])
+
+
+@torch.no_grad()
+def predict_kl(model, rule, step, probe: tuple, temperature: float, responses: int,
+               max_tokens: int) -> float:
+    """Mean over the completion tokens of the first `responses` sequences of `probe` =
+    (ids, attn, mask), each cut to its first `max_tokens` tokens, of ½·Σ_v p_v (δ_v − E_p δ)²
+    (float64), p = softmax(logits / τ) and δ = the logits' tangent along `rule.tangent(step)`
+    over τ: one forward-mode JVP per sequence, in eval mode with eager attention (both
+    restored). Deviation from the authors' probe, for memory only: the logits are formed at the
+    completion positions alone (`logits_to_keep`), not at every position."""
+    ids, attn, mask = probe
+    total = torch.zeros(2, dtype=torch.float64, device=ids.device)
+    was_training, attn_impl = model.training, model.config._attn_implementation
+    model.eval()
+    model.set_attn_implementation("eager")
+    try:
+        with rule.tangent(step), fwAD.dual_level():
+            for i in range(min(responses, ids.shape[0])):
+                keep = attn[i].bool()
+                first = int(keep.nonzero()[0]) if keep.any() else 0
+                stop = min(ids.shape[1], first + max_tokens)
+                seq, att = ids[i:i + 1, :stop], attn[i:i + 1, :stop]
+                position_ids = (att.long().cumsum(-1) - 1).clamp(min=0)
+                where = mask[i, :stop - 1].nonzero().squeeze(1)
+                if not len(where):
+                    continue
+                # the logits of the completion positions only (HF's logits_to_keep)
+                out = model(input_ids=seq, attention_mask=att, position_ids=position_ids,
+                            use_cache=False, logits_to_keep=where)
+                logits, tangent = fwAD.unpack_dual(out.logits)
+                if tangent is None:
+                    raise RuntimeError("predict_kl: no tangent reached the logits")
+                for c in torch.split(torch.arange(len(where)), 64):  # in place: 3 (c, V)
+                    p = torch.softmax(logits[0, c].double() / temperature, dim=-1)
+                    d = tangent[0, c].double().div_(temperature)
+                    d.sub_((p * d).sum(-1, keepdim=True)).square_().mul_(p)
+                    total[0] += 0.5 * d.sum()
+                    total[1] += len(c)
+                    del p, d
+                del out, logits, tangent
+    finally:
+        model.set_attn_implementation(attn_impl)
+        model.train(was_training)
+    if total[1] == 0:
+        raise RuntimeError("predict_kl: the probe sequences hold no completion token")
+    return distributed.broadcast((total[0] / total[1]).item())
 
 
 def calibration(rows: list[dict]) -> dict:
     """Realized / predicted KL over a run's metric rows (predicted on the probe's first half,
     realized on its held-out second half), separately for steps at η = 1 (the prediction is K₁
-    itself) and at η < 1 (η²·K₁ extrapolates): steps, median, p10, p90."""
+    itself), at η < 1 and at η > 1 (LoGRA's α up to alpha_max; η²·K₁ extrapolates): steps,
+    median, p10, p90."""
     out = {}
-    for key, keep in (("eta_1", lambda eta: eta == 1), ("eta_below_1", lambda eta: eta < 1)):
+    for key, keep in (("eta_1", lambda eta: eta == 1), ("eta_below_1", lambda eta: eta < 1),
+                      ("eta_above_1", lambda eta: eta > 1)):
         ratios = sorted(r["kl_real"] / r["kl_pred"] for r in rows
                         if r["kl_pred"] > 0 and keep(r["step_scale"])
                         and math.isfinite(r["kl_real"]))

@@ -1,418 +1,486 @@
-"""LoGRA: Adam in the space of low-rank gradient sketches, with sketch-based policy sync.
+"""LoGRA, as its authors wrote it: per-update random projections, RowAdam, a step set by a
+predicted-KL budget.
 
-For every sketched weight W (m x n; by default every nn.Linear inside the transformer blocks)
-the rule keeps a basis Q on the smaller side (logra/sketch.py), an accumulator S for the
-gradient's sketch and Adam moments M, V of S's shape. Everything else (embeddings, lm_head,
-norms) is trained by dense AdamW (`logra.dense_adam.DenseAdam` on those parameters).
+The definition is the authors' code (Apache-2.0), repository `skzhang1/RL`:
+`nemo_rl/models/automodel/logra.py` (projections, sketch accumulation, RowAdam, the
+optimizer), `nemo_rl/models/automodel/logra_probe.py` (the controller: here
+`logra.kl_control.BudgetControl`), the integration in
+`nemo_rl/models/policy/workers/dtensor_policy_worker_v2.py`, the runs in
+`research/logra/configs/logra-s1.yaml`. Implemented here from their arithmetic; the options are
+theirs, named and defaulted as theirs.
 
-Gradients are sketched as they are produced: a post-accumulate-grad hook on each sketched
-weight adds sketch(G) to S and frees G at once, so full-size gradients of two sketched matrices
-never coexist, over micro-batches too (S = Σ sketch(G_i) is exact for a fixed Q) and at refresh
-steps too (the range finder's Y = Σ G_iΩ is accumulated in the same hook).
+Targets: every nn.Linear whose last name component is in `target_modules` (q, k, v, o, gate,
+up, down). Every parameter of the model is frozen (embeddings, norms, lm_head, biases);
+targets change only through LoGRA, and none ever has a weight gradient. The embedding's output
+is made to require grad, so backward reaches the blocks.
 
-Update (propose): M, V ← Adam moments of S; the step's coefficient is
-C = -lr · α · (√(1-β₂ᵗ) / (1-β₁ᵗ)) · M / (√V + ε), and apply(step, η) does W += η · lift(C)
-with one fused addmm. Between refreshes every change of W is exactly rank ≤ r.
+Per target W (out x in), per update k (0-based, the count of updates before it):
+1. Projection A (r x in), float32: Rademacher ±1/√r (uint8 `randint` bits) or Gaussian
+   (float64 normal, scaled by 1/√r), drawn on a CPU generator seeded with
+   (seed·1,000,003 + k·7,919 + digest) mod 2⁶², digest = little-endian blake2b-8 of the module
+   name without wrapper parts (`projection_seed`). With `refresh` it is redrawn after every
+   update with the new count, else drawn once with k = 0.
+2. Sketch: the forward saves P = X·Aᵀ (tokens x r, the activation dtype) instead of X; backward
+   adds Gᵀ·P (out x r) into S, float32. S = (∂L/∂W)·Aᵀ, summed over micro-batches.
+3. RowAdam on s = S / T, T = the batch's completion tokens (`batch_tokens`; the loss is already
+   a token mean, the authors divide again): v ← β₂v + (1−β₂)·mean_row(s²) per output row;
+   root = √(v / (1−β₂^(k+1))); d = root + max(ε·mean(root), tiny); scale = min(d)/d,
+   normalised to unit RMS; D = scale ⊙ s, rescaled to ‖s‖. No first moment; v is kept across
+   refreshes (it is indexed by output row).
+4. Global step size: D ← D · update_ratio · ‖W‖ / ‖D·A‖, both norms over all targets together
+   (‖D·A‖ formed in 256-row chunks, float64 sums), so ‖ΔW‖ = update_ratio·‖W‖ at α = 1.
+5. α from the controller (`logra.kl_control.BudgetControl`, option `controller`), 1 without.
+6. W −= (α·D rounded to `update_factor_dtype`)·A, 256 rows at a time
+   (`logra.sketch.subtract_projected_`), then the count advances and A is redrawn.
 
-Deviations from the textbook / galore-torch, stated:
-- Adam is written in galore-torch's form (ε added to √V, bias correction folded into the step
-  size), so that `basis="svd", transfer="none"` reproduces GaLoreAdamW's update exactly. t is
-  counted per weight (the updates its moments have seen), as galore-torch's per-parameter
-  `step`; a weight gets its first update when it first has a basis.
-- Refresh (`basis="range"`, default): on steps T, 2T, ... (T = `refresh_every`) the hooks
-  accumulate the range finder's Y = Σ_i G_iΩ over every micro-batch alongside S (Ω drawn again
-  from a per-refresh seed, never stored), and propose() builds the basis once (logra/sketch.py,
-  single pass) *after* forming the step from S in the old basis, then rotates the moments into
-  the new basis, which serves steps T + 1 ... 2T, and so on: the windows of GaLore's bases,
-  each built from the gradient of the step before its window. Why not the step in the new basis
-  through a co-range sketch ΨG (Tropp et al. 2017): on a GRPO batch of the default config
-  (random-init model, random advantages) its estimate of Q_newᵀG had a median relative error
-  of 1.2 at l = 2k + 1 (the error scales with the energy outside the basis, and GRPO
-  gradients have a flat spectrum), and it needs an l x max(m, n) accumulator per weight; S in
-  the old basis is the exact sketch of the step's gradient, one step staler, as every GaLore
-  step between refreshes is. The first step has no old basis: it uses a provisional one, from
-  Y after the first micro-batch with a non-zero gradient (built in the hook before that
-  gradient is sketched), and ends with a refresh from the whole batch's Y (serving steps 2 ...
-  T). So new bases reach the sync with steps 1, 2, T + 1, 2T + 1, ...
-  A step whose Y is all zero (every group had equal rewards) leaves the refresh pending.
-- No power iterations: they need G again, which a single pass over the micro-batches does not
-  keep (the option `power_iters` is gone). Oversampling p (`oversample`, 8) is the knob of the
-  basis's quality: on that GRPO batch the energy captured relative to the top-r SVD's was 0.68
-  (median over weights; 0.43 for the former basis from the first micro-batch with a power
-  iteration) at p = 8, 0.73 at 16, 0.77 at 24, 0.84 at 40, for d x (r + p) floats of Y per
-  weight (1.4x S at p = 8, 4.2x at 40) and O(mn(r + p)) flops per micro-batch of a refresh
-  step. Y is allocated once, as S, and zero between refreshes (a buffer that existed before a
-  profiled step and is freed inside it trips the CPU memory profiler's data-flow check).
-- `basis="svd"` (the GaLore-like ablation) needs a full gradient, and full gradients of all
-  weights cannot be accumulated over micro-batches without breaking the memory invariant: it
-  keeps the first micro-batch's basis, computed in the hook from the refresh step's first
-  non-zero gradient before it is sketched, and used for that step (with one micro-batch per
-  step that is the step's gradient, as in GaLore; the RL loop shuffles sequences, so it is a
-  random slice of the batch).
-- Moment transfer on refresh (`transfer="rotate"`, default): with R = Q_newᵀ Q_old (r x r),
-  M ← R M (left) / M Rᵀ (right), the first moment expressed in the new basis. The second
-  moment, a per-coordinate variance, is carried as (R∘R) V (exact when coordinates are
-  independent) plus the mass R lost: new direction i has only rowsum_i(R∘R) of its norm in
-  the old span (0.25-0.45 on average per refresh on GRPO-like streams), so it also gets
-  (1 - rowsum_i(R∘R)) · mean(V) (mean over the r coordinates, per row/column of the other
-  side). Without it new directions start with V ≈ 0 while the bias correction treats them as
-  t steps old, and the step grows refresh after refresh (3.3-3.5x from updates 21-80 to
-  701-1000 of a stationary stream, tests/test_logra.py). `transfer="none"` reuses M, V
-  silently, as GaLore does.
-- A non-finite gradient never reaches the moments, the basis or t: propose() then returns a
-  NaN step (KL control's K₁ is then NaN and η = 0), and apply(step, 0) changes nothing. A step
-  skipped for a non-finite K₁ with finite gradients has already been counted in the moments.
-- No weight decay on sketched weights: decay would make each update full rank and break both
-  the rank-r step and the sketch-based sync. Dense parameters use `weight_decay`.
-- `grad_norm` is the norm of the sketches plus dense gradients (full gradients are never kept).
-- `seed` seeds the range finder's Ω. Unset, it is drawn from torch's global generator, which
-  the trainer seeds with the run's seed before building the rule, so every run seed draws its
-  own Ω; set, every run draws the same.
-- FSDP (logra/distributed.py): each rank holds a row block of W and of its gradient. The basis
-  then goes on the column side (`side="right"` whatever the shape): the sketch G_i Q, the moments
-  and the step C_i Qᵀ are local to the block, and only the basis needs the other ranks: each
-  rank sketches its block with its rows of the same Ω, and Y (n x k) is all-reduced once
-  (logra/sketch.py); every rank gets the same Q, no gradient is gathered. Per rank the state
-  is Q (replicated) plus 1/world of S, M, V. The probe's side branches and the sync payload
-  gather C (m x r), never W.
+Under FSDP (logra/distributed.py) each rank holds a row block of W; S, v, A and D are whole on
+every rank: S is summed over the ranks, then divided by the world size (the loop multiplies
+each rank's loss by the world size), every rank forms the same D and updates its own rows. Nothing
+of W is ever gathered, not for the sync either.
+
+Deviations from the authors' code, stated:
+- A non-finite sketch does not raise (theirs: FloatingPointError): propose() returns a step
+  without directions, the moments and the count stay as they were, apply() changes nothing, and
+  the harness stops the run as diverged (its gradient norm is NaN).
+- `grad_norm` is ‖S‖ over all targets before the division by T, as the authors log it.
+- The controller is a separate object (`control`), called by the harness's loop between
+  propose() and apply() (theirs: a function called by their worker); the harness adds the
+  realized KL on probe sequences the prediction did not see. `controller: false` fixes α = 1,
+  an ablation.
+- Sync: the payload carries, per target, the applied factor α·D (in `update_factor_dtype`) and
+  the projection A whenever the engine does not hold it yet (every step with `refresh`); the
+  engine applies W −= F·A with the trainer's own function. Drawing A from the seed on the
+  engine's side, and sending only the update count, would shrink the payload to F; not done
+  here. The authors' runs sync full weights.
+- `seed` defaults to 42 here as in theirs; the harness passes the run's seed (their configs
+  set `seed` to the run's seed).
+- `perturbed` (θ + η·step through side branches on the targets' outputs) serves the harness's
+  other controller (`kl_control` in the config), for this rule without its own.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import re
 from dataclasses import dataclass, field
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
-from logra.dense_adam import DenseAdam
-from logra.distributed import all_reduce, full, gather_rows, is_sharded, local, row_block
+from logra import distributed
+from logra.distributed import full, is_sharded, local, row_block
 from logra.memory import tensor_bytes
-from logra.methods import ADAM_OPTIONS, LR, POSINT, POSNUM, Geometry, UpdateRule
-from logra.sketch import (BASES, basis, lift_add_, oversampled, range_basis, range_sketch,
-                          side_of, sketch)
+from logra.methods import LR, POSINT, POSNUM, Geometry, UpdateRule
+from logra.sketch import subtract_projected_
 
-DEFAULT_MODULES = r"\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)$"
-TRANSFERS = ("rotate", "none")
-SIDES = ("auto", "left", "right")
+TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+WRAPPER_PARTS = {"_checkpoint_wrapped_module", "_fsdp_wrapped_module", "_orig_mod"}
+DISTRIBUTIONS = ("rademacher", "gaussian")
+FACTOR_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+CHUNK_ROWS = 256  # rows of D·A formed at a time (norm and update)
+MASK_62 = (1 << 62) - 1
 
 
-def low_rank_linears(model: torch.nn.Module, modules: str) -> list[tuple[str, torch.nn.Linear]]:
-    """(name, module) of every trainable nn.Linear whose name matches the regex `modules`:
-    the weights LoGRA sketches and GaLore projects."""
-    pattern = re.compile(modules)
-    found = [(name, m) for name, m in model.named_modules()
-             if isinstance(m, torch.nn.Linear) and pattern.search(name) and m.weight.requires_grad]
-    if not found:
-        raise ValueError(f"modules: pattern {modules!r} matches no nn.Linear in the model")
-    return found
+def projection_seed(seed: int, update: int, name: str) -> int:
+    """(seed·1,000,003 + update·7,919 + digest) mod 2⁶², digest = blake2b-8 (little-endian) of
+    `name` without the wrapper components FSDP, activation checkpointing and torch.compile
+    insert."""
+    name = ".".join(part for part in name.split(".") if part not in WRAPPER_PARTS)
+    digest = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
+    return (seed * 1_000_003 + update * 7_919 + digest) & MASK_62
+
+
+def projection(rank: int, width: int, seed: int, distribution: str = "rademacher",
+               device: torch.device | str = "cpu") -> torch.Tensor:
+    """A (rank x width), float32, drawn on a CPU generator (the same matrix on every device):
+    Rademacher ±1/√rank from uint8 bits, or Gaussian N(0, 1/rank) drawn in float64."""
+    gen = torch.Generator(device="cpu").manual_seed(seed & MASK_62)
+    if distribution == "rademacher":
+        bits = torch.randint(0, 2, (rank, width), generator=gen, dtype=torch.uint8)
+        a = bits.to(torch.float32).mul_(2).sub_(1).mul_(1 / math.sqrt(rank))
+    elif distribution == "gaussian":
+        a = torch.randn(rank, width, generator=gen, dtype=torch.float64)
+        a = a.mul_(1 / math.sqrt(rank)).to(torch.float32)
+    else:
+        raise ValueError(f"distribution: unknown {distribution!r}; known: {DISTRIBUTIONS}")
+    return a.to(device)
+
+
+def row_adam(s: torch.Tensor, v: torch.Tensor, step: int, beta2: float,
+             epsilon: float) -> torch.Tensor:
+    """RowAdam's direction for the normalised sketch `s` (out x r); updates the per-row second
+    moment `v` (out x 1) in place. `step` counts from 1 (bias correction)."""
+    tiny = torch.finfo(s.dtype).tiny
+    v.mul_(beta2).add_(s.square().mean(dim=1, keepdim=True), alpha=1 - beta2)
+    root = (v / (1 - beta2 ** step)).sqrt()
+    den = root + max(epsilon * root.mean().item(), tiny)
+    scale = den.min() / den
+    scale = scale / scale.square().mean().sqrt().clamp(min=tiny)
+    direction = scale * s
+    return direction.mul_(torch.linalg.vector_norm(s) /
+                          torch.linalg.vector_norm(direction).clamp(min=tiny))
+
+
+class _AccumulateSketch(torch.autograd.Function):
+    """Identity on a target's output that keeps P = X·Aᵀ for backward (autograd owns it and
+    frees it after backward) and there adds Gᵀ·P to the sketch S."""
+
+    @staticmethod
+    def forward(ctx, output, projected, sketch):
+        ctx.save_for_backward(projected)
+        ctx.sketch = sketch
+        return output
+
+    @staticmethod
+    def backward(ctx, grad):
+        (projected,) = ctx.saved_tensors
+        with torch.no_grad():
+            ctx.sketch.add_((grad.reshape(-1, grad.shape[-1]).T @ projected).float())
+        return grad, None, None
 
 
 @dataclass
-class Sketched:
-    """Per-weight state: the weight, its module, side, basis, accumulators, moments."""
-    name: str
-    param: torch.nn.Parameter
+class Target:
+    """One target Linear: its weight, projection A, sketch S and row second moment v."""
+    name: str  # the module's name
     module: torch.nn.Linear
-    side: str
-    generator: torch.Generator
-    s: torch.Tensor  # this step's sketch accumulator
-    m: torch.Tensor
-    v: torch.Tensor
-    t: int = 0  # updates of this weight's moments
-    q: torch.Tensor | None = None  # None until the first non-zero gradient
-    pending_refresh: bool = False
-    y: torch.Tensor | None = None  # range finder's Y (basis "range"), zero between refreshes
-    omega_seed: int = 0
-    synced_q: torch.Tensor | None = field(default=None, repr=False)  # the engine's basis
-    applied: tuple | None = field(default=None, repr=False)  # last (Q, η·C), for sync
+    a: torch.Tensor  # r x in, float32
+    s: torch.Tensor  # out x r, float32
+    v: torch.Tensor  # out x 1, float32
+    applied: tuple | None = field(default=None, repr=False)  # (factor, A's update index)
+    synced: int | None = field(default=None, repr=False)  # A's update index the engine holds
+
+    @property
+    def weight(self) -> torch.nn.Parameter:
+        return self.module.weight
 
 
 class LoGRA(UpdateRule):
     options = {
-        **ADAM_OPTIONS,
-        "rank": POSINT | {"description": "sketch rank r (<= the smaller side of every sketched "
-                                         "weight)"},
-        "refresh_every": POSINT | {"description": "basis refresh gap T, in updates"},
-        "scale": POSNUM | {"description": "alpha: the lifted step is multiplied by it"},
-        "basis": {"type": "string", "enum": list(BASES)},
-        "oversample": {"type": "integer", "minimum": 0, "description": "range finder's "
-                       "oversampling p: its single-pass sketch Y has r + p columns"},
-        "transfer": {"type": "string", "enum": list(TRANSFERS), "description": "moments on "
-                     "refresh: rotated into the new basis, or reused as GaLore does"},
-        "side": {"type": "string", "enum": list(SIDES), "description": "where the basis "
-                 "lives: auto = the smaller side (the right side, always, when sharded)"},
-        "dense_lr": LR | {"description": "lr of the unsketched parameters (default: lr)"},
-        "weight_decay": {"type": "number", "minimum": 0, "description": "dense parameters only"},
-        "modules": {"type": "string", "description": "regex over module names: the nn.Linear "
-                    "modules whose weights are sketched"},
-        "seed": {"type": "integer", "minimum": 0, "description": "seed of the range finder's "
-                 "random matrices; default: drawn from the run's seed"},
+        "rank": POSINT | {"description": "r: rows of each projection A (authors: 256 at "
+                          "hidden 1,536)"},
+        "seed": {"type": "integer", "minimum": 0, "description": "projection seed (default: "
+                 "the run's seed)"},
+        "distribution": {"type": "string", "enum": list(DISTRIBUTIONS)},
+        "refresh": {"type": "boolean", "description": "redraw every A after each update"},
+        "update_factor_dtype": {"type": "string", "enum": list(FACTOR_DTYPES),
+                                "description": "α·D is rounded to it before W −= (α·D)·A"},
+        "beta2": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+        "epsilon": POSNUM | {"description": "RowAdam's ε, relative to the mean root"},
+        "target_modules": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                           "description": "names (last component) of the Linear modules updated"},
+        "update_ratio": LR | {"description": "the step size: ‖ΔW‖ / ‖W‖ over all targets at "
+                              "α = 1 (one per task, as an lr may be)"},
+        "controller": {"type": "boolean", "description": "α from the predicted-KL budget "
+                       "(logra.kl_control.BudgetControl); false: α = 1"},
+        "kl_budget": POSNUM | {"description": "budget of the first update (nats)"},
+        "kl_budget_final": POSNUM | {"description": "budget at schedule_steps (cosine)"},
+        "schedule_steps": POSINT,
+        "alpha_max": POSNUM,
+        "probe_responses": POSINT | {"description": "sequences of the batch the prediction "
+                                     "probes (the first ones)"},
+        "probe_max_tokens": POSINT,
+        "mismatch_subtraction": {"type": "boolean", "description": "subtract the EMA of the "
+                                 "engine-minus-trainer log-prob mismatch from the budget"},
+        "mismatch_ema_weight": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "mismatch_budget_floor": {"type": "number", "minimum": 0, "maximum": 1},
     }
     shardable = True
-    transports = ("low_rank", "full", "delta")  # its own: the applied steps' factors
+    transports = ("low_rank", "full", "delta")  # its own: the applied factors
+    step_size_option = "update_ratio"
 
-    def __init__(self, model: torch.nn.Module, lr: float = 1e-4, rank: int = 8,
-                 refresh_every: int = 50, scale: float = 1.0, basis: str = "range",
-                 oversample: int = 8, transfer: str = "rotate",
-                 betas=(0.9, 0.999), eps: float = 1e-8, dense_lr: float | None = None,
-                 weight_decay: float = 0.0, modules: str = DEFAULT_MODULES,
-                 seed: int | None = None,
-                 side: str = "auto"):
-        if basis not in BASES:
-            raise ValueError(f"basis: unknown {basis!r}; known: {BASES}")
-        if transfer not in TRANSFERS:
-            raise ValueError(f"transfer: unknown {transfer!r}; known: {TRANSFERS}")
-        if side not in SIDES:
-            raise ValueError(f"side: unknown {side!r}; known: {SIDES}")
-        if rank < 1 or refresh_every < 1:
-            raise ValueError(f"rank={rank} and refresh_every={refresh_every} must be >= 1")
-        self.lr, self.rank, self.refresh_every, self.scale = lr, rank, refresh_every, scale
-        self.basis_method, self.oversample = basis, oversample
-        self.transfer, self.betas, self.eps = transfer, tuple(betas), eps
-        self.t = 0
+    def __init__(self, model: torch.nn.Module, rank: int = 256, seed: int = 42,
+                 distribution: str = "rademacher", refresh: bool = True,
+                 update_factor_dtype: str = "bfloat16", beta2: float = 0.95,
+                 epsilon: float = 1e-8, target_modules=TARGET_MODULES,
+                 update_ratio: float = 6e-5, controller: bool = True, kl_budget: float = 2e-4,
+                 kl_budget_final: float = 2e-5, schedule_steps: int = 300,
+                 alpha_max: float = 3.0, probe_responses: int = 2,
+                 probe_max_tokens: int = 4096, mismatch_subtraction: bool = True,
+                 mismatch_ema_weight: float = 0.3, mismatch_budget_floor: float = 0.5):
+        from logra.kl_control import BudgetControl
+        if distribution not in DISTRIBUTIONS:
+            raise ValueError(f"distribution: unknown {distribution!r}; known: {DISTRIBUTIONS}")
+        if update_factor_dtype not in FACTOR_DTYPES:
+            raise ValueError(f"update_factor_dtype: unknown {update_factor_dtype!r}; known: "
+                             f"{sorted(FACTOR_DTYPES)}")
+        if not 0 <= beta2 < 1 or epsilon <= 0 or rank < 1 or update_ratio <= 0:
+            raise ValueError(f"need 0 <= beta2 < 1, epsilon > 0, rank >= 1, update_ratio > 0; "
+                             f"got {beta2}, {epsilon}, {rank}, {update_ratio}")
+        self.config = {
+            "rank": rank, "seed": seed, "distribution": distribution, "refresh": refresh,
+            "update_factor_dtype": update_factor_dtype, "beta2": beta2, "epsilon": epsilon,
+            "target_modules": list(target_modules), "update_ratio": update_ratio,
+            "controller": controller, "kl_budget": kl_budget, "kl_budget_final": kl_budget_final,
+            "schedule_steps": schedule_steps, "alpha_max": alpha_max,
+            "probe_responses": probe_responses, "probe_max_tokens": probe_max_tokens,
+            "mismatch_subtraction": mismatch_subtraction,
+            "mismatch_ema_weight": mismatch_ema_weight,
+            "mismatch_budget_floor": mismatch_budget_floor}
+        self.rank, self.seed, self.distribution, self.refresh = rank, seed, distribution, refresh
+        self.factor_dtype = FACTOR_DTYPES[update_factor_dtype]
+        self.beta2, self.epsilon, self.update_ratio = beta2, epsilon, update_ratio
+        self.count = 0  # updates applied
         self.grad_norm = float("nan")
-        if seed is None:  # from the run's seed (see the docstring)
-            seed = int(torch.randint(2**31, (1,)))
-        self.sketched: list[Sketched] = []
-        for i, (mod_name, mod) in enumerate(low_rank_linears(model, modules)):
-            w = mod.weight
-            if rank > min(w.shape):
-                raise ValueError(f"rank={rank} exceeds min(shape)={min(w.shape)} of "
-                                 f"{mod_name}.weight {tuple(w.shape)}")
-            gen = torch.Generator().manual_seed(seed * 100_003 + i)
-            if is_sharded(w) and (side == "left" or basis != "range"):
-                raise ValueError(f"{mod_name}.weight is sharded (FSDP): LoGRA needs side right "
-                                 f"and basis range, got side={side!r}, basis={basis!r}")
-            w_side = ("right" if is_sharded(w) else
-                      side_of(tuple(w.shape)) if side == "auto" else side)
-            rows, cols = local(w).shape
-            shape = (rank, cols) if w_side == "left" else (rows, rank)
-            st = Sketched(f"{mod_name}.weight", w, mod, w_side, gen,
-                          *(torch.zeros(shape, device=w.device) for _ in range(3)))
-            if basis == "range":  # allocated once, as S (see the docstring)
-                k = oversampled(rank, oversample, tuple(w.shape), w_side)
-                st.y = torch.zeros(w.shape[0 if w_side == "left" else 1], k, device=w.device)
-            w.register_post_accumulate_grad_hook(self._hook(st))
-            self._schedule_refresh(st)  # the first step needs a basis
-            self.sketched.append(st)
-        sketched_ids = {id(st.param) for st in self.sketched}
-        dense = [(n, p) for n, p in model.named_parameters()
-                 if p.requires_grad and id(p) not in sketched_ids]
-        self.dense = DenseAdam.for_params(dense, lr=dense_lr or lr, betas=betas, eps=eps,
-                                          weight_decay=weight_decay)
+        self.batch_tokens = 1
+        self.prepared = False
+        wanted = set(target_modules)
+        found = [(n, m) for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in wanted]
+        if not found:
+            raise ValueError(f"target_modules: {sorted(wanted)} match no module of the model")
+        self.targets: list[Target] = []
+        for name, module in found:
+            if not isinstance(module, torch.nn.Linear):
+                raise TypeError(f"target_modules: {name} is a {type(module).__name__}, not an "
+                                "nn.Linear")
+            w = module.weight
+            if w.dtype != torch.float32:
+                raise ValueError(f"{name}.weight is stored in {w.dtype}: LoGRA requires float32 "
+                                 "storage (compute may be bf16)")
+            if rank > w.shape[1]:
+                raise ValueError(f"rank={rank} exceeds the input width {w.shape[1]} of {name}")
+            a = projection(rank, w.shape[1], projection_seed(seed, 0, name), distribution,
+                           w.device)
+            self.targets.append(Target(name, module, a, torch.zeros(w.shape[0], rank,
+                                                                    device=w.device),
+                                       torch.zeros(w.shape[0], 1, device=w.device)))
+        model.requires_grad_(False)
+        self.named = [(f"{t.name}.weight", t.weight) for t in self.targets]
+        self.hooks = [t.module.register_forward_hook(self._sketch_hook(t))
+                      for t in self.targets]
+        self.hooks.append(model.get_input_embeddings().register_forward_hook(_requires_grad))
+        self.control = None if not controller else BudgetControl(
+            kl_budget=kl_budget, kl_budget_final=kl_budget_final, schedule_steps=schedule_steps,
+            alpha_max=alpha_max, probe_responses=probe_responses,
+            probe_max_tokens=probe_max_tokens, mismatch_subtraction=mismatch_subtraction,
+            mismatch_ema_weight=mismatch_ema_weight,
+            mismatch_budget_floor=mismatch_budget_floor)
 
-    # -- gradients -> sketches ------------------------------------------------------------------
-    def _hook(self, st: Sketched):
-        @torch.no_grad()
-        def hook(p: torch.Tensor) -> None:
-            g = local(p.grad).float()
-            p.grad = None
-            if st.pending_refresh and st.y is not None:  # range: this micro-batch's share of Y
-                st.y.add_(range_sketch(g, st.y.shape[1], st.side, st.omega_seed, _rows(p)))
-            if st.q is None or (st.pending_refresh and self.basis_method == "svd"):
-                flags = torch.stack([g.any(), ~g.isfinite().all()]).float()
-                nonzero, nonfinite = (all_reduce(flags) if is_sharded(p) else flags).tolist()
-                if not nonzero or nonfinite:  # a zero gradient spans nothing (and adds
-                    return  # nothing): the basis comes from a later micro-batch
-                if self.basis_method == "svd":
-                    self._switch_basis(st, basis(g, self.rank, st.side, "svd"))
-                    st.pending_refresh = False
-                else:  # the first step's provisional basis: Y so far (see the docstring)
-                    y = all_reduce(st.y.clone()) if is_sharded(p) else st.y
-                    self._switch_basis(st, self._range_basis(st, y))
-            st.s.add_(sketch(g, st.q, st.side))
+    @staticmethod
+    def _sketch_hook(t: Target):
+        def hook(module, args, output):
+            if not torch.is_grad_enabled():
+                return None
+            with torch.no_grad():
+                x = args[0].reshape(-1, args[0].shape[-1])
+                projected = x @ t.a.to(x.dtype).T
+            return _AccumulateSketch.apply(output, projected, t.s)
         return hook
 
-    def _schedule_refresh(self, st: Sketched) -> None:
-        """The next step refreshes st's basis (range: with a fresh Ω)."""
-        if self.basis_method == "range" and not st.pending_refresh:
-            st.omega_seed = int(torch.randint(2**62, (1,), generator=st.generator))
-        st.pending_refresh = True
-
-    def _range_basis(self, st: Sketched, y: torch.Tensor) -> torch.Tensor:
-        return range_basis(y, self.rank, st.omega_seed,
-                           st.param.shape[1 if st.side == "left" else 0])
-
-    def _switch_basis(self, st: Sketched, q_new: torch.Tensor) -> None:
-        """Q ← q_new, carrying the moments into it (transfer "rotate", see the docstring)."""
-        if st.q is not None and self.transfer == "rotate":
-            r = q_new.T @ st.q
-            r2 = r.square()
-            lost = (1 - r2.sum(1)).clamp_(min=0)  # share of each new direction outside Q_old
-            if st.side == "left":
-                st.m.copy_(r @ st.m)
-                st.v.copy_(r2 @ st.v + lost[:, None] * st.v.mean(0, keepdim=True))
-            else:
-                st.m.copy_(st.m @ r.T)
-                st.v.copy_(st.v @ r2.T + lost[None, :] * st.v.mean(1, keepdim=True))
-        st.q = q_new
-
-    # -- the method interface -------------------------------------------------------------------
+    # -- propose / apply --------------------------------------------------------------------
     @torch.no_grad()
     def propose(self) -> dict:
-        sq = [st.s.square().sum() for st in self.sketched if st.q is not None]
-        # one host sync, not one per weight; summed over the ranks' row blocks under FSDP
-        sketch_sq = all_reduce(torch.stack(sq).sum()).item() if sq else 0.0
-        dense = self.dense.propose(skip=not math.isfinite(sketch_sq))
-        self.grad_norm = math.sqrt(sketch_sq + self.dense.grad_norm ** 2)
-        bases = [st.q for st in self.sketched]
-        if not math.isfinite(self.grad_norm):  # skipped: nothing reaches the moments or Y
-            for st in self.sketched:
-                for buffer in (st.s, st.y):
-                    if buffer is not None:
-                        buffer.zero_()
-            return {"sketched": [None if q is None else torch.full_like(st.s, math.nan)
-                                 for st, q in zip(self.sketched, bases)],
-                    "bases": bases, "dense": dense}
-        self.t += 1
-        b1, b2 = self.betas
-        coefs = []
-        for st in self.sketched:
-            if st.q is None:  # no non-zero gradient yet, so no basis: nothing to update
-                coefs.append(None)
-                continue
-            st.t += 1
-            st.m.mul_(b1).add_(st.s, alpha=1 - b1)
-            st.v.mul_(b2).addcmul_(st.s, st.s, value=1 - b2)
-            step_size = self.lr * self.scale * math.sqrt(1 - b2 ** st.t) / (1 - b1 ** st.t)
-            coefs.append((st.m / (st.v.sqrt() + self.eps)).mul_(-step_size))
-            st.s.zero_()
-            if st.pending_refresh and st.y is not None:  # Y has seen the whole batch
-                y = all_reduce(st.y) if is_sharded(st.param) else st.y
-                if y.any():  # else the refresh stays pending
-                    self._switch_basis(st, self._range_basis(st, y))
-                    st.pending_refresh = False
-                y.zero_()
-            if (self.t + 1) % self.refresh_every == 0 and self.basis_method == "range":
-                self._schedule_refresh(st)  # the next step's Y: the basis of steps t + 2, ...
-            elif self.t % self.refresh_every == 0 and self.basis_method == "svd":
-                self._schedule_refresh(st)  # the next step's first micro-batch
-        return {"sketched": coefs, "bases": bases, "dense": dense}
+        """RowAdam directions D (one per target, out x r, float32) for the sketches of the
+        backward passes since the last step, scaled so that ‖D·A‖ = update_ratio·‖W‖ over all
+        targets; the sketches are consumed. {"directions": None} for a non-finite sketch."""
+        if self.prepared:
+            raise RuntimeError("LoGRA.propose(): the last proposed step was not applied")
+        world = distributed.world_size()
+        for t in self.targets:
+            if world > 1:  # the batch's sketch: summed over ranks, each rank's loss x world
+                distributed.all_reduce(t.s).div_(world)
+        sq = sum(t.s.double().square().sum() for t in self.targets)
+        self.grad_norm = math.sqrt(sq.item())
+        if not math.isfinite(self.grad_norm):
+            for t in self.targets:
+                t.s.zero_()
+            return {"directions": None}
+        tokens = max(int(self.batch_tokens), 1)
+        directions = []
+        for t in self.targets:
+            directions.append(row_adam(t.s / tokens, t.v, self.count + 1, self.beta2,
+                                       self.epsilon))
+            t.s.zero_()
+        norms = torch.zeros(2, dtype=torch.float64, device=self.targets[0].a.device)
+        for t, d in zip(self.targets, directions):
+            w = local(t.weight.detach())
+            offset, n = row_block(t.weight) if is_sharded(t.weight) else (0, w.shape[0])
+            norms[0] += w.double().square().sum()
+            for start in range(0, n, CHUNK_ROWS):
+                u = d[offset + start:offset + min(start + CHUNK_ROWS, n)] @ t.a
+                norms[1] += u.double().square().sum()
+        w_sq, u_sq = distributed.all_reduce(norms).tolist()
+        if u_sq > 0:
+            factor = self.update_ratio * math.sqrt(w_sq / u_sq)
+            for d in directions:
+                d.mul_(factor)
+        self.prepared = True
+        return {"directions": directions}
 
     @torch.no_grad()
     def apply(self, step: dict, scale: float = 1.0) -> None:
-        """W += scale · lift(C) in the basis the step was formed in; scale 0 (a skipped step)
-        changes nothing."""
-        if scale != 0:
-            for st, q, c in zip(self.sketched, step["bases"], step["sketched"]):
-                if c is not None:
-                    st.applied = (q, c * scale)
-                    lift_add_(local(st.param.data), q, st.applied[1], st.side)
-        self.dense.apply(step["dense"], scale)
+        """W −= (scale·D rounded to the factor dtype)·A for every target, then the count
+        advances and, with `refresh`, every A is redrawn; scale 0 (a skipped step) and a step
+        without directions change nothing."""
+        self.prepared = False
+        if step["directions"] is None or scale == 0:
+            return
+        index = self.count if self.refresh else 0  # the update index A was drawn with
+        for t, d in zip(self.targets, step["directions"]):
+            factor = (d * scale).to(self.factor_dtype)
+            rows = row_block(t.weight) if is_sharded(t.weight) else None
+            subtract_projected_(local(t.weight.data), factor, t.a, rows, CHUNK_ROWS)
+            t.applied = (factor, index)
+        self.count += 1
+        if self.refresh:
+            self._draw()
+
+    def _draw(self) -> None:
+        """Every A, drawn for the current count (in place: the meter labels them by storage)."""
+        for t in self.targets:
+            t.a.copy_(projection(self.rank, t.a.shape[1],
+                                 projection_seed(self.seed, self.count, t.name),
+                                 self.distribution, t.a.device))
 
     @contextlib.contextmanager
     def perturbed(self, step: dict, eta: float):
-        """Forward passes inside compute with θ + η·step: sketched weights through low-rank side
-        branches on their Linear outputs (x·lift(ηC)ᵀ, no weight copy), dense parameters
-        through the dense rule's exact save-and-restore."""
+        """Forwards inside see θ + η·step: each target's output gets −η·(X·Aᵀ)·Dᵀ added (a
+        side branch, no weight copy)."""
         handles = []
-        for st, q, c in zip(self.sketched, step["bases"], step["sketched"]):
-            if c is None:
-                continue
-
-            if is_sharded(st.param):
-                c = gather_rows(c, st.param)
-
-            def branch(mod, args, out, q=q, c=c * eta, side=st.side):
-                x = args[0].to(q.dtype)
-                delta = (x @ c.T) @ q.T if side == "left" else (x @ q) @ c.T
-                return out + delta.to(out.dtype)
-            handles.append(st.module.register_forward_hook(branch))
+        for t, d in zip(self.targets, step["directions"] or []):
+            def branch(mod, args, out, a=t.a, d=d * eta):
+                x = args[0].to(a.dtype)
+                return out - ((x @ a.T) @ d.T).to(out.dtype)
+            handles.append(t.module.register_forward_hook(branch))
         try:
-            with self.dense.perturbed(step["dense"], eta):
-                yield
+            yield
         finally:
             for h in handles:
                 h.remove()
 
+    @contextlib.contextmanager
+    def tangent(self, step: dict):
+        """Inside `torch.autograd.forward_ad.dual_level()`, forwards carry as tangent the
+        directional derivative along the step at α = 1: each target's output gets −(X·Aᵀ)·Dᵀ
+        added to its tangent (formed in float32 with autocast off, cast to the output's
+        dtype), every target at once."""
+        handles = []
+        for t, d in zip(self.targets, step["directions"] or []):
+            def inject(mod, args, out, a=t.a, d=d):
+                primal, tangent = fwAD.unpack_dual(out)
+                x = fwAD.unpack_dual(args[0]).primal
+                with torch.autocast(x.device.type, enabled=False):
+                    delta = -((x.float() @ a.T) @ d.T)
+                delta = delta.to(primal.dtype)
+                return fwAD.make_dual(primal, delta if tangent is None else tangent + delta)
+            handles.append(t.module.register_forward_hook(inject))
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    # -- sync, state ------------------------------------------------------------------------
     def sync_payload(self) -> dict:
-        """Per sketched weight the factors of the step applied since the last sync (its basis
-        only when the engine does not hold it yet); dense parameters in full. Call once after
-        each apply; a step is never sent twice."""
+        """Per target the factor of the step applied since the last sync and, when the engine
+        does not hold it, the projection it was applied with (redrawn from its seed). Call
+        once after each apply; a step is never sent twice."""
         lowrank = {}
-        for st in self.sketched:
-            if st.applied is None:
+        for t in self.targets:
+            if t.applied is None:
                 continue
-            q, coef = st.applied
-            coef = gather_rows(coef, st.param) if is_sharded(st.param) else coef
-            lowrank[st.name] = {"side": st.side, "coef": coef,
-                                "basis": q if q is not st.synced_q else None}
-            st.applied, st.synced_q = None, q
-        return {"dense": self.dense.sync_payload()["dense"], "lowrank": lowrank}
+            factor, index = t.applied
+            a = None
+            if index != t.synced:
+                a = projection(self.rank, t.a.shape[1], projection_seed(self.seed, index, t.name),
+                               self.distribution, t.a.device)
+            lowrank[f"{t.name}.weight"] = {"side": "projected", "coef": factor, "basis": a}
+            t.applied, t.synced = None, index
+        return {"lowrank": lowrank}
 
     def engine_weights(self) -> dict[str, torch.Tensor]:
-        return {st.name: full(st.param.detach()) for st in self.sketched} | \
-            self.dense.engine_weights()
+        return {n: full(p.detach()) for n, p in self.named}  # FSDP: gathered (collective)
+
+    def unwrap(self) -> None:
+        for h in self.hooks:
+            h.remove()
+        self.hooks = []
 
     def state_tensors(self) -> list[torch.Tensor]:
-        return [t for st in self.sketched for t in (st.q, st.m, st.v)] + \
-            self.dense.state_tensors()
+        """Each target's projection A and row second moment v."""
+        return [x for t in self.targets for x in (t.a, t.v)]
 
     def grad_buffers(self) -> list[torch.Tensor]:
-        """The sketch accumulators and the range finder's Ys."""
-        return [st.s for st in self.sketched] + [st.y for st in self.sketched if st.y is not None]
+        """The sketches S."""
+        return [t.s for t in self.targets]
+
+    def peak_grad_bytes(self) -> int:
+        """Analytic: the sketches; no target has a weight gradient, nothing else trains."""
+        return tensor_bytes(self.grad_buffers())
 
     def state_dict(self) -> dict:
-        """Bases, accumulators, moments, refresh state and basis-sampling generators. Taken
-        after a sync, so no applied step is pending."""
-        return {"t": self.t, "dense": self.dense.state_dict(), "sketched": {
-            st.name: {"q": st.q, "s": st.s, "m": st.m, "v": st.v, "y": st.y, "t": st.t,
-                      "pending_refresh": st.pending_refresh, "omega_seed": st.omega_seed,
-                      "generator": st.generator.get_state()} for st in self.sketched}}
+        """The options, the update count, the row second moments and the controller's mismatch
+        EMA; A is redrawn from the seed and the count. Refused between propose and apply."""
+        if self.prepared:
+            raise RuntimeError("LoGRA.state_dict(): a proposed step has not been applied")
+        return {"config": dict(self.config), "count": self.count,
+                "v": {t.name: t.v for t in self.targets},
+                "control": self.control.state_dict() if self.control else None}
 
     @torch.no_grad()
     def load_state_dict(self, state: dict) -> None:
-        self.t = state["t"]
-        self.dense.load_state_dict(state["dense"])
-        for st in self.sketched:
-            s = state["sketched"][st.name]
-            for k in ("s", "m", "v", "y"):  # in place: the memory meter labels them by storage
-                if getattr(st, k) is not None:
-                    getattr(st, k).copy_(s[k])
-            st.q = None if s["q"] is None else s["q"].to(st.param.device)
-            st.t, st.pending_refresh, st.omega_seed = s["t"], s["pending_refresh"], s["omega_seed"]
-            st.generator.set_state(s["generator"])
-            # a fresh rollout engine has no bases: the next low-rank sync must carry them
-            st.applied, st.synced_q = None, None
+        saved = state["config"]
+        if saved != self.config:
+            diff = "; ".join(f"{k}: {saved.get(k)!r} saved, {self.config[k]!r} now"
+                             for k in sorted(self.config) if saved.get(k) != self.config[k])
+            raise ValueError(f"LoGRA.load_state_dict: a state saved with other options ({diff})")
+        self.count = state["count"]
+        for t in self.targets:
+            t.v.copy_(state["v"][t.name])  # in place: the memory meter labels them by storage
+            t.s.zero_()
+            t.applied, t.synced = None, None  # a fresh engine holds no projection
+        if self.control:
+            self.control.load_state_dict(state["control"])
+        if self.refresh:
+            self._draw()
 
-    def peak_grad_bytes(self) -> int:
-        """Analytic: dense gradients + the largest sketched gradient (freed in its hook) + the
-        sketch accumulators and the range finder's Ys."""
-        largest = max(local(st.param).numel() * 4 for st in self.sketched)
-        return self.dense.peak_grad_bytes() + largest + tensor_bytes(self.grad_buffers())
+    # -- the planner's analytic model (logra/planner.py) -------------------------------------
+    @staticmethod
+    def has_control(options: dict) -> bool:
+        return options.get("controller", True)
+
+    @staticmethod
+    def modules(options: dict) -> str:
+        return r"\.(" + "|".join(map(re.escape, options.get("target_modules",
+                                                            TARGET_MODULES))) + r")$"
 
     @staticmethod
     def planned(geo: Geometry, options: dict, b: int) -> dict:
-        """Per sketched weight (m x n): moments 2·r·max(m, n) and basis r·min(m, n); gradients:
-        the unsketched weights', the largest sketched weight's (freed in its hook), the sketch
-        accumulators r·max(m, n) and the range finder's Y, min(m, n)·min(r + p, max(m, n))
-        (basis "range"); the step: its coefficients r·max(m, n); `perturbed` copies the
-        unsketched weights only; after apply: S and Y and the applied coefficients kept for
-        the sync. Unsketched weights: dense Adam's."""
-        f, r = 4, options.get("rank", 8)
-        k = r + options.get("oversample", 8)
-        dense = geo.n_all - geo.n_low
-        coefs = sum(r * max(m, n) for m, n in geo.low_rank)
-        ys = (sum(min(m, n) * min(k, max(m, n)) for m, n in geo.low_rank)
-              if options.get("basis", "range") == "range" else 0)
-        return {"weights": geo.n_all * b, "master": geo.n_all * f if b < f else 0,
-                "grads": (dense + max(m * n for m, n in geo.low_rank) + coefs + ys) * f,
-                "optimizer": (2 * dense + 2 * coefs
-                              + sum(r * min(m, n) for m, n in geo.low_rank)) * f,
-                "step": coefs * f, "perturbed_copy": dense * f,
-                "after_apply": (2 * coefs + ys) * f, "transient": 0, "frozen_base": False}
+        """Per target (out x in): the sketch S out·r (grads), v out and A r·in (optimizer), the
+        directions D out·r (the step; the factor α·D in its dtype formed per target inside
+        apply); 256 rows of D·A formed at a time (transient). Every weight in float32 (the
+        authors require float32 storage: no separate master copy), no gradient of any weight,
+        the base frozen: no activation is kept for a weight's gradient, each target keeps
+        X·Aᵀ (tokens x r) instead (`sketch_rank`, logra.memory.activation_breakdown)."""
+        f, r = 4, options.get("rank", 256)
+        outs = sum(m for m, _ in geo.low_rank)
+        widest = max(n for _, n in geo.low_rank)
+        return {"weights": geo.n_all * f, "master": 0, "grads": outs * r * f,
+                "optimizer": (outs + r * sum(n for _, n in geo.low_rank)) * f,
+                "step": outs * r * f, "perturbed_copy": 0, "after_apply": 0,
+                "transient": CHUNK_ROWS * widest * f, "frozen_base": True, "sketch_rank": r,
+                "jvp_control": options.get("controller", True)}
 
     @staticmethod
     def planned_sync(geo: Geometry, options: dict, b: int) -> int:
-        """The unsketched weights in the policy dtype, the fp32 coefficients r·max(m, n) per
-        sketched weight, and its basis r·min(m, n) once per refresh (amortized)."""
-        r = options.get("rank", 8)
-        return ((geo.n_all - geo.n_low) * b + sum(r * max(m, n) for m, n in geo.low_rank) * 4
-                + sum(r * min(m, n) for m, n in geo.low_rank) * 4
-                // options.get("refresh_every", 50))
+        """Per target the factor out·r in `update_factor_dtype` and, with `refresh`, the
+        projection r·in (float32) with every step."""
+        r = options.get("rank", 256)
+        factor = 2 if options.get("update_factor_dtype", "bfloat16") == "bfloat16" else 4
+        proj = (sum(r * n for _, n in geo.low_rank) * 4
+                if options.get("refresh", True) else 0)
+        return sum(m * r for m, _ in geo.low_rank) * factor + proj
+
+    @staticmethod
+    def planned_trained(geo: Geometry, options: dict) -> int:
+        """Words the generic transports send: the targets' (nothing else changes)."""
+        return geo.n_low
 
 
-def _rows(p: torch.Tensor) -> tuple[int, int] | None:
-    """(first row, total rows) of this rank's block of a sharded weight; None if unsharded."""
-    return (row_block(p)[0], p.shape[0]) if is_sharded(p) else None
+def _requires_grad(module, args, output):
+    """The embedding's output requires grad (the model is frozen), so backward reaches the
+    targets."""
+    if torch.is_grad_enabled():
+        output.requires_grad_(True)
+    return output

@@ -613,6 +613,7 @@ def activation_breakdown(
     attention_mask: bool = False,
     include_head: bool = True,
     frozen: bool = False,
+    sketch_rank: int = 0,
     loss: str = "hf",
 ) -> dict[str, int]:
     """Bytes autograd saves for backward in ONE forward of an HF Llama/Qwen2-style decoder.
@@ -654,6 +655,11 @@ def activation_breakdown(
     the lm_head input, saved only for those weights' gradients, are not saved (the adapters'
     own rank-r tensors are not counted: N·r per adapted module).
 
+    ``sketch_rank=r`` (LoGRA, logra/logra.py; implies ``frozen``): no weight has a gradient,
+    so the seven projections of each layer save no input (not the norm outputs 2*N*H*b, not
+    o_proj's, not down_proj's: the MLP saves 3*N*I*b) and keep X·Aᵀ instead, N*r*b each
+    (all seven targeted, LoGRA's default).
+
     With ``checkpointing=True`` (HF per-layer gradient checkpointing) only each layer's input
     (N*H*b) is kept from the forward; during backward one layer is recomputed, so the peak of
     saved activations is L*N*H*b + max(head, one layer).
@@ -680,6 +686,8 @@ def activation_breakdown(
     A, Akv = nh * hd, nkv * hd
     impl = attn_implementation or getattr(config, "_attn_implementation", None) or "sdpa"
 
+    frozen = frozen or sketch_rank > 0
+
     def rmsnorm() -> int:
         # fp32 input copy (when b == 4 the .to() is a no-op and the input itself is saved),
         # rsqrt, normalised value cast back to dtype (saved for the weight's gradient only).
@@ -694,7 +702,10 @@ def activation_breakdown(
         o_in = 0  # sdpa output is laid out (B, T, h, hd): the o_proj input shares its storage
         # sdpa saves the additive float mask (B, 1, T, T) in model dtype, a fresh copy per layer
         attn += B * T * T * b if attention_mask else 0
-    per_layer = 2 * rmsnorm() + N * H * b + attn + o_in + N * H * b + 4 * N * I * b
+    if sketch_rank:
+        per_layer = 2 * rmsnorm() + attn + 3 * N * I * b + 7 * N * sketch_rank * b
+    else:
+        per_layer = 2 * rmsnorm() + N * H * b + attn + o_in + N * H * b + 4 * N * I * b
     rope = 2 * (B if loss == "chunked" else 1) * T * hd * b
     if loss not in ("hf", "chunked"):
         raise ValueError(f"loss: unknown {loss!r}; known: hf, chunked")

@@ -76,7 +76,8 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
     point["planned"] = plan(hf_config, method["rule"], method["options"],
                             micro_batch=shape["micro_batch"], seq_len=p_len + c_len,
                             probe_size=g["probe_size"], completion_len=c_len,
-                            kl_control=bool(method.get("kl_control")),
+                            kl_control=bool(method.get("kl_control")) or methods.rule_class(
+                                method["rule"]).has_control(method["options"]),
                             attention_mask=False,  # no padding: HF's sdpa then takes no mask
                             chunk_tokens=g.get("chunk_tokens"))
     times, rollout_times, sync = [], [], []

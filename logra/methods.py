@@ -39,6 +39,7 @@ PYTHONPATH); README "Add an update rule" walks through one.
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 
 import torch
@@ -49,6 +50,7 @@ from logra.memory import tensor_bytes
 RULES = {
     "dense_adam": "logra.dense_adam:DenseAdam",
     "logra": "logra.logra:LoGRA",
+    "sketch_adam": "logra.sketch_adam:SketchAdam",
     "galore": "baselines.galore:GaLore",
     "lora": "baselines.lora:LoRA",
     "apollo": "baselines.apollo:APOLLO",
@@ -63,6 +65,21 @@ POSNUM = {"$ref": "#/$defs/posnum"}
 BETAS = {"$ref": "#/$defs/betas"}
 ADAM_OPTIONS = {"lr": LR, "betas": BETAS, "eps": POSNUM,
                 "weight_decay": {"type": "number", "minimum": 0}}
+
+
+# the Linear weights a low-rank rule targets by default (LoGRA, GaLore, APOLLO, LoRA): every
+# projection of attention and MLP in each decoder block
+DEFAULT_MODULES = r"\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)$"
+
+
+def low_rank_linears(model: torch.nn.Module, modules: str) -> list[tuple[str, torch.nn.Linear]]:
+    """(name, module) of every trainable nn.Linear whose name matches the regex `modules`."""
+    pattern = re.compile(modules)
+    found = [(name, m) for name, m in model.named_modules()
+             if isinstance(m, torch.nn.Linear) and pattern.search(name) and m.weight.requires_grad]
+    if not found:
+        raise ValueError(f"modules: pattern {modules!r} matches no nn.Linear in the model")
+    return found
 
 
 @dataclass(frozen=True)
@@ -97,6 +114,14 @@ class UpdateRule:
     checkpoint_classes: tuple[type, ...] = ()
     named: list
     grad_norm: float = float("nan")
+    # completion tokens of the update's whole batch (all ranks), set by the loop before
+    # propose(); a rule that normalises by it reads it (LoGRA's T)
+    batch_tokens: int = 1
+    # the rule's own step control (between propose and apply), or None: then the config's
+    # `kl_control`, if any (logra/kl_control.py)
+    control = None
+    # the option a tuning sweep varies and a regime scales (logra/config.py): the step size
+    step_size_option: str = "lr"
 
     def propose(self):
         raise NotImplementedError
@@ -153,6 +178,18 @@ class UpdateRule:
         """Predicted bytes of one policy sync by the rule's own transport: every weight in the
         policy dtype."""
         return geo.n_all * b
+
+    @staticmethod
+    def has_control(options: dict) -> bool:
+        """Whether a rule built with `options` brings its own step control (`control`), for the
+        planner, which does not build it."""
+        return False
+
+    @staticmethod
+    def modules(options: dict) -> str:
+        """The regex over module names of the Linear weights the rule treats as low rank (the
+        planner's `Geometry.low_rank`): its `modules` option by default."""
+        return options.get("modules", DEFAULT_MODULES)
 
     @staticmethod
     def planned_trained(geo: Geometry, options: dict) -> int:

@@ -1,34 +1,40 @@
 """LoGRA as a torch optimizer, for trainers that own the loop (TRL's GRPOTrainer, a plain loop).
 
-`LoGRAOptimizer(model, lr=..., rank=..., refresh_every=..., ...)` is the update rule of
-logra/logra.py (`LoGRA`, the same object the harness's GRPO loop drives) behind torch's
-optimizer API: `step()` is `rule.apply(rule.propose())`, `zero_grad()`, `state_dict()` /
-`load_state_dict()`, and `param_groups` — group 0 the sketched weights (lr), group 1 the dense
-parameters (`dense_lr`) — so an LR scheduler scales both. The rule installs its backward hooks
-when the optimizer is built: each sketched weight's gradient is sketched and freed as it is
-produced, so full gradients of sketched weights are never all alive, over micro-batches too.
+    optimizer = LoGRAOptimizer(model, rank=64, update_ratio=1e-3)   # LoGRA's options
+    loss.backward(); optimizer.step(); optimizer.zero_grad()
 
-What a generic trainer does with `.grad` after backward sees only the dense parameters: the
-sketched weights' gradients are gone (their sketches S hold what LoGRA uses). So
-- clipping and its norm: `clip_grad_norm_(max_norm)` clips on the norm of the sketches and the
-  dense gradients together, the norm of the gradient LoGRA steps on, and returns it (pre-clip,
-  as `torch.nn.utils.clip_grad_norm_` does). Deviation from clipping the full gradient: the
-  sketch's norm ‖QᵀG‖ is at most ‖G‖ (the full gradient is never whole), so it clips less often.
-  In a transformers / TRL Trainer, `LoGRATrainerMixin` routes the trainer's clipping
-  (`max_grad_norm`) and the `grad_norm` it logs through it.
-- anything else that changes the dense `.grad` in place between backward and `step()` (torch's
-  `clip_grad_norm_` over `model.parameters()`, which a Trainer without the mixin calls for
-  `max_grad_norm` and for its logged `grad_norm`, or a GradScaler's `unscale_`) makes `step()`
-  raise, naming the setting: the sketched weights would have escaped that clipping or that
-  norm silently. It is seen from the version counters of the dense gradients, noted when
-  backward accumulates them; a model whose every trainable parameter is sketched has none, and
-  then the check cannot see it.
-- fp16 with a GradScaler is refused (`step()` raises): the sketches were taken of scaled
-  gradients and the scaler's inf check cannot see them. bf16 autocast needs no scaler and works.
+`LoGRAOptimizer(model, **options)` is the update rule of logra/logra.py (`LoGRA`, the object
+the harness's GRPO loop drives) behind torch's optimizer API. Building it freezes the model
+(LoGRA trains only its target weights, and never through `.grad`) and installs the hooks that
+sketch each target's gradient during backward. `param_groups` holds the target weights (its
+`lr` is not used: LoGRA's step size is `update_ratio`).
 
-Not here (the harness's loop, logra/train.py): predicted-KL step control (it needs the step
-between propose and apply) and the low-rank policy sync to a separate rollout engine. One
-process only: DDP would average gradients the hooks have already consumed.
+Two phases, as the authors' optimizer (`skzhang1/RL`, `nemo_rl/models/automodel/logra.py`):
+`prepare_update()` forms the RowAdam directions from the sketches (and returns ‖S‖),
+`step(alpha=...)` applies them at α. Stated deviations from their `step(alpha=...)`:
+- `step()` without `alpha` applies α = 1, unless a controller is attached
+  (`optimizer.controller = f`, called as `f(optimizer)` after `prepare_update`, returning α;
+  the harness's loop runs the authors' predicted-KL controller, logra/kl_control.py, between
+  the phases), and prepares first when `prepare_update()` was not called;
+- `normalization_tokens` (T: the sketch is divided by it before RowAdam; the authors pass
+  their batch's valid-token count) is an input: the number of completion tokens of the batch
+  the backward passes saw, set before `step()` (`optimizer.normalization_tokens = T`, or
+  `prepare_update(T)`), or counted with `count_tokens(n)` per micro-batch, as
+  `LoGRATrainerMixin` does in a transformers/TRL Trainer from each micro-batch's
+  `completion_mask`. `step()` without it raises (naming the mixin), then starts it over.
+
+What a generic trainer does with `.grad` sees nothing: no parameter has a gradient.
+`clip_grad_norm_(max_norm)` returns ‖S‖ over all targets (the authors' logged grad norm) and
+clips nothing: the step's size is set by `update_ratio` whatever S's norm, and the authors
+clip nothing. In a Trainer, `LoGRATrainerMixin` routes `max_grad_norm` and the logged
+`grad_norm` through it. fp16 with a GradScaler is refused (its inf check sees no gradient);
+bf16 autocast needs no scaler and works.
+
+`state_dict()` holds the options, the update count, the row second moments and the
+controller's mismatch EMA (the projections are redrawn from the seed and the count); loading a
+state saved with other options is refused, and so is saving between `prepare_update()` and
+`step()`. Not here: the low-rank sync to a separate rollout engine (the harness's loop). One
+process only: under DDP the sketches would need the all-reduce the harness's FSDP loop does.
 """
 from __future__ import annotations
 
@@ -39,16 +45,7 @@ import torch
 
 from logra.logra import LoGRA
 
-_HOOKED: dict[int, weakref.ref] = {}  # id -> weight whose gradients a LoGRAOptimizer consumes
-
-NOT_UNTOUCHED = (
-    "LoGRAOptimizer.step(): the dense parameters' .grad was changed in place after backward "
-    "({names}), by gradient clipping or a gradient-norm computation (torch's clip_grad_norm_; a "
-    "transformers/TRL Trainer calls it for `max_grad_norm` and for the `grad_norm` it logs) or a "
-    "mixed-precision scaler's unscale_. LoGRA's hooks consumed the sketched weights' gradients, "
-    "so they escaped that clipping and that norm. Clip with optimizer.clip_grad_norm_(max_norm) "
-    "(the norm of the sketches and dense gradients), and in a Trainer subclass it through "
-    "logra.optimizer.LoGRATrainerMixin: class Trainer(LoGRATrainerMixin, GRPOTrainer)")
+_HOOKED: dict[int, weakref.ref] = {}  # id -> target weight a LoGRAOptimizer updates
 
 
 class LoGRAOptimizer(torch.optim.Optimizer):
@@ -57,138 +54,130 @@ class LoGRAOptimizer(torch.optim.Optimizer):
     # GradScaler then hands step() its found_inf instead of unscaling .grad: fp16 is refused
     _step_supports_amp_scaling = True
 
-    def __init__(self, model: torch.nn.Module, lr: float = 1e-4, dense_lr: float | None = None,
-                 **options):
+    def __init__(self, model: torch.nn.Module, **options):
+        """Freeze `model` and install LoGRA on it; `options` are `logra.logra.LoGRA`'s."""
         if torch.distributed.is_available() and torch.distributed.is_initialized() \
                 and torch.distributed.get_world_size() > 1:
-            raise RuntimeError("LoGRAOptimizer runs in one process: DDP averages gradients "
-                               "that LoGRA's hooks have already consumed (sharded training: "
-                               "the harness's FSDP loop, logra/train.py)")
+            raise RuntimeError("LoGRAOptimizer runs in one process (sharded training: the "
+                               "harness's FSDP loop, logra/train.py)")
         hooked = [n for n, p in model.named_parameters()
                   if id(p) in _HOOKED and _HOOKED[id(p)]() is p]
         if hooked:
-            raise RuntimeError(f"a LoGRAOptimizer already consumes the gradients of {hooked[0]} "
-                               "(and others): build one LoGRAOptimizer per model")
-        self.rule = LoGRA(model, lr=lr, dense_lr=dense_lr, **options)
-        dense = [p for _, p in self.rule.dense.named]
-        groups = [{"params": [st.param for st in self.rule.sketched], "lr": lr,
-                   "name": "sketched"}]
-        if dense:
-            groups.append({"params": dense, "lr": dense_lr or lr, "name": "dense"})
-        super().__init__(groups, {"lr": lr})
-        _HOOKED.update({id(p): weakref.ref(p) for p in groups[0]["params"]})
-        self._versions: dict[int, int] = {}  # id(dense param) -> its .grad's version after backward
-        for p in dense:
-            p.register_post_accumulate_grad_hook(self._note_version)
-
-    def _note_version(self, p: torch.Tensor) -> None:
-        self._versions[id(p)] = p.grad._version
+            raise RuntimeError(f"a LoGRAOptimizer already updates {hooked[0]} (and others): "
+                               "build one LoGRAOptimizer per model")
+        self.rule = LoGRA(model, **options)
+        self.rule.control = None  # the harness's loop runs the controller; here: `controller`
+        self.controller = None
+        self.normalization_tokens: int | None = None  # T; None: 1
+        self._step = None  # the prepared step, between prepare_update and step
+        params = [p for _, p in self.rule.named]
+        super().__init__([{"params": params, "lr": 1.0, "name": "targets"}], {"lr": 1.0})
+        _HOOKED.update({id(p): weakref.ref(p) for p in params})
 
     @property
     def state(self) -> dict:
-        """Per parameter the rule's state tensors, for inspection: a sketched weight's basis Q
-        (once it has one) and Adam moments M, V in sketch space; a dense parameter's moments."""
-        out = {st.param: {"exp_avg": st.m, "exp_avg_sq": st.v} | ({"basis": st.q} if st.q
-                                                                 is not None else {})
-               for st in self.rule.sketched}
-        dense = self.rule.dense
-        return out | {p: {"exp_avg": m, "exp_avg_sq": v}
-                      for (_, p), m, v in zip(dense.named, dense.m, dense.v)}
+        """Per target weight its projection and row second moment, for inspection."""
+        return {t.weight: {"projection": t.a, "row_second_moment": t.v}
+                for t in self.rule.targets}
 
     @state.setter
     def state(self, value) -> None:  # torch's constructor sets an empty one
         if value:
             raise ValueError("LoGRAOptimizer's state is its rule's: use load_state_dict")
 
-    @torch.no_grad()
-    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
-        """Scale the sketches and the dense gradients by min(1, max_norm / (‖·‖ + 1e-6)), as
-        torch's clip_grad_norm_ does to gradients, and return their total 2-norm before it.
-        `max_norm=math.inf` only measures."""
-        tensors = [st.s for st in self.rule.sketched] + \
-            [p.grad for _, p in self.rule.dense.named if p.grad is not None]
-        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)))
-        if max_norm != math.inf:
-            torch._foreach_mul_(tensors, (max_norm / (total + 1e-6)).clamp(max=1.0))
-            for _, p in self.rule.dense.named:
-                if p.grad is not None:
-                    self._note_version(p)
-        return total
+    @property
+    def update_count(self) -> int:
+        return self.rule.count
+
+    @property
+    def mismatch(self) -> float | None:
+        """The controller's mismatch EMA, as the rule saves it (None without a controller)."""
+        return getattr(self.controller, "mismatch", None)
 
     @torch.no_grad()
-    def step(self, closure=None):
-        """One LoGRA update from the sketches and dense gradients of the backward passes since
-        the last step, at the param groups' current lrs. A non-finite gradient skips the step
-        (weights and moments unchanged), as in the harness."""
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """‖S‖ over all targets; nothing is clipped (see the module docstring)."""
+        return torch.linalg.vector_norm(torch.stack(
+            torch._foreach_norm([t.s for t in self.rule.targets])))
+
+    @torch.no_grad()
+    def prepare_update(self, normalization_tokens: int | None = None) -> float:
+        """The directions of the backward passes since the last step (RowAdam on S / T, scaled
+        to update_ratio); returns ‖S‖."""
+        if normalization_tokens is not None:
+            self.normalization_tokens = normalization_tokens
+        if not self.normalization_tokens:
+            raise RuntimeError(
+                "LoGRAOptimizer: normalization_tokens (T, the completion tokens of the batch "
+                "the backward passes saw) is not set: set optimizer.normalization_tokens = T or "
+                "call optimizer.count_tokens(n) per micro-batch before step(); a transformers/"
+                "TRL Trainer counts them through logra.optimizer.LoGRATrainerMixin: class "
+                "Trainer(LoGRATrainerMixin, GRPOTrainer)")
+        self.rule.batch_tokens = self.normalization_tokens
+        self._step = self.rule.propose()
+        return self.rule.grad_norm
+
+    @torch.no_grad()
+    def step(self, closure=None, *, alpha: float | None = None):
+        """Apply the prepared directions (preparing them first if needed) at `alpha`, else at
+        the attached controller's α, else at 1; then T starts over."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         if getattr(self, "found_inf", None) is not None:
             raise RuntimeError("LoGRAOptimizer does not support fp16 with a GradScaler (a "
-                               "Trainer's `fp16=True`): the sketches are of scaled gradients "
-                               "and its inf check cannot see them; use bf16 (`bf16=True`), "
-                               "which needs no scaler")
-        touched = [n for n, p in self.rule.dense.named
-                   if p.grad is not None and p.grad._version != self._versions.get(id(p))]
-        if touched:
-            raise RuntimeError(NOT_UNTOUCHED.format(names=", ".join(touched[:3]) + (
-                ", ..." if len(touched) > 3 else "")))
-        self.rule.lr = self.param_groups[0]["lr"]
-        if len(self.param_groups) > 1:
-            self.rule.dense.lr = self.param_groups[1]["lr"]
-        self.rule.apply(self.rule.propose())
-        for st in self.rule.sketched:  # no rollout engine to sync: drop the step's factors
-            st.applied = None
+                               "Trainer's `fp16=True`): its inf check sees no gradient; use "
+                               "bf16 (`bf16=True`), which needs no scaler")
+        if self._step is None:
+            self.prepare_update()
+        if alpha is None:
+            alpha = self.controller(self) if self.controller else 1.0
+        if not (math.isfinite(alpha) and alpha >= 0):
+            raise ValueError(f"LoGRAOptimizer.step: alpha must be finite and >= 0, got {alpha}")
+        step, self._step = self._step, None
+        self.rule.apply(step, alpha)
+        for t in self.rule.targets:  # no rollout engine to sync: drop the step's factors
+            t.applied = None
+        self.normalization_tokens = None
         return loss
 
+    def count_tokens(self, n: int) -> None:
+        """Add a micro-batch's completion tokens to T (`normalization_tokens`)."""
+        self.normalization_tokens = (self.normalization_tokens or 0) + int(n)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """The dense gradients, and the sketches and range-finder sketches of the sketched
-        weights' (their .grad is always None)."""
-        super().zero_grad(set_to_none=set_to_none)
+        """The sketches (no parameter has a .grad)."""
+        if self._step is not None:
+            raise RuntimeError("LoGRAOptimizer.zero_grad: a prepared update was not applied")
         for buffer in self.rule.grad_buffers():
             buffer.zero_()
-        for _, p in self.rule.dense.named:
-            if p.grad is not None:
-                self._note_version(p)
 
     def state_bytes(self) -> int:
-        """Bytes of the optimizer state: r·(min + 2·max) floats per sketched weight (Q, M, V),
-        two moments per dense parameter (logra/logra.py)."""
+        """Bytes of the optimizer state: per target A (r x in) and v (out)."""
         return self.rule.state_bytes()
 
     def state_dict(self) -> dict:
-        groups = []
-        start = 0
-        for g in self.param_groups:
-            groups.append({k: v for k, v in g.items() if k != "params"} |
-                          {"params": list(range(start, start + len(g["params"])))})
-            start += len(g["params"])
+        groups = [{k: v for k, v in g.items() if k != "params"} |
+                  {"params": list(range(len(g["params"])))} for g in self.param_groups]
         return {"state": {}, "param_groups": groups, "logra": self.rule.state_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restores the groups' settings (lr, ...) and the rule's state; tensors may come back
-        on another device (accelerate moves them), the basis generators' states to the CPU."""
-        groups = state_dict["param_groups"]
-        if [len(g["params"]) for g in groups] != [len(g["params"]) for g in self.param_groups]:
-            raise ValueError("load_state_dict: the saved param groups "
-                             f"({[len(g['params']) for g in groups]} parameters) do not match "
-                             f"this optimizer's ({[len(g['params']) for g in self.param_groups]})")
-        for g, saved in zip(self.param_groups, groups):
+        """The groups' settings and the rule's state (refused when saved with other options);
+        tensors may come back on another device (accelerate moves them)."""
+        for g, saved in zip(self.param_groups, state_dict["param_groups"], strict=True):
             g.update({k: v for k, v in saved.items() if k != "params"})
-        rule = dict(state_dict["logra"])
-        rule["sketched"] = {name: s | {"generator": s["generator"].cpu()}
-                            for name, s in rule["sketched"].items()}
-        self.rule.load_state_dict(rule)
+        self.rule.load_state_dict(state_dict["logra"])
 
 
 class LoGRATrainerMixin:
     """Put before a transformers Trainer class (TRL's GRPOTrainer, SFTTrainer, ...):
     `class Trainer(LoGRATrainerMixin, GRPOTrainer): pass`, built with
-    `optimizers=(LoGRAOptimizer(...), scheduler)`. The trainer's gradient clipping
-    (`max_grad_norm`) and the `grad_norm` it logs then go through
-    `LoGRAOptimizer.clip_grad_norm_`: the norm of the sketches and dense gradients, before
-    clipping. It overrides the two methods of transformers' Trainer (5.x) that touch `.grad`."""
+    `optimizers=(LoGRAOptimizer(...), scheduler)`. The trainer's clipping (`max_grad_norm`)
+    and the `grad_norm` it logs go through `LoGRAOptimizer.clip_grad_norm_` (‖S‖, nothing
+    clipped), and each micro-batch's completion tokens (`completion_mask`, TRL's) are added
+    to the optimizer's `normalization_tokens` (T). It overrides the methods of transformers'
+    Trainer (5.x) that touch `.grad`, and `compute_loss`."""
 
     def _clip_grad_norm(self, model):
         return logra_optimizer(self.optimizer).clip_grad_norm_(self.args.max_grad_norm)
@@ -197,6 +186,11 @@ class LoGRATrainerMixin:
         if grad_norm is None:
             grad_norm = logra_optimizer(self.optimizer).clip_grad_norm_(math.inf)
         return grad_norm
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        if model.training and "completion_mask" in inputs:  # step() starts T over
+            logra_optimizer(self.optimizer).count_tokens(inputs["completion_mask"].sum())
+        return super().compute_loss(model, inputs, *args, **kwargs)
 
 
 def logra_optimizer(optimizer) -> LoGRAOptimizer:

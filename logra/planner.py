@@ -7,7 +7,7 @@ Everything here is a *prediction*, computed from tensor shapes; the memory sweep
 same update (its peak and each phase's, `MemoryMeter.phase`) and reports the error, and
 `figures/stability_27b` shows the two side by side. The model is built on the meta device (no
 memory, any size), and the weights a rule treats as low rank are chosen by the same `modules`
-regex the rules use (`logra.logra.low_rank_linears`).
+regex the rules use (`logra.methods.low_rank_linears`).
 
 Categories (bytes per GPU; `/ gpus` under FSDP, ZeRO-3):
 - weights: every weight in the policy dtype (fp32; or bf16 for `policy="bf16"`);
@@ -39,7 +39,10 @@ optimizer, rollout and, but in rollout, fsdp):
   of what the rule forms and frees inside propose and the base forward's largest transient (a
   no-grad forward: one MLP's gate activation, up and product, 3·base_seqs·seq_len·intermediate);
 - kl_control (methods with KL control): propose's tensors + the saved copy that `perturbed`
-  restores, in fp32 + the larger of the probe forward's transient and the chunked KL;
+  restores, in fp32 + the larger of the probe forward's transient and the chunked KL; for a
+  rule that predicts by a forward-mode JVP (LoGRA's `jvp_control`): one probe sequence's dual
+  forward, or its kept logits and their tangent (fp32) and the float64 work on 64 of its
+  completion positions (4 (64, vocab) tensors), whichever is larger, without the base;
 - apply: the larger of what is alive when it starts (propose's tensors) and what survives it
   + the base probe + the realized KL's forward or chunks.
 `total` is the largest phase and `peak_phase` names it.
@@ -57,7 +60,7 @@ import re
 import torch
 
 from logra import methods
-from logra.logra import DEFAULT_MODULES, low_rank_linears
+from logra.methods import DEFAULT_MODULES, low_rank_linears
 from logra.memory import activation_bytes_estimate
 from logra.modeling import CHUNK_TOKENS
 
@@ -98,13 +101,15 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
         raise ValueError(f"sharding: unknown {sharding!r}; known: {SHARDINGS}")
     if rollout_share and not gpu_bytes:
         raise ValueError("rollout_share needs gpu_bytes (the GPU's memory)")
-    geo, layer_numel = geometry(hf_config, options)
+    geo, layer_numel = geometry(hf_config, options, rule)
     b, f = POLICIES[policy], 4
     shard = gpus if sharding == "fsdp" else 1
     vocab, hidden = hf_config.vocab_size, hf_config.hidden_size
     rule_plan = methods.rule_class(rule).planned(geo, options, b)
+    # LoGRA's own control predicts by a forward-mode JVP (`jvp_control`), without the base
+    jvp = kl_control and rule_plan.get("jvp_control", False)
     # the base covers the whole probe with KL control, else its held-out half only
-    base_seqs = probe_size if kl_control else probe_size - probe_size // 2
+    base_seqs = probe_size if kl_control and not jvp else probe_size - probe_size // 2
     probe_tokens = base_seqs * (completion_len or seq_len)
     base = probe_tokens * hidden * b + (0 if rule_plan["frozen_base"] else vocab * hidden * b)
     chunk = min(chunk_tokens or CHUNK_TOKENS,
@@ -118,6 +123,7 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
             hf_config, batch=micro_batch, seq_len=seq_len, dtype_bytes=b,
             checkpointing=checkpointing, attention_mask=attention_mask,
             attn_implementation=attn_implementation, frozen=rule_plan["frozen_base"],
+            sketch_rank=rule_plan.get("sketch_rank", 0),
             loss="chunked")
         + loss_chunk + (0 if rule_plan["frozen_base"] else vocab * hidden * b),
         "probe": base + chunks,
@@ -130,14 +136,19 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     # product over the probe's tokens
     probe_forward = 3 * base_seqs * seq_len * hf_config.intermediate_size * b
     kl_pass = max(probe_forward, chunks)  # the chunks are formed after the last MLP has freed
+    if jvp:  # one sequence at a time, dual (x2): the kept logits and their tangent (fp32), and
+        # the float64 work on 64 of their positions at a time
+        c = min(64, completion_len or seq_len)
+        jvp_pass = max(2 * probe_forward // base_seqs,
+                       2 * (completion_len or seq_len) * vocab * f + 4 * c * vocab * 8)
     alive = out["weights"] + out["master"] + out["optimizer"] + out["rollout"] + out["fsdp"]
     proposed = out["grads"] + base + rule_plan["step"] // shard  # from propose until apply
     phases = {
         "rollout": alive - out["fsdp"],
         "forward_backward": alive + out["grads"] + out["activations"],
         "propose": alive + proposed + max(probe_forward, rule_plan["transient"]),
-        "kl_control": (alive + proposed + rule_plan["perturbed_copy"] // shard + kl_pass
-                       if kl_control else None),
+        "kl_control": (None if not kl_control else alive + proposed + jvp_pass if jvp else
+                       alive + proposed + rule_plan["perturbed_copy"] // shard + kl_pass),
         "apply": alive + max(proposed, rule_plan["after_apply"] // shard + base + kl_pass),
     }
     out.update({f"phase_{name}": v for name, v in phases.items() if v is not None})
@@ -146,10 +157,12 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     return out
 
 
-def geometry(hf_config, options: dict) -> tuple[methods.Geometry, int]:
-    """The model's `methods.Geometry` for the rule's `modules`, and its largest decoder layer's
-    parameter count."""
-    params, low_rank, layer_numel = shapes(hf_config, options.get("modules", DEFAULT_MODULES))
+def geometry(hf_config, options: dict, rule=None) -> tuple[methods.Geometry, int]:
+    """The model's `methods.Geometry` for the rule's low-rank modules
+    (`UpdateRule.modules(options)`), and its largest decoder layer's parameter count."""
+    modules = (methods.rule_class(rule).modules(options) if rule
+               else options.get("modules", DEFAULT_MODULES))
+    params, low_rank, layer_numel = shapes(hf_config, modules)
     sizes = [math.prod(s) for s in params.values()]
     head_dim = (getattr(hf_config, "head_dim", None)
                 or hf_config.hidden_size // hf_config.num_attention_heads)
@@ -177,7 +190,7 @@ def sync_bytes(hf_config, rule: str, options: dict | None = None, policy: str = 
     `changed_fraction` of them (`delta_bytes`; a parameter, required). None where the
     transport does not apply to the rule."""
     options = dict(options or {})
-    return _sync_bytes(methods.rule_class(rule), geometry(hf_config, options)[0], options,
+    return _sync_bytes(methods.rule_class(rule), geometry(hf_config, options, rule)[0], options,
                        POLICIES[policy], transport, changed_fraction)
 
 
@@ -187,7 +200,7 @@ def sync_columns(hf_config, rule: str, options: dict | None = None,
     `sync_bytes_full`, `sync_bytes_low_rank` (None where it does not apply) and
     `sync_trained_words`, from which `delta_bytes` predicts delta at any changed fraction."""
     options, cls = dict(options or {}), methods.rule_class(rule)
-    geo, b = geometry(hf_config, options)[0], POLICIES[policy]
+    geo, b = geometry(hf_config, options, rule)[0], POLICIES[policy]
     return {"sync_bytes": _sync_bytes(cls, geo, options, b, "auto"),
             **{f"sync_bytes_{t}": _sync_bytes(cls, geo, options, b, t)
                for t in ("full", "low_rank")},

@@ -51,6 +51,10 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
             row[key] = s.get(key)
         for eta, stats in ((s.get("kl") or {}).get("calibration") or {}).items():
             row.update({f"kl_{eta}_{k}": v for k, v in stats.items()})  # realized / predicted
+        control = s.get("control") or {}  # the step's control, if any (logra/train.py)
+        row.update({"control": control.get("kind"),
+                    "steps_at_cap_share": control.get("steps_at_cap_share"),
+                    "control_seconds": control.get("mean_seconds")})
         row["eval_accuracy"] = json.loads(Path(eval_path).read_text())["accuracy"]
         row["base_accuracy"] = base.get((s["task"], s["seed"]))
         rows.append(row)
@@ -203,20 +207,23 @@ def _fewer_or_more(lo: float, hi: float) -> str:
 
 def sync_regime_table(run_jsons: list[str | Path], regimes: dict[str, list[str]]) -> pd.DataFrame:
     """results/sync_regime.csv: one row per run of `snakemake sync_regime` (`regimes`: regime
-    -> its methods): regime, status, task, method, seed, its lr (`lr`, `dense_lr`), the median
-    |w| of the weights it started from and lr / that median, and its sync means
-    (`SYNC_FIELDS`)."""
+    -> its methods): regime, status, task, method, seed, its step size (`step_size_option`:
+    lr, or LoGRA's update_ratio, already relative to |W|; `step_size`; `dense_lr`), the median
+    |w| of the weights it started from and lr / that median (lr-based rules), and its sync
+    means (`SYNC_FIELDS`)."""
     regime_of = {m: r for r, ms in regimes.items() for m in ms}
     rows = []
     for path in run_jsons:
         s = json.loads(Path(path).read_text())
-        options = s["config"]["method"]["options"]
+        options, size = s["config"]["method"]["options"], s["step_size"]
+        lr = size["value"] if size["option"] == "lr" else None
         rows.append({"regime": regime_of[s["method"]],
                      **{k: s.get(k) for k in ("status", "task", "method", "seed")},
-                     "lr": options.get("lr"), "dense_lr": options.get("dense_lr"),
+                     "step_size_option": size["option"], "step_size": size["value"],
+                     "dense_lr": options.get("dense_lr"),
                      "base_median_abs_weight": s.get("base_median_abs_weight"),
-                     "lr_over_w": (options.get("lr") / s["base_median_abs_weight"]
-                                   if s.get("base_median_abs_weight") else None),
+                     "lr_over_w": (lr / s["base_median_abs_weight"]
+                                   if lr and s.get("base_median_abs_weight") else None),
                      **{k: s.get(k) for k in SYNC_FIELDS}})
     return pd.DataFrame(rows)
 
@@ -410,8 +417,8 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                          "GPU GB": _fmt(planner["gpu_bytes"], ".0f", 1e9),
                          "fits": planner["fits"],
                          "sync GB": _fmt(planner["sync_bytes"], ".3g", 1e9)})
-    columns = [f"kl_{eta}_{k}" for eta in ("eta_1", "eta_below_1")
-               for k in ("steps", "median", "p10", "p90")]
+    etas = (("eta_1", "η = 1"), ("eta_below_1", "η < 1"), ("eta_above_1", "η > 1"))
+    columns = [f"kl_{eta}_{k}" for eta, _ in etas for k in ("steps", "median", "p10", "p90")]
     steps = ok.reindex(columns=[c for c in columns if c.endswith("_steps")]).apply(pd.to_numeric)
     calibrated = ok[(steps.fillna(0) > 0).any(axis=1)]  # runs with KL control
     if len(calibrated):
@@ -420,15 +427,31 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
             ["task", "method"], as_index=False).median()
         out += _section("KL calibration", "results/summary.csv", "Realized KL on the probe's "
                         "held-out half / the KL predicted on its other half (logra/kl_control.py)"
-                        ", at steps with η = 1 (the prediction is K₁) and η < 1 (η²·K₁): per run "
-                        "the median [p10, p90] over its steps; shown, the median over seeds.",
+                        ", at steps with η = 1 (the prediction is K₁), η < 1 and η > 1 (η²·K₁; "
+                        "LoGRA's α reaches alpha_max): per run the median [p10, p90] over its "
+                        "steps; shown, the median over seeds.",
                         {"task": cal["task"], "method": cal["method"], **{
                             f"{label}: steps": cal[f"kl_{eta}_steps"].fillna(0).astype(int)
-                            for eta, label in (("eta_1", "η = 1"), ("eta_below_1", "η < 1"))},
+                            for eta, label in etas},
                          **{f"{label}: ratio": [f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
                              *(_fmt(cal[f"kl_{eta}_{k}"], ".2f") for k in ("median", "p10",
                                                                           "p90")))]
-                            for eta, label in (("eta_1", "η = 1"), ("eta_below_1", "η < 1"))}})
+                            for eta, label in etas}})
+    controlled = ok[ok.reindex(columns=["control"])["control"].notna()]
+    if len(controlled):  # the step's control: how often at its cap, and what it costs
+        c = controlled.groupby(["task", "method", "control"], as_index=False).agg(
+            at_cap=("steps_at_cap_share", "mean"), seconds=("control_seconds", "mean"),
+            step=("mean_step_time_s", "mean"))
+        out += _section("Step control", "results/summary.csv", "Per method with a control of "
+                        "its step (LoGRA's BudgetControl, the config's KLControl): the share of "
+                        "steps whose scale it set at its cap (LoGRA: alpha_max), and its mean "
+                        "seconds per step beside the mean step time (both without the profiled "
+                        "steps); means over seeds.",
+                        {"task": c["task"], "method": c["method"], "control": c["control"],
+                         "at cap": _fmt(c["at_cap"], ".0%"),
+                         "control s/step": _fmt(c["seconds"], ".3f"),
+                         "step s": _fmt(c["step"], ".3f"),
+                         "control share": _fmt(c["seconds"] / c["step"], ".0%")})
     if stability is not None:
         out += ["", "## Stability (`figures/stability_27b`)", "",
                 factor_effects(*stability)["caption"] + "."]
@@ -436,10 +459,12 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
     if sync_regime is not None:
         for regime, d in sync_regime.groupby("regime", sort=False):
             delta = d.loc[d["sync_transport"] == "delta", "method"]
-            per_method = d.groupby("method", sort=False).agg(lr=("lr", "first"),
-                                                             ratio=("lr_over_w", "mean"))
-            lrs = ", ".join(f"{m} lr {r.lr:g} (lr/median|w| {r.ratio:.3g})"
-                            for m, r in per_method.iterrows())
+            per_method = d.groupby("method", sort=False).agg(
+                option=("step_size_option", "first"), value=("step_size", "first"),
+                ratio=("lr_over_w", "mean"))
+            lrs = ", ".join(f"{m} {r.option} {r.value:g}" + (
+                f" (lr/median|w| {r.ratio:.3g})" if pd.notna(r.ratio) else "")
+                for m, r in per_method.iterrows())
             medians = "/".join(_fmt(d["base_median_abs_weight"].unique(), ".4g"))
             dtype = "/".join(sorted(set(d["rollout_dtype"])))
             out += _sync_section(

@@ -36,7 +36,7 @@ PIN = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU
        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 # measurements of the machine, not results of the computation
-MACHINE_COLUMNS = ("step_time_s", "peak_mem_bytes", "sync_seconds")
+MACHINE_COLUMNS = ("step_time_s", "peak_mem_bytes", "sync_seconds", "control_seconds")
 
 
 def pin_cpu() -> None:
@@ -146,7 +146,8 @@ def eval_digest(result: dict) -> str:
 def canary() -> str:
     """Digest of a fixed computation through the kernels a run uses: three GRPO updates of a
     small random decoder on a fixed batch with random advantages, by dense Adam and by LoGRA
-    with KL control. Two processes on one instruction path give one digest."""
+    with its controller (a forward-mode JVP). Two processes on one instruction path give one
+    digest."""
     import torch
 
     from logra import methods
@@ -158,8 +159,9 @@ def canary() -> str:
     g = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28,
          "probe_size": 4, "micro_batch_size": 4}
     states = {}
-    for rule, options, kl in [("dense_adam", {"lr": 1e-3}, None),
-                              ("logra", {"lr": 1e-3, "rank": 4}, {"target": 1e-3})]:
+    for rule, options, kl in [("dense_adam", {"lr": 1e-3}, {"target": 1e-3}),
+                              ("logra", {"rank": 4, "update_ratio": 3e-3, "probe_responses": 2},
+                               None)]:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(tiny_config(
             hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4))

@@ -113,6 +113,28 @@ def lift_add_(w: torch.Tensor, q: torch.Tensor, coef: torch.Tensor, side: str) -
     w.copy_(bits.view(torch.float32))  # exact: the low 16 bits are zero
 
 
+def subtract_projected_(w: torch.Tensor, factor: torch.Tensor, projection: torch.Tensor,
+                        rows: tuple[int, int] | None = None, chunk: int = 256) -> None:
+    """W −= F·A in place, `chunk` rows at a time (LoGRA's update: F the out x r factor, A the
+    r x in projection), each chunk's product formed in float32 and subtracted, as the authors'
+    optimizer applies it; `rows=(offset, n)`: `w` holds rows offset ... offset + n of the
+    weight (an FSDP shard), F all of them. The trainer and the rollout engine both apply
+    LoGRA's steps with this one function, so their float32 copies stay bitwise equal; a bf16
+    copy (vLLM's) gets the float32 result rounded stochastically, as in `lift_add_`."""
+    offset, n = rows or (0, w.shape[0])
+    a = projection.float()
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        u = factor[offset + start:offset + stop].float() @ a
+        if w.dtype != torch.bfloat16:
+            w[start:stop].sub_(u.to(w.dtype))
+            continue
+        new = w[start:stop].float().sub_(u)
+        bits = new.view(torch.int32)
+        bits.add_(torch.randint_like(bits, 0, 1 << 16)).bitwise_and_(-(1 << 16))
+        w[start:stop].copy_(bits.view(torch.float32))
+
+
 def energy_captured(g: torch.Tensor, q: torch.Tensor, side: str) -> float:
     """Fraction of ‖G‖²_F inside the basis: ‖sketch(G)‖² / ‖G‖²."""
     return (sketch(g.float(), q, side).square().sum() / g.float().square().sum()).item()

@@ -7,6 +7,7 @@ workers on GPUs):
      "delta":   {param_name: {"index": I,                 # flat positions (int32 below 2^31
                               "value": V}},               # words), V = the new words there
      "lowrank": {param_name: {"side": "left" | "right",   # W += Q @ C  or  W += C @ Q.T
+                              | "projected",              # or W −= C @ Q (LoGRA's, in rows)
                               "basis": Q or None,         # only when it changed since last sync
                               "coef": C}},                # the applied step's coefficients
      "lora":    {param_name: {"A": A, "B": B,             # W = W_base + (B @ A) * scale
@@ -45,7 +46,7 @@ import time
 
 import torch
 
-from logra.sketch import lift_add_
+from logra.sketch import lift_add_, subtract_projected_
 
 TRANSPORTS = ("full", "delta", "low_rank")
 SYNC_METRICS = ("sync_bytes", *(f"sync_bytes_{t}" for t in TRANSPORTS), "sync_seconds",
@@ -158,7 +159,7 @@ def apply_payload(params: dict[str, torch.Tensor], payload: dict,
     any other). `bases` is the engine's cache of the last basis received per low-rank weight,
     updated when a payload carries a new one, and of each LoRA-adapted weight's base (under the key
     `lora_base:<name>`). Low-rank steps are added with `lift_add_`, the same function the
-    trainer applies them with; adapters are merged with `lora_merged`, as the trainer merges.
+    trainer applies them with (`subtract_projected_` for LoGRA's); adapters are merged with `lora_merged`, as the trainer merges.
     """
     for name, tensor in payload.get("dense", {}).items():
         params[name].copy_(tensor)
@@ -169,7 +170,10 @@ def apply_payload(params: dict[str, torch.Tensor], payload: dict,
             bases[name] = entry["basis"]
         if name not in bases:
             raise KeyError(f"low-rank sync for {name} before any basis was sent")
-        lift_add_(params[name], bases[name], entry["coef"], entry["side"])
+        if entry["side"] == "projected":
+            subtract_projected_(params[name], entry["coef"], bases[name])
+        else:
+            lift_add_(params[name], bases[name], entry["coef"], entry["side"])
     for name, entry in payload.get("lora", {}).items():
         key = f"lora_base:{name}"
         if entry.get("base") is not None:

@@ -83,7 +83,8 @@ MEM_TOLERANCE = 0.15
 
 METRIC_COLUMNS = ["step", "reward_mean", "reward_std", "loss", "kl_pred", "kl_real",
                   "step_scale", "grad_norm", "step_time_s", "sync_bytes", "peak_mem_bytes",
-                  "sync_drift", *SYNC_METRICS[1:], "logp_mismatch_mean", "logp_mismatch_max"]
+                  "sync_drift", *SYNC_METRICS[1:], "logp_mismatch_mean", "logp_mismatch_max",
+                  "logp_mismatch_signed", "kl_budget", "mismatch_ema", "control_seconds"]
 
 
 def pad_batch(rollouts, pad_id: int):
@@ -156,7 +157,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
            "lowrank_bytes": 0,  # low-rank sync bytes ...
            "lowrank_full": 0,  # ... and what those weights take in full
            "wall_s": 0.0, "resumed_from": [],
-           "zero_grad_steps": 0}  # consecutive steps without a gradient while rewards varied
+           "zero_grad_steps": 0,  # consecutive steps without a gradient while rewards varied
+           "steps_at_cap": 0}  # steps whose scale the control set at its cap
     ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir and mesh is None else None
     engine_weights = None  # the engine's weights at the checkpoint, on resume
     base_norm = weight_norm(model)  # the divergence bound's reference (LoRA: adapters too)
@@ -210,6 +212,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             ids, attn, mask, engine_logp = (t[perm].to(device)
                                             for t in pad_batch(rollouts, tokenizer.pad_token_id))
             adv = adv[perm].to(device)
+            completed = torch.tensor([r.completion_ids[-1:] == [tokenizer.eos_token_id]
+                                      for r in rollouts])[perm]
             probe = (ids[:g["probe_size"]], attn[:g["probe_size"]], mask[:g["probe_size"]])
             meter = (MemoryMeter(device, labels={"optimizer": rule.state_tensors(),
                                                  "grads": rule.grad_buffers()})
@@ -219,7 +223,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                     loss, eta, kl_pred, kl_real, mismatch = update_step(
                         model, ref_model, rule, kl_control, (ids, attn, mask, adv), probe, g,
                         max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.,
-                        phase=getattr(meter, "phase", None), engine_logp=engine_logp)
+                        phase=getattr(meter, "phase", None), engine_logp=engine_logp,
+                        completed=completed)
             except torch.OutOfMemoryError as e:
                 status, oom = "oom", {"oom_at_step": step, **cuda_oom(e, device)}
                 if mesh is not None:  # the other ranks wait in a collective: stop them all
@@ -266,6 +271,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                 "peak_mem_bytes": (run["memory"][step].peak_bytes if step in profiled
                                    else math.nan),
                 "sync_drift": drift, **sync, **mismatch})
+            run["steps_at_cap"] += metrics[-1].pop("step_at_cap")
             run["step"], run["wall_s"] = step, time.time() - t_start
             if ckpt_path and g["checkpoint_every"] and step % g["checkpoint_every"] == 0 \
                     and step < g["steps"]:
@@ -377,6 +383,16 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         "kl": {"median_real": statistics.median(kl_real) if kl_real else None,
                "max_real": max(kl_real, default=None),
                "calibration": kl_calibration(metrics)},
+        # the step's control (the rule's own, else the config's kl_control): the share of steps
+        # at its cap (LoGRA: alpha_max) and its mean seconds per step
+        "control": None if not (rule.control or kl_control) else {
+            "kind": type(rule.control or kl_control).__name__,
+            "steps_at_cap_share": run["steps_at_cap"] / len(metrics) if metrics else None,
+            "mean_seconds": mean(m["control_seconds"] for m in metrics
+                                 if m["step"] not in (1, g["profile_step"]))},
+        # the rule's step size: its option (lr; LoGRA's update_ratio) and value
+        "step_size": {"option": rule.step_size_option,
+                      "value": cfg["method"]["options"].get(rule.step_size_option)},
         "eval_accuracy": None, "config": cfg,
         # what the bits depend on, and the bits: weights and metrics without machine columns
         "machine": repro.machine(), "fingerprint": fingerprint}
@@ -429,60 +445,86 @@ def divergence(loss: float, grad_norm: float, kl_real: float, weight_ratio: floa
     return None
 
 
+CONTROL_METRICS = ("kl_budget", "mismatch_ema", "control_seconds", "step_at_cap")
+
+
 def update_step(model, ref_model, rule, kl_control, batch, probe, g,
-                max_scale: float = 1.0, phase=None, engine_logp=None) -> tuple:
+                max_scale: float = 1.0, phase=None, engine_logp=None, completed=None) -> tuple:
     """One update: gradients, propose, (KL-controlled) apply, realized KL on the probe.
 
-    The probe is split (logra/kl_control.py): KL control predicts on its first half, the
-    realized KL is measured on the second. `max_scale` caps the step scale (linear warmup).
-    `phase(name)`, if given, is called at the end of each phase (`MemoryMeter.phase`:
-    forward_backward, propose, kl_control, apply). Returns (loss, step scale η, predicted KL
-    at η or nan, realized KL, the trainer-vs-engine log-prob mismatch: see
-    `accumulate_gradients`)."""
+    The step's control is the rule's own (`rule.control`, LoGRA's budget) or `kl_control` (the
+    config's), or none (scale `max_scale`). The probe is split (logra/kl_control.py): the
+    control predicts on its first half, the realized KL is measured on the second.
+    `max_scale` caps the step scale (linear warmup). `phase(name)`, if given, is called at the
+    end of each phase (`MemoryMeter.phase`: forward_backward, propose, kl_control, apply).
+    Returns (loss, step scale η, predicted KL at η or nan, realized KL, {the trainer-vs-engine
+    log-prob mismatch (`accumulate_gradients`) and CONTROL_METRICS: the control's budget and
+    mismatch EMA where it has them, its seconds, whether η is at its cap}). `completed`: per
+    sequence, whether its response ended with eos (the signed mismatch's)."""
     phase = phase or (lambda name: None)
+    control = rule.control or kl_control
     fit, held_out = split_probe(probe)
-    loss, mismatch = accumulate_gradients(model, ref_model, *batch, g, engine_logp=engine_logp)
+    loss, mismatch = accumulate_gradients(model, ref_model, *batch, g, engine_logp=engine_logp,
+                                          completed=completed)
+    rule.batch_tokens = int(batch[2].sum())
     phase("forward_backward")
     chunk = g.get("chunk_tokens")
-    if kl_control:  # one forward over the probe, split: the halves share the weights' copy
-        base_fit, base_held_out = probe_base(model, probe, g["temperature"], chunk).split(fit)
+    if control and control.needs_base:  # one forward over the probe, split: the halves share
+        base_fit, base_held_out = probe_base(  # the weights' copy
+            model, probe, g["temperature"], chunk).split(fit)
     else:  # only the realized KL, on the held-out half
         base_fit, base_held_out = None, probe_base(model, held_out, g["temperature"], chunk)
     step_delta = rule.propose()
     phase("propose")
-    eta, kl_pred = (kl_control.scale(model, rule, step_delta, fit, base_fit, max_scale)
-                    if kl_control else (max_scale, math.nan))
+    start, info = time.time(), {}
+    if control:
+        eta, kl_pred, info = control.scale(
+            model, rule, step_delta, fit, base=base_fit, max_scale=max_scale,
+            temperature=g["temperature"], mismatch=mismatch["logp_mismatch_signed"])
+    else:
+        eta, kl_pred = max_scale, math.nan
+    info = {k: math.nan for k in CONTROL_METRICS} | info | {
+        "control_seconds": time.time() - start if control else math.nan,
+        "step_at_cap": float(bool(control) and eta >= control.cap * max_scale * (1 - 1e-12))}
     del base_fit
     phase("kl_control")
     rule.apply(step_delta, eta)
     del step_delta
     kl_real = probe_kl(model, base_held_out, held_out)
     phase("apply")
-    return loss, eta, kl_pred, kl_real, mismatch
+    return loss, eta, kl_pred, kl_real, mismatch | info
 
 
 def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g,
-                         engine_logp=None) -> tuple[float, dict]:
+                         engine_logp=None, completed=None) -> tuple[float, dict]:
     """Forward/backward over micro-batches; gradients accumulate (or are consumed by the
     update rule's hooks). Returns the full-batch loss and the mismatch between the trainer's
-    and the engine's log-probs of the sampled completion tokens, |log π_trainer − log
-    π_engine| from this forward (the old log-probs) and `engine_logp` (`pad_batch`):
-    {"logp_mismatch_mean", "logp_mismatch_max"} over every completion token, nan without
-    `engine_logp`."""
+    and the engine's log-probs of the sampled completion tokens, from this forward (the old
+    log-probs) and `engine_logp` (`pad_batch`): {"logp_mismatch_mean", "logp_mismatch_max"}
+    of |log π_trainer − log π_engine| over every completion token, and
+    "logp_mismatch_signed", the mean of log π_engine − log π_trainer over the tokens of the
+    responses that ended with eos (`completed`, per sequence; LoGRA's controller subtracts
+    it; nan without such tokens), all nan without `engine_logp`."""
     n, mb = ids.shape[0], g["micro_batch_size"]
     normalizer = mask.sum().clamp(min=1) if g["aggregation"] == "dapo" else n
     # FSDP: rank r takes the r-th micro-batch of each global one of mb x world sequences
     rank, world = distributed.rank(), distributed.world_size()
     chunks = [slice(i + rank * mb, i + (rank + 1) * mb) for i in range(0, n, mb * world)]
     total = 0.0
-    gap = torch.zeros(3, dtype=torch.float64, device=ids.device)  # sum, tokens, max
+    # sum, tokens, max of |Δ|; sum and tokens of the signed engine − trainer on completed ones
+    gap = torch.zeros(5, dtype=torch.float64, device=ids.device)
     for c in chunks:
         logp = token_logprobs(model, ids[c], attn[c], g["temperature"], g.get("chunk_tokens"))
         if engine_logp is not None:
-            d = (logp.detach().double() - engine_logp[c].double()).abs()[mask[c].bool()]
+            signed = engine_logp[c].double() - logp.detach().double()
+            d = signed.abs()[mask[c].bool()]
             gap[0] += d.sum()
             gap[1] += d.numel()
-            gap[2] = torch.cat([d, gap[2:]]).max()
+            gap[2] = torch.cat([d, gap[2:3]]).max()
+            if completed is not None:
+                done = mask[c].bool() & completed[c].to(mask.device)[:, None]
+                gap[3] += signed[done].sum()
+                gap[4] += done.sum()
         loss = policy_loss(logp, logp.detach(), adv[c], mask[c], g["clip_low"], g["clip_high"],
                            g["aggregation"], normalizer=normalizer)
         if ref_model is not None:
@@ -494,12 +536,16 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g,
         total += loss.item()
     loss = distributed.all_reduce(torch.tensor(total, dtype=torch.float64,
                                                device=ids.device)).item()
-    mismatch = dict.fromkeys(("logp_mismatch_mean", "logp_mismatch_max"), math.nan)
+    mismatch = dict.fromkeys(("logp_mismatch_mean", "logp_mismatch_max",
+                              "logp_mismatch_signed"), math.nan)
     if engine_logp is not None:
-        summed, peak = distributed.all_reduce(gap[:2]), distributed.all_reduce(gap[2:], op="max")
+        summed = distributed.all_reduce(gap[[0, 1, 3, 4]])
+        peak = distributed.all_reduce(gap[2:3], op="max")
         if summed[1] > 0:
-            mismatch = {"logp_mismatch_mean": (summed[0] / summed[1]).item(),
-                        "logp_mismatch_max": peak.item()}
+            mismatch |= {"logp_mismatch_mean": (summed[0] / summed[1]).item(),
+                         "logp_mismatch_max": peak.item()}
+        if summed[3] > 0:
+            mismatch["logp_mismatch_signed"] = (summed[2] / summed[3]).item()
     return loss, mismatch
 
 

@@ -5,8 +5,8 @@ with the training model's `generate`, no vLLM) for a few steps on the CPU and re
 measured. The pieces it is made of are what a TRL user needs: `reward_function(task)` (a task's
 reward with TRL's reward-function signature), `prompt_dataset(rows)`, and LoGRA passed as
 `optimizers=(LoGRAOptimizer(model, ...), scheduler)` to a GRPOTrainer with
-`LoGRATrainerMixin` (logra/optimizer.py), whose clipping (`max_grad_norm`) and logged
-`grad_norm` then include the sketched weights.
+`LoGRATrainerMixin` (logra/optimizer.py), which counts each micro-batch's completion tokens
+(LoGRA's T) and logs ‖S‖ as the `grad_norm`.
 
 Memory: `StepMemory` measures one optimizer step with the project's meter (logra/memory.py),
 from the trainer's `on_step_begin` to its `on_step_end`: the forward and backward passes of
@@ -111,9 +111,10 @@ def train_grpo(model, tokenizer, task, rows: list[dict], *, steps: int, lr: floa
                callbacks: list | None = None) -> dict:
     """Train `model` in place with TRL's GRPOTrainer for `steps` optimizer steps.
 
-    With `logra` (LoGRAOptimizer's options, {} for its defaults): `LoGRAOptimizer(model, lr=lr,
-    **logra)` with the schedule TRL would build from the config; without: TRL's default
-    optimizer (torch AdamW) at `lr`. Returns the
+    With `logra` (LoGRAOptimizer's options, {} for its defaults): `LoGRAOptimizer(model,
+    **logra)` (its step size is its `update_ratio`: `lr` is not used; α = 1, its controller runs
+    in the harness's loop only) with the schedule TRL would build from the config; without:
+    TRL's default optimizer (torch AdamW) at `lr`. Returns the
     trainer, the optimizer, the log rows, the peak memory of step `profile_step` (a
     MemoryReport) and the mean reward of the rollouts of the first and the last REWARD_WINDOW
     steps."""
@@ -131,7 +132,7 @@ def train_grpo(model, tokenizer, task, rows: list[dict], *, steps: int, lr: floa
                       reward_funcs=reward_function(task), train_dataset=prompt_dataset(rows),
                       callbacks=[memory, *(callbacks or [])])
         if logra is not None:
-            optimizer = LoGRAOptimizer(model, lr=lr, **logra)
+            optimizer = LoGRAOptimizer(model, **logra)
             memory.labels = {"optimizer": optimizer.rule.state_tensors(),
                              "grads": optimizer.rule.grad_buffers()}
             scheduler = transformers.get_scheduler(args.lr_scheduler_type, optimizer,
@@ -168,12 +169,12 @@ def config_options(config: dict, task: str) -> dict:
 def compare(base_dir, task, rows: list[dict], *, steps: int, logra: dict, adamw_lr: float,
             seed: int = 0, **grpo) -> dict:
     """`steps` GRPOTrainer steps from the model in `base_dir`, once with LoGRA (`logra`:
-    LoGRAOptimizer's options, `lr` among them) and once with TRL's AdamW at `adamw_lr`, on the
+    LoGRAOptimizer's options) and once with TRL's AdamW at `adamw_lr`, on the
     same rollouts at step 1; `grpo`: train_grpo's batch sizes. Returns what each measured: the
     peak memory of the profiled update step, its breakdown, the optimizer state, the mean
     reward of the first and last steps' rollouts, the last loss and the wall time."""
-    logra = dict(logra)
-    lrs = {"logra": logra.pop("lr"), "adamw": adamw_lr}
+    logra = {k: v for k, v in logra.items() if k != "seed"} | {"seed": seed}
+    lrs = {"logra": None, "adamw": adamw_lr}
     out = {"task": task.name, "device": "cpu", "steps": steps, "seed": seed,
            "reward_window_steps": REWARD_WINDOW, "trl": _version("trl"),
            "transformers": transformers.__version__, "torch": torch.__version__}
@@ -185,7 +186,7 @@ def compare(base_dir, task, rows: list[dict], *, steps: int, logra: dict, adamw_
                         "num_hidden_layers": config.num_hidden_layers,
                         "vocab_size": config.vocab_size}
         t0 = time.time()
-        run = train_grpo(model, tokenizer, task, rows, steps=steps, lr=lrs[method],
+        run = train_grpo(model, tokenizer, task, rows, steps=steps, lr=lrs[method] or 1.0,
                          logra=options, seed=seed, **grpo)
         opt, memory = run["optimizer"], run["memory"]
         out["profile_step"] = run["profile_step"]

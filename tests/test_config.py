@@ -68,8 +68,8 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      "methods.logra.options.rank: .* is not of type 'integer'"),
     (lambda c: c["methods"].update(sign={"rule": "sgd"}),
      r"methods.sign.rule: unknown rule 'sgd'; known: \['adam_mini', 'adamw_8bit', 'apollo', "
-     r"'dense_adam', 'galore', 'logra', 'lora'\]"),
-    (lambda c: c["methods"].update(sign={"rule": "logra.logra:low_rank_linears"}),
+     r"'dense_adam', 'galore', 'logra', 'lora', 'sketch_adam'\]"),
+    (lambda c: c["methods"].update(sign={"rule": "logra.methods:low_rank_linears"}),
      "methods.sign.rule: .* is not a subclass of logra.methods.UpdateRule"),
     (lambda c: c["run_methods"].append("galore"), r"run_methods\[2\]: 'galore' is not defined"),
     (lambda c: c["tasks"]["arithmetic"]["options"].update(digitz=3),
@@ -81,9 +81,18 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"tasks.arithmetic.type: 'chess' is not a registered task \(registered: \["),
     (lambda c: c.update(verdict={"reference": "adam"}), r"verdict.reference: 'adam' is not defined"),
     (lambda c: c["methods"].update(logra={"rule": "logra", "options": {"rank": 200}}),
-     r"methods.logra.options: rank=200 exceeds min\(shape\)=128 of model.layers.0.self_attn"),
-    (lambda c: c["methods"].update(logra={"rule": "logra", "options": {"modules": "xyz"}}),
-     "methods.logra.options: modules: pattern 'xyz' matches no nn.Linear"),
+     r"methods.logra.options: rank=200 exceeds the input width 128 of model.layers.0.self_attn"),
+    (lambda c: c["methods"].update(logra={"rule": "logra", "options": {
+        "target_modules": ["xyz"]}}),
+     r"methods.logra.options: target_modules: \['xyz'\] match no module of the model"),
+    (lambda c: c["methods"].update(sa={"rule": "sketch_adam", "options": {"modules": "xyz"}}),
+     "methods.sa.options: modules: pattern 'xyz' matches no nn.Linear"),
+    # LoGRA brings its own controller: a second one is refused, and so is a probe too small
+    (lambda c: c["methods"]["logra"].update(kl_control={"target": 1e-3}),
+     r"methods.logra.kl_control: rule 'logra' controls its own step"),
+    (lambda c: c["methods"]["logra"]["options"].update(probe_responses=5),
+     r"methods.logra.options.probe_responses: 5 sequences exceed the probe's prediction half "
+     r"\(grpo.probe_size // 2 = 4"),
     (lambda c: c["methods"].update(lora={"rule": "lora", "options": {"rank": 129}}),
      r"methods.lora.options: rank=129 exceeds min\(shape\)=128 of model.layers.0.self_attn"),
     (lambda c: c["methods"]["dense_adam"].update(grpo={"step": 10}),
@@ -235,9 +244,11 @@ def test_galore_with_kl_control_is_rejected(tmp_path):
 
 
 def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
+    """Every method's grid holds its configured step size; each copy sets the rule's own step
+    size option (LoGRA's update_ratio) and keeps every other key."""
     config = validate_file(ROOT / "config/config.yaml")
     configured = config["methods"]["dense_adam"]["options"]["lr"]
-    logra_lr = config["methods"]["logra"]["options"]["lr"]
+    ratio = config["methods"]["logra"]["options"]["update_ratio"]
     sweep = add_lr_sweep_methods(config)
     # an equal budget: every method gets `points` lrs, `factor` apart, around its anchor
     points, anchors = config["lr_sweep"]["points"], config["lr_sweep"]["anchors"]
@@ -252,27 +263,33 @@ def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
     assert all(("dense_adam", lr) in sweep.values() for lr in configured)
     assert sweep["dense_adam_lr2p5em05"] == ("dense_adam", 2.5e-05)
     assert sweep["dense_adam_lr0p0001"] == ("dense_adam", 1e-04)
-    derived = config["methods"]["logra_lr0p0005"]
-    assert derived["options"]["lr"] == 5e-4
-    assert derived["kl_control"] == config["methods"]["logra"]["kl_control"]
-    assert logra_lr != 5e-4 and config["methods"]["logra"]["options"]["lr"] == logra_lr  # untouched
+    assert ("logra", ratio) in sweep.values()
+    derived = config["methods"]["logra_lr0p006"]
+    assert derived["options"] == config["methods"]["logra"]["options"] | {"update_ratio": 6e-3}
+    derived = config["methods"]["galore_lr0p0005"]
+    assert derived["options"] == config["methods"]["galore"]["options"] | {"lr": 5e-4}
+    assert config["methods"]["logra"]["options"]["update_ratio"] == ratio  # untouched
 
 
 def test_lrs_given_per_task_take_the_runs_task(tmp_path):
     config = copy.deepcopy(SMOKE)
     per_task = {"arithmetic": 1e-3, "countdown": 2e-3}
-    config["methods"]["logra"]["options"].update(lr=per_task, dense_lr=5e-4)
+    config["methods"]["sa"] = {"rule": "sketch_adam", "options": {"lr": per_task,
+                                                                  "dense_lr": 5e-4, "rank": 2}}
     config["methods"]["galore"] = {"rule": "galore", "options": {"lr": 1e-3, "dense_lr": per_task}}
     config["methods"]["lora"] = {"rule": "lora", "options": {"lr": per_task}}
+    config["methods"]["logra"]["options"]["update_ratio"] = per_task
     config = validate_file(_write(tmp_path, config))
-    options = {(t, m): run_config(config, t, m, 0)["method"]["options"]
-               for t in config["tasks"] for m in ("logra", "galore", "lora")}
-    assert options["arithmetic", "logra"] == {"lr": 1e-3, "dense_lr": 5e-4, "rank": 2}
-    assert options["countdown", "logra"] == {"lr": 2e-3, "dense_lr": 5e-4, "rank": 2}
+    options = {(t, m): run_config(config, t, m, 1)["method"]["options"]
+               for t in config["tasks"] for m in ("sa", "galore", "lora", "logra")}
+    # a rule with a `seed` option gets the run's (1 here)
+    assert options["arithmetic", "sa"] == {"lr": 1e-3, "dense_lr": 5e-4, "rank": 2, "seed": 1}
+    assert options["countdown", "sa"] == {"lr": 2e-3, "dense_lr": 5e-4, "rank": 2, "seed": 1}
     assert options["countdown", "galore"] == {"lr": 1e-3, "dense_lr": 2e-3}
     assert options["countdown", "lora"] == {"lr": 2e-3}
-    add_lr_sweep_methods(config | {"lr_sweep": {"anchors": {"logra": 1e-4}}})  # one lr everywhere
-    assert run_config(config, "countdown", "logra_lr0p0001", 0)["method"]["options"]["lr"] == 1e-4
+    assert options["countdown", "logra"]["update_ratio"] == 2e-3
+    add_lr_sweep_methods(config | {"lr_sweep": {"anchors": {"sa": 1e-4}}})  # one lr everywhere
+    assert run_config(config, "countdown", "sa_lr0p0001", 0)["method"]["options"]["lr"] == 1e-4
 
 
 def test_default_config_splits_fit_every_sweep_task():
@@ -303,8 +320,9 @@ def test_per_task_values_fall_back_to_default(tmp_path):
 
 def test_sync_regimes_scale_every_lr_of_their_methods(tmp_path):
     """A regime at scale 1 runs its methods as they are; another runs copies named
-    <method>_<regime> whose lr options (`lr`, `*_lr`, per task too) are scaled and whose other
-    keys are the method's; a copy's name that is already a method is refused."""
+    <method>_<regime> whose step-size options (`lr` or LoGRA's `update_ratio`, `*_lr`, per task
+    too) are scaled and whose other keys are the method's; a copy's name that is already a
+    method is refused."""
     from logra.config import ConfigError, add_sync_regime_methods
     config = validate_file(ROOT / "config/config.yaml")
     methods = copy.deepcopy(config["methods"])
@@ -316,7 +334,7 @@ def test_sync_regimes_scale_every_lr_of_their_methods(tmp_path):
         assert {k: v for k, v in scaled.items() if k != "options"} == \
             {k: v for k, v in base.items() if k != "options"}
         for key, value in base["options"].items():
-            lr = key == "lr" or key.endswith("_lr")
+            lr = key in ("lr", "update_ratio") or key.endswith("_lr")
             want = ({t: pytest.approx(v * 0.02) for t, v in value.items()}
                     if lr and isinstance(value, dict) else
                     pytest.approx(value * 0.02) if lr else value)

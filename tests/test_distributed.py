@@ -2,8 +2,10 @@
 
 The 2-rank run uses micro-batch 4 per rank, i.e. the same global micro-batches of 8 sequences
 as the single-process run with micro-batch 8, so both compute the same gradients, summed in a
-different order. LoGRA runs with `side: right` in both (what sharding chooses), with refreshes
-(steps 1 and 4), KL control (its side branches gather C) and a full resync with a drift check.
+different order. LoGRA runs with its controller (a forward-mode JVP through the sharded model)
+and a new projection every step, its sketch summed over the ranks; Sketch-Adam with
+`side: right` in both (what sharding chooses), with refreshes (steps 1 and 4), KL control (its
+side branches gather C); every run with a full resync and a drift check.
 """
 import json
 import math
@@ -26,9 +28,11 @@ TOLERANCE = 1e-3
 METHODS = {
     "dense_adam": {"rule": "dense_adam", "options": {"lr": 1.0e-3}},
     "galore": {"rule": "galore", "options": {"lr": 1.0e-3, "rank": 2, "update_proj_gap": 3}},
-    "logra": {"rule": "logra", "options": {"lr": 1.0e-2, "rank": 2, "refresh_every": 3,
-                                           "side": "right"},
-              "kl_control": {"target": 1.0e-2}},
+    "logra": {"rule": "logra", "options": {"rank": 2, "update_ratio": 1.0e-2,
+                                           "probe_responses": 2}},
+    "sketch_adam": {"rule": "sketch_adam", "options": {"lr": 1.0e-2, "rank": 2,
+                                                       "refresh_every": 3, "side": "right"},
+                    "kl_control": {"target": 1.0e-2}},
 }
 
 
@@ -44,7 +48,7 @@ def torchrun(cfg, base, train_jsonl, out):
     return json.loads((out / "summary.json").read_text())
 
 
-@pytest.mark.parametrize("method", ["dense_adam", "logra", "galore"])
+@pytest.mark.parametrize("method", ["dense_adam", "logra", "sketch_adam", "galore"])
 def test_two_rank_fsdp_matches_one_process(tmp_path, tiny_dir, method, monkeypatch):
     import test_resume
     monkeypatch.setitem(test_resume.METHODS, method, METHODS[method])
@@ -74,12 +78,17 @@ def test_two_rank_fsdp_matches_one_process(tmp_path, tiny_dir, method, monkeypat
 
     if method == "galore":  # its state has its own layout (tests/test_galore.py)
         return
-    # per-rank optimizer state: dense Adam's moments are halved (rank 0 holds ceil(rows / 2) of
-    # each, the vocabulary has 99 rows); LoGRA's moments too, its bases (n x r per sketched
-    # weight) are replicated
     model = load(tiny_dir)[0]
+    if method == "logra":  # its state (A, r x in, and v, out, per target) is whole on every rank
+        targets = [p for n, p in model.named_parameters() if n.endswith("proj.weight")]
+        assert sharded["optimizer_state_bytes"] == single["optimizer_state_bytes"] == 4 * sum(
+            2 * p.shape[1] + p.shape[0] for p in targets)
+        return
+    # per-rank optimizer state: dense Adam's moments are halved (rank 0 holds ceil(rows / 2) of
+    # each, the vocabulary has 99 rows); Sketch-Adam's moments too, its bases (n x r per
+    # sketched weight) are replicated
     sketched = {n: p for n, p in model.named_parameters()
-                if n.endswith("proj.weight")} if method == "logra" else {}
+                if n.endswith("proj.weight")} if method == "sketch_adam" else {}
     dense = [p for n, p in model.named_parameters() if n not in sketched]
     rows = {p: (p.shape[0], p[0].numel()) for p in dense}  # (rows, elements per row)
     r = 2
@@ -130,12 +139,12 @@ def test_galore_under_fsdp_gathers_whole_gradients_at_refresh(tmp_path, tiny_dir
     assert proc.stdout.split() == ["0", str(projected), "1", "0", "2", str(projected)]
 
 
-def test_sharded_logra_refuses_what_cannot_stay_local():
+def test_sharded_sketch_adam_refuses_what_cannot_stay_local():
     """A left basis or an SVD basis needs whole gradients: refused when the rule is built."""
     code = ("import torch, torch.distributed as dist\n"
             "from torch.distributed.device_mesh import init_device_mesh\n"
             "from transformers import AutoModelForCausalLM\n"
-            "from logra import distributed\nfrom logra.logra import LoGRA\n"
+            "from logra import distributed\nfrom logra.sketch_adam import SketchAdam\n"
             "from logra.modeling import tiny_config\n"
             "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:29533', rank=0, "
             "world_size=1)\n"
@@ -143,7 +152,7 @@ def test_sharded_logra_refuses_what_cannot_stay_local():
             "intermediate_size=64, num_hidden_layers=1, num_attention_heads=2))\n"
             "distributed.shard(m, init_device_mesh('cpu', (1,)), torch.float32)\n"
             "for opts in ({'side': 'left'}, {'basis': 'svd'}):\n"
-            "    try:\n        LoGRA(m, rank=2, **opts)\n"
+            "    try:\n        SketchAdam(m, rank=2, **opts)\n"
             "    except ValueError as e:\n        print(e)\n"
             "dist.destroy_process_group()\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -184,3 +193,46 @@ def test_sharded_oom_is_recorded_with_the_base_model(tmp_path, tiny_dir):
     assert list(pd.read_csv(tmp_path / "run/metrics.csv").columns) == METRIC_COLUMNS
     base = load(tiny_dir)[0].state_dict()
     assert all(torch.equal(base[n], w) for n, w in weights(tmp_path / "run").items())
+
+
+LOGRA_SKETCH = """
+import torch
+from logra import distributed
+from logra.logra import LoGRA
+from logra.modeling import load
+mesh, _ = distributed.init(torch.device("cpu"))
+rank, world = distributed.rank(), distributed.world_size()
+ids = torch.randint(3, 90, (4, 10), generator=torch.Generator().manual_seed(0))
+
+def loss_of(model, rows):  # token-summed NLL over the whole batch's token count
+    out = model(input_ids=ids[rows], labels=ids[rows])
+    return out.loss * (ids[rows].shape[0] * 9) / (ids.shape[0] * 9)
+
+plain = load(BASE)[0]  # one process, every sequence: dense gradients
+loss_of(plain, slice(0, 4)).backward()
+model = load(BASE)[0]
+distributed.shard(model, mesh, torch.float32)
+rule = LoGRA(model, rank=2)
+(loss_of(model, slice(2 * rank, 2 * rank + 2)) * world).backward()  # as the loop does
+worst = 0.0
+grads = dict(plain.named_parameters())
+for t in rule.targets:
+    s = distributed.all_reduce(t.s.clone()) / world  # what propose() forms
+    want = grads[t.name + ".weight"].grad @ t.a.T
+    worst = max(worst, ((s - want).abs().max() / want.abs().max()).item())
+if rank == 0:
+    print(worst)
+"""
+
+
+def test_logra_sketch_under_fsdp_is_the_dense_gradient_times_the_projection(tmp_path, tiny_dir):
+    """Each rank sketches its micro-batch through the sharded model (its rows of W never
+    gathered); summed over the ranks and divided by the world size (each rank's loss x world),
+    S is G·Aᵀ of the whole batch's dense gradient in one process (float32: relative 1e-5)."""
+    script = tmp_path / "logra_sketch.py"
+    script.write_text(LOGRA_SKETCH.replace("BASE", repr(str(tiny_dir))))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node=2", str(script)], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert float(proc.stdout.split()[-1]) < 1e-5, proc.stdout

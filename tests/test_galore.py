@@ -52,15 +52,16 @@ def test_galore_step_cannot_be_scaled(tiny_dir):
 
 
 def test_every_rule_uses_one_adam_eps(tiny_dir):
-    """GaLore, LoGRA and dense Adam default to the same ε (galore-torch's own is 1e-6)."""
+    """GaLore, Sketch-Adam and dense Adam default to the same ε (galore-torch's own is 1e-6;
+    LoGRA's RowAdam has a relative ε of its own, the authors')."""
     import inspect
 
     from logra.dense_adam import DenseAdam
     from baselines.galore import GaLore
-    from logra.logra import LoGRA
+    from logra.sketch_adam import SketchAdam
 
     defaults = {cls.__name__: inspect.signature(cls).parameters["eps"].default
-                for cls in (GaLore, LoGRA, DenseAdam)}
+                for cls in (GaLore, SketchAdam, DenseAdam)}
     assert set(defaults.values()) == {1e-8}, defaults
     rule = methods.build("galore", load(tiny_dir)[0], {"rank": 4})
     assert {g["eps"] for g in rule.optimizer.param_groups} == {1e-8}

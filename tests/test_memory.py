@@ -398,3 +398,24 @@ def test_chunked_loss_activation_estimate_matches_saved_tensors_exactly(dtype):
                                     attn_implementation="sdpa", attention_mask=True,
                                     loss="chunked")
     assert est == saved
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_logra_activation_estimate_matches_saved_tensors_exactly(attn):
+    """LoGRA freezes every weight: no projection saves its input, each keeps X·Aᵀ instead
+    (`sketch_rank`). float32 (LoGRA stores float32 weights; bf16 compute under autocast saves
+    the cast weights too, which the planner's bf16 policy, FSDP's, does not have)."""
+    from logra.grpo import token_logprobs
+    from logra.logra import LoGRA
+    cfg = _config(num_hidden_layers=2, num_key_value_heads=2, head_dim=48)
+    m = _model(cfg, attn)
+    rule = LoGRA(m, rank=5)
+    B, T = 3, 40
+    x = _tokens(B, T)
+    am = torch.ones(B, T, dtype=torch.long)
+    am[0, :5] = 0
+    _, saved = saved_tensor_bytes(token_logprobs, m, x, am, 1.0, 16,
+                                  exclude=list(m.parameters()) + [x])
+    est = activation_bytes_estimate(cfg, B, T, attn_implementation=attn, attention_mask=True,
+                                    loss="chunked", sketch_rank=rule.rank)
+    assert est == saved

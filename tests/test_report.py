@@ -131,7 +131,10 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     calibrated = summary.assign(kl_eta_1_steps=[None, 40, None], kl_eta_1_median=[None, 1.02, None],
                                 kl_eta_1_p10=[None, 0.5, None], kl_eta_1_p90=[None, 1.9, None],
                                 kl_eta_below_1_steps=[None, 0, None], kl_eta_below_1_median=None,
-                                kl_eta_below_1_p10=None, kl_eta_below_1_p90=None)
+                                kl_eta_below_1_p10=None, kl_eta_below_1_p90=None,
+                                control=[None, "BudgetControl", None],
+                                steps_at_cap_share=[None, 0.25, None],
+                                control_seconds=[None, 0.05, None])
     trl = {"task": "a", "device": "cpu", "model": {"n_params": 1_360_000}, "steps": 40,
            "reward_window_steps": 10, **{m: {"peak_mem_bytes": peak * 2**20,
                                              "optimizer_state_bytes": state * 2**20,
@@ -152,7 +155,13 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     assert "| a | logra | cpu | 1360000 | 40 | 30.00 | 0.750 | 0.500 | 0.300 / 0.400 (10) |" in text
     assert "| a | adamw | cpu | 1360000 | 40 | 40.00 | 1.000 | 10.000 | 0.300 / 0.375 (10) |" in text
     assert "| m32b | logra | 8 | bf16 | 61.2 | forward_backward | 80 | True | 0.15 |" in text
-    assert "| a | logra | 40 | 0 | 1.02 [0.50, 1.90] | n/a [n/a, n/a] |" in text  # calibration
+    assert ("| a | logra | 40 | 0 | 0 | 1.02 [0.50, 1.90] | n/a [n/a, n/a] | n/a [n/a, n/a] |"
+            in text)  # calibration
+    # the step's control: how often at its cap, its seconds beside the step's
+    assert "## Step control (`results/summary.csv`)" in text
+    step_s = calibrated.loc[1, "mean_step_time_s"]
+    assert (f"| a | logra | BudgetControl | 25% | 0.050 | {step_s:.3f} | "
+            f"{0.05 / step_s:.0%} |") in text
     assert "| a | logra | 0.00025 | 6 | yes | 0.350 ± 0.020 | 3 |" in text
     assert "0.0001 |" not in text
 
@@ -316,11 +325,13 @@ def test_sync_regime_table_and_its_report_section(tmp_path):
 
     from logra.report import report_markdown, sync_regime_table, time_ledger
     paths = []
-    for method, lr, transport, low in (("d", 1e-6, "delta", None), ("l", 2e-6, "low_rank", 50)):
+    for method, (knob, size), transport, low in (("d", ("lr", 1e-6), "delta", None),
+                                                 ("l", ("update_ratio", 6e-5), "low_rank", 50)):
         path = tmp_path / method / "summary.json"
         path.parent.mkdir()
         write_json(path, {"status": "ok", "task": "a", "method": method, "seed": 0,
-                          "config": {"method": {"options": {"lr": lr}}},
+                          "config": {"method": {"options": {knob: size}}},
+                          "step_size": {"option": knob, "value": size},
                           "base_median_abs_weight": 0.016, "sync_transport": transport,
                           "rollout_dtype": "bfloat16", "sync_bytes_full_per_step": 400,
                           "sync_bytes_delta_per_step": 100, "sync_bytes_low_rank_per_step": low,
@@ -329,7 +340,9 @@ def test_sync_regime_table_and_its_report_section(tmp_path):
         paths.append(path)
     table = sync_regime_table(paths, {"lr_7b": ["d", "l"]})
     assert list(table["regime"]) == ["lr_7b"] * 2
-    assert table["lr_over_w"].tolist() == pytest.approx([1e-6 / 0.016, 2e-6 / 0.016])
+    # lr / median|w| for an lr; LoGRA's update_ratio is relative to ‖W‖ already
+    assert table["lr_over_w"].iloc[0] == pytest.approx(1e-6 / 0.016)
+    assert pd.isna(table["lr_over_w"].iloc[1]) and table["step_size"].iloc[1] == 6e-5
     summary = pd.DataFrame({"status": ["ok"], "task": "a", "method": ["d"], "seed": [0],
                             "device": "cpu", "n_params": 1, "model": "tiny", "steps": 20,
                             "peak_mem_bytes": 1e6, "optimizer_state_bytes": 1e5,
@@ -342,6 +355,7 @@ def test_sync_regime_table_and_its_report_section(tmp_path):
     text = report_markdown(summary, accuracy, [], [], ledger, sync_regime=table)
     assert "## Sync regime: lr_7b (`results/sync_regime.csv`)" in text
     assert "median |w| of the base, measured: 0.016" in text
+    assert "d lr 1e-06 (lr/median|w| 6.25e-05), l update_ratio 6e-05" in text
     assert "l's low-rank sync sends 0.5x the bytes per step of d's delta sync" in text
 
 

@@ -20,22 +20,30 @@ from logra.sync import apply_payload
 
 PROMPTS = ["Q: 12+3\nA: 15", "Q: 4+4\nA: 8"]
 # small options that make every rule change its basis or projection within the test's steps
-OPTIONS = {"dense_adam": {"lr": 1e-2}, "logra": {"lr": 1e-2, "rank": 2, "refresh_every": 2},
+OPTIONS = {"dense_adam": {"lr": 1e-2}, "logra": {"rank": 2, "update_ratio": 1e-2},
+           "sketch_adam": {"lr": 1e-2, "rank": 2, "refresh_every": 2},
            "galore": {"lr": 1e-2, "rank": 2, "update_proj_gap": 2}, "lora": {"lr": 1e-2, "rank": 2},
            "apollo": {"lr": 1e-2, "rank": 2, "update_proj_gap": 2},
            "adam_mini": {"lr": 1e-2}, "adamw_8bit": {"lr": 1e-2}}
 # configured variants of a rule (config entries with other options): APOLLO-Mini, LoRA rank 1
-# with LoGRA's dense set
+# with a dense set, LoGRA with its projection kept and a float32 factor
 VARIANTS = {"apollo_mini": ("apollo", {"lr": 1e-2, "rank": 1, "scale_type": "tensor",
                                        "scale": 128, "update_proj_gap": 2}),
             "lora_dense_head": ("lora", {"lr": 1e-2, "rank": 1, "dense_lr": 1e-3,
-                                         "dense_modules": "embed_tokens|lm_head|norm"})}
+                                         "dense_modules": "embed_tokens|lm_head|norm"}),
+            "logra_norefresh": ("logra", {"rank": 2, "update_ratio": 1e-2, "refresh": False,
+                                          "update_factor_dtype": "float32"})}
 CASES = {name: (name, options) for name, options in OPTIONS.items()} | VARIANTS
 
 
 def _backward(model, tok):
     ids = tok(PROMPTS, return_tensors="pt", padding=True)
     model(**ids, labels=ids["input_ids"]).loss.backward()
+
+
+def _logits(model, tok):
+    with torch.no_grad():
+        return model(**tok(PROMPTS, return_tensors="pt", padding=True)).logits
 
 
 def _weights(model):
@@ -59,10 +67,11 @@ def test_every_registered_rule_is_covered_and_declares_its_options():
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, case):
-    """propose/apply trains; `perturbed` restores θ exactly (or says the rule cannot be
-    scaled); an engine fed only sync payloads equals `engine_weights()` after every step; the
-    state round-trips through a weights-only checkpoint into a rule on a fresh model, which
-    then takes the same next step; `unwrap` leaves a plain architecture that AutoModelForCausalLM loads."""
+    """propose/apply trains; forwards inside `perturbed` compute another policy and θ is
+    restored exactly after it (or the rule says it cannot be scaled); an engine fed only sync
+    payloads equals `engine_weights()` after every step; the state round-trips through a
+    weights-only checkpoint into a rule on a fresh model, which then takes the same next step;
+    `unwrap` leaves a plain architecture that AutoModelForCausalLM loads."""
     rule_name, options = CASES[case]
     torch.manual_seed(0)
     model, tok = load(tiny_dir)
@@ -73,10 +82,11 @@ def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, case):
         _backward(model, tok)
         step = rule.propose()
         if rule.scalable:
-            before = _weights(model)
+            before, logits = _weights(model), _logits(model, tok)
             with rule.perturbed(step, 0.5):
-                assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters())
+                assert not torch.equal(_logits(model, tok), logits)
             _assert_same(_weights(model), before)
+            assert torch.equal(_logits(model, tok), logits)
         else:
             with pytest.raises(NotImplementedError):
                 with rule.perturbed(step, 0.5):

@@ -1,6 +1,8 @@
 """Sync transports: `delta` leaves the engine at cast(trainer weights) bit for bit, every
 transport's bytes are its serialized payload's length, and the trainer-vs-engine log-prob
 mismatch is what it says."""
+import math
+
 import pytest
 import torch
 
@@ -110,13 +112,23 @@ def test_logp_mismatch_is_zero_for_equal_logprobs_and_matches_a_constructed_diff
     adv = torch.linspace(-1, 1, len(rollouts))
     with torch.no_grad():
         own = token_logprobs(model, ids, attn, G["temperature"]).float()
-    _, same = accumulate_gradients(model, None, ids, attn, mask, adv, G, engine_logp=own)
-    assert same == {"logp_mismatch_mean": 0.0, "logp_mismatch_max": 0.0}
+    done = torch.arange(len(rollouts)) % 2 == 0  # as if these responses had ended with eos
+    _, same = accumulate_gradients(model, None, ids, attn, mask, adv, G, engine_logp=own,
+                                   completed=done)
+    assert same == {"logp_mismatch_mean": 0.0, "logp_mismatch_max": 0.0,
+                    "logp_mismatch_signed": 0.0}
     d = torch.randn(own.shape, generator=torch.Generator().manual_seed(1)) * mask
-    _, got = accumulate_gradients(model, None, ids, attn, mask, adv, G, engine_logp=own + d)
-    gap = ((own + d).double() - own.double()).abs()[mask.bool()]
-    assert got["logp_mismatch_mean"] == pytest.approx(gap.mean().item(), rel=1e-12)
-    assert got["logp_mismatch_max"] == pytest.approx(gap.max().item(), rel=1e-12)
+    _, got = accumulate_gradients(model, None, ids, attn, mask, adv, G, engine_logp=own + d,
+                                  completed=done)
+    gap = ((own + d).double() - own.double())[mask.bool()]
+    assert got["logp_mismatch_mean"] == pytest.approx(gap.abs().mean().item(), rel=1e-12)
+    assert got["logp_mismatch_max"] == pytest.approx(gap.abs().max().item(), rel=1e-12)
+    # signed engine − trainer, over the tokens of the responses that ended with eos only
+    signed = ((own + d).double() - own.double())[mask.bool() & done[:, None]]
+    assert got["logp_mismatch_signed"] == pytest.approx(signed.mean().item(), rel=1e-12)
+    _, none = accumulate_gradients(model, None, ids, attn, mask, adv, G, engine_logp=own + d,
+                                   completed=torch.zeros_like(done))
+    assert math.isnan(none["logp_mismatch_signed"])
 
 
 @pytest.mark.parametrize("dtype, bound", [("float32", 1e-4), ("bfloat16", 0.5)])

@@ -29,10 +29,11 @@ def test_lint_is_clean(tmp_path):
     ("all", {"train": 12 + 4, "eval_run": 12, "base": 6, "eval_base": 6, "memory_point": 8,
              "planner": 1, "verdicts": 1, "fingerprints": 1,
              "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
-    # the two run_methods are shared; the 13 ablation methods add 2 tasks x 3 seeds each; the
-    # memory sweep's 2 default sizes x (its 4 methods + the 6 peers)
-    ("ablations", {"train": 15 * 2 * 3, "eval_run": 90, "ablation_summary": 1,
-                   "memory_point": 2 * 10, "ablation_memory_sweep": 1}),
+    # the two run_methods are shared; the 17 ablation methods (LoGRA's 7 component ablations,
+    # Sketch-Adam, the peers) add 2 tasks x 3 seeds each; the memory sweep's 2 default sizes x
+    # (its 4 methods + Sketch-Adam and the 6 peers)
+    ("ablations", {"train": 19 * 2 * 3, "eval_run": 114, "ablation_summary": 1,
+                   "memory_point": 2 * 11, "ablation_memory_sweep": 1}),
     # 10 methods x 6 lrs (an equal budget) x 3 seeds on each of 2 tasks, on the validation split
     ("lr_sweep", {"data": 2, "data_val": 2, "base": 6, "train": 360, "lr_sweep_eval": 360,
                   "lr_sweep": 1}),

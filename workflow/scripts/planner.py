@@ -5,6 +5,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import pandas as pd
 from transformers import AutoConfig
 
+from logra.methods import rule_class
 from logra.planner import plan, sync_columns
 from logra.report import write_csv
 
@@ -19,7 +20,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
                           gpus=p["gpus"], sharding=p["sharding"],
                           probe_size=snakemake.params.grpo["probe_size"],
                           completion_len=p.get("completion_len"),
-                          kl_control=bool(spec.get("kl_control")),
+                          kl_control=bool(spec.get("kl_control")) or rule_class(
+                              spec["rule"]).has_control(spec.get("options", {})),
                           chunk_tokens=snakemake.params.grpo.get("chunk_tokens"),
                           rollout_share=p["rollout_share"], gpu_bytes=p["gpu_gb"] * 1e9,
                           checkpointing=p["checkpointing"])
