@@ -265,6 +265,10 @@ def check(config: dict) -> None:
             raise ConfigError(f"methods.{name}.grpo: unknown key {unknown[0]!r} "
                               f"(grpo keys: {sorted(config['grpo'])})")
         g = config["grpo"] | m.get("grpo", {})
+        if g["cosine_step"] in (1, g["profile_step"]):
+            raise ConfigError(f"grpo.cosine_step={g['cosine_step']} is a memory-profiled step "
+                              f"(1 and grpo.profile_step; method {name}): the diagnostic's copies "
+                              "would count in the measured peak")
         world = g["nproc_per_node"]
         if world > 1 and name in trained:
             if not methods.rule_class(m["rule"]).shardable:

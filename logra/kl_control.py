@@ -226,7 +226,7 @@ class BudgetControl:
 
     def scale(self, model, rule, step, probe: tuple, max_scale: float = 1.0,
               temperature: float = 1.0, mismatch: float = math.nan,
-              **_) -> tuple[float, float, dict]:
+              chunk_tokens: int | None = None, **_) -> tuple[float, float, dict]:
         """(α, predicted KL at α, {"kl_budget", "mismatch_ema"}) for `step` of `rule` (which
         provides `tangent(step)` and `count`), predicted on `probe` = (ids, attn, mask)."""
         budget = self.effective_budget(rule.count, mismatch)
@@ -234,7 +234,7 @@ class BudgetControl:
         if step.get("directions") is None:
             return 0.0, math.nan, info
         k = predict_kl(model, rule, step, probe, temperature, self.probe_responses,
-                       self.probe_max_tokens)
+                       self.probe_max_tokens, chunk_tokens or CHUNK_TOKENS)
         alpha = self.alpha(k, budget, max_scale)
         return alpha, alpha ** 2 * k, info
 
@@ -247,42 +247,61 @@ class BudgetControl:
 
 @torch.no_grad()
 def predict_kl(model, rule, step, probe: tuple, temperature: float, responses: int,
-               max_tokens: int) -> float:
+               max_tokens: int, chunk_tokens: int = CHUNK_TOKENS) -> float:
     """Mean over the completion tokens of the first `responses` sequences of `probe` =
     (ids, attn, mask), each cut to its first `max_tokens` tokens, of ½·Σ_v p_v (δ_v − E_p δ)²
     (float64), p = softmax(logits / τ) and δ = the logits' tangent along `rule.tangent(step)`
-    over τ: one forward-mode JVP per sequence, in eval mode with eager attention (both
-    restored). Deviation from the authors' probe, for memory only: the logits are formed at the
-    completion positions alone (`logits_to_keep`), not at every position."""
+    over τ: forward-mode JVPs, in eval mode with eager attention (both restored).
+
+    Deviations from the authors' probe (one sequence per forward, logits at every position),
+    for time and memory only, the values the same: the logits are formed at the completion
+    positions alone (HF's `logits_to_keep`), and sequences share a forward while their kept
+    logits stay within `chunk_tokens` rows (a sequence with more has a forward of its own);
+    a later token cannot change an earlier position's logits, so the cut at `max_tokens` only
+    drops positions."""
     ids, attn, mask = probe
+    rows = []  # (sequence, its first token, the positions it predicts a completion token at)
+    for i in range(min(responses, ids.shape[0])):
+        real = attn[i].nonzero().squeeze(1)
+        first = int(real[0]) if len(real) else 0
+        where = mask[i].nonzero().squeeze(1)
+        rows.append((i, first, where[where < first + max_tokens - 1]))
+    groups, group = [], []
+    for row in rows:  # consecutive sequences while (sequences x kept positions) <= chunk_tokens
+        width = _kept(group + [row]).numel() * (len(group) + 1)
+        if group and width > chunk_tokens:
+            groups.append(group)
+            group = []
+        group.append(row)
+    groups.append(group)
     total = torch.zeros(2, dtype=torch.float64, device=ids.device)
     was_training, attn_impl = model.training, model.config._attn_implementation
     model.eval()
     model.set_attn_implementation("eager")
     try:
         with rule.tangent(step), fwAD.dual_level():
-            for i in range(min(responses, ids.shape[0])):
-                keep = attn[i].bool()
-                first = int(keep.nonzero()[0]) if keep.any() else 0
-                stop = min(ids.shape[1], first + max_tokens)
-                seq, att = ids[i:i + 1, :stop], attn[i:i + 1, :stop]
-                position_ids = (att.long().cumsum(-1) - 1).clamp(min=0)
-                where = mask[i, :stop - 1].nonzero().squeeze(1)
-                if not len(where):
+            for group in groups:
+                keep = _kept(group)
+                if not len(keep):
                     continue
-                # the logits of the completion positions only (HF's logits_to_keep)
-                out = model(input_ids=seq, attention_mask=att, position_ids=position_ids,
-                            use_cache=False, logits_to_keep=where)
+                index = torch.tensor([i for i, _, _ in group], device=ids.device)
+                stop = min(ids.shape[1], max(first + max_tokens for _, first, _ in group))
+                att = attn[index, :stop]
+                out = model(input_ids=ids[index, :stop], attention_mask=att,
+                            position_ids=(att.long().cumsum(-1) - 1).clamp(min=0),
+                            use_cache=False, logits_to_keep=keep)
                 logits, tangent = fwAD.unpack_dual(out.logits)
                 if tangent is None:
                     raise RuntimeError("predict_kl: no tangent reached the logits")
-                for c in torch.split(torch.arange(len(where)), 64):  # in place: 3 (c, V)
-                    p = torch.softmax(logits[0, c].double() / temperature, dim=-1)
-                    d = tangent[0, c].double().div_(temperature)
-                    d.sub_((p * d).sum(-1, keepdim=True)).square_().mul_(p)
-                    total[0] += 0.5 * d.sum()
-                    total[1] += len(c)
-                    del p, d
+                for j, (_, _, where) in enumerate(group):
+                    at = torch.searchsorted(keep, where)
+                    for c in torch.split(at, 64):  # in place: 3 (c, V) float64 at a time
+                        p = torch.softmax(logits[j, c].double() / temperature, dim=-1)
+                        d = tangent[j, c].double().div_(temperature)
+                        d.sub_((p * d).sum(-1, keepdim=True)).square_().mul_(p)
+                        total[0] += 0.5 * d.sum()
+                        total[1] += len(c)
+                        del p, d
                 del out, logits, tangent
     finally:
         model.set_attn_implementation(attn_impl)
@@ -290,6 +309,13 @@ def predict_kl(model, rule, step, probe: tuple, temperature: float, responses: i
     if total[1] == 0:
         raise RuntimeError("predict_kl: the probe sequences hold no completion token")
     return distributed.broadcast((total[0] / total[1]).item())
+
+
+def _kept(rows: list) -> torch.Tensor:
+    """The positions any of `rows` predicts at, sorted (the logits a shared forward keeps)."""
+    if not rows:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.unique(torch.cat([where for _, _, where in rows]))
 
 
 def calibration(rows: list[dict]) -> dict:

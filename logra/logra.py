@@ -371,6 +371,20 @@ class LoGRA(UpdateRule):
             for h in handles:
                 h.remove()
 
+    @contextlib.contextmanager
+    def dense_gradients(self):
+        """For one diagnostic step: the targets require grad, so backward leaves their whole
+        gradients in .grad beside the sketches (the forward and the sketches are unchanged;
+        autograd keeps each target's input as well); dropped on exit."""
+        for t in self.targets:
+            t.weight.requires_grad_(True)
+        try:
+            yield
+        finally:
+            for t in self.targets:
+                t.weight.requires_grad_(False)
+                t.weight.grad = None
+
     # -- sync, state ------------------------------------------------------------------------
     def sync_payload(self) -> dict:
         """Per target the factor of the step applied since the last sync and, when the engine
@@ -460,7 +474,8 @@ class LoGRA(UpdateRule):
                 "optimizer": (outs + r * sum(n for _, n in geo.low_rank)) * f,
                 "step": outs * r * f, "perturbed_copy": 0, "after_apply": 0,
                 "transient": CHUNK_ROWS * widest * f, "frozen_base": True, "sketch_rank": r,
-                "jvp_control": options.get("controller", True)}
+                "jvp_control": options.get("controller", True),
+                "jvp_responses": options.get("probe_responses", 2)}
 
     @staticmethod
     def planned_sync(geo: Geometry, options: dict, b: int) -> int:

@@ -25,6 +25,9 @@ and, where the defaults below do not hold for it,
                              (full resync, drift check, resume)
     unwrap()                 leave the model as the plain architecture with the training
                              merged in (LoRA merges its adapters); called once, at the end
+    dense_gradients()        context in which backward leaves every trained weight's whole
+                             gradient in .grad (a diagnostic: the update's cosine with it);
+                             default: it does already
     grad_buffers() -> list   gradient buffers the rule owns besides .grad (labelled "grads")
     state_bytes() -> int     bytes of the state tensors
     peak_grad_bytes() -> int analytic bytes of gradients alive at the peak
@@ -38,6 +41,7 @@ PYTHONPATH); README "Add an update rule" walks through one.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 from dataclasses import dataclass
@@ -151,6 +155,11 @@ class UpdateRule:
 
     def unwrap(self) -> None:
         pass  # the model is the plain architecture already
+
+    def dense_gradients(self):
+        """Backward leaves whole gradients in .grad already (a rule that consumes them in hooks
+        raises NotImplementedError, and the diagnostic is skipped)."""
+        return contextlib.nullcontext()
 
     def grad_buffers(self) -> list[torch.Tensor]:
         return []  # gradients live in .grad, which the memory profiler labels itself

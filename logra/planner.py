@@ -40,9 +40,10 @@ optimizer, rollout and, but in rollout, fsdp):
   no-grad forward: one MLP's gate activation, up and product, 3·base_seqs·seq_len·intermediate);
 - kl_control (methods with KL control): propose's tensors + the saved copy that `perturbed`
   restores, in fp32 + the larger of the probe forward's transient and the chunked KL; for a
-  rule that predicts by a forward-mode JVP (LoGRA's `jvp_control`): one probe sequence's dual
-  forward, or its kept logits and their tangent (fp32) and the float64 work on 64 of its
-  completion positions (4 (64, vocab) tensors), whichever is larger, without the base;
+  rule that predicts by a forward-mode JVP (LoGRA's `jvp_control`): the dual forward of the
+  probe sequences that share one (their kept logits within chunk_tokens), or their kept
+  logits and tangents (fp32) and the float64 work on 64 completion positions (4 (64, vocab)
+  tensors), whichever is larger, without the base;
 - apply: the larger of what is alive when it starts (propose's tensors) and what survives it
   + the base probe + the realized KL's forward or chunks.
 `total` is the largest phase and `peak_phase` names it.
@@ -136,11 +137,13 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     # product over the probe's tokens
     probe_forward = 3 * base_seqs * seq_len * hf_config.intermediate_size * b
     kl_pass = max(probe_forward, chunks)  # the chunks are formed after the last MLP has freed
-    if jvp:  # one sequence at a time, dual (x2): the kept logits and their tangent (fp32), and
-        # the float64 work on 64 of their positions at a time
-        c = min(64, completion_len or seq_len)
-        jvp_pass = max(2 * probe_forward // base_seqs,
-                       2 * (completion_len or seq_len) * vocab * f + 4 * c * vocab * 8)
+    if jvp:  # sequences that share a forward (their kept logits within chunk_tokens), dual
+        # (x2): the kept logits and their tangent (fp32), and the float64 work on 64 of one
+        # sequence's positions at a time (4 (64, vocab) tensors)
+        c_len = completion_len or seq_len
+        shared = min(rule_plan["jvp_responses"], max(1, (chunk_tokens or CHUNK_TOKENS) // c_len))
+        jvp_pass = max(2 * shared * probe_forward // base_seqs,
+                       2 * shared * c_len * vocab * f + 4 * min(64, c_len) * vocab * 8)
     alive = out["weights"] + out["master"] + out["optimizer"] + out["rollout"] + out["fsdp"]
     proposed = out["grads"] + base + rule_plan["step"] // shard  # from propose until apply
     phases = {

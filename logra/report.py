@@ -55,6 +55,8 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
         row.update({"control": control.get("kind"),
                     "steps_at_cap_share": control.get("steps_at_cap_share"),
                     "control_seconds": control.get("mean_seconds")})
+        cosine = s.get("update_cosine") or {}  # grpo.cosine_step's diagnostic, if it ran
+        row.update({"cosine_step": cosine.get("step"), "update_cosine": cosine.get("cosine")})
         row["eval_accuracy"] = json.loads(Path(eval_path).read_text())["accuracy"]
         row["base_accuracy"] = base.get((s["task"], s["seed"]))
         rows.append(row)
@@ -452,6 +454,19 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                          "control s/step": _fmt(c["seconds"], ".3f"),
                          "step s": _fmt(c["step"], ".3f"),
                          "control share": _fmt(c["seconds"] / c["step"], ".0%")})
+    cosines = ok[ok.reindex(columns=["update_cosine"])["update_cosine"].notna()]
+    if len(cosines):
+        c = cosines.groupby(["task", "method"], as_index=False).agg(
+            step=("cosine_step", "first"), mean=("update_cosine", "mean"),
+            lo=("update_cosine", "min"), hi=("update_cosine", "max"), n=("seed", "nunique"))
+        out += _section("Update vs gradient", "results/summary.csv", "At one step "
+                        "(`grpo.cosine_step`), the cosine between the applied change of the "
+                        "trained weights and the negative dense gradient of the same batch: "
+                        "mean [min, max] over seeds.",
+                        {"task": c["task"], "method": c["method"],
+                         "step": _fmt(c["step"], ".0f"),
+                         "cosine": [f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
+                             _fmt(c["mean"]), _fmt(c["lo"]), _fmt(c["hi"]))], "seeds": c["n"]})
     if stability is not None:
         out += ["", "## Stability (`figures/stability_27b`)", "",
                 factor_effects(*stability)["caption"] + "."]

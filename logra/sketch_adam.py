@@ -340,6 +340,9 @@ class SketchAdam(UpdateRule):
         return [t for st in self.sketched for t in (st.q, st.m, st.v)] + \
             self.dense.state_tensors()
 
+    def dense_gradients(self):
+        raise NotImplementedError("Sketch-Adam's hooks consume each gradient as it is formed")
+
     def grad_buffers(self) -> list[torch.Tensor]:
         """The sketch accumulators and the range finder's Ys."""
         return [st.s for st in self.sketched] + [st.y for st in self.sketched if st.y is not None]

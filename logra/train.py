@@ -158,7 +158,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
            "lowrank_full": 0,  # ... and what those weights take in full
            "wall_s": 0.0, "resumed_from": [],
            "zero_grad_steps": 0,  # consecutive steps without a gradient while rewards varied
-           "steps_at_cap": 0}  # steps whose scale the control set at its cap
+           "steps_at_cap": 0,  # steps whose scale the control set at its cap
+           "update_cosine": None}  # {step, cosine} of grpo.cosine_step
     ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir and mesh is None else None
     engine_weights = None  # the engine's weights at the checkpoint, on resume
     base_norm = weight_norm(model)  # the divergence bound's reference (LoRA: adapters too)
@@ -224,7 +225,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                         model, ref_model, rule, kl_control, (ids, attn, mask, adv), probe, g,
                         max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.,
                         phase=getattr(meter, "phase", None), engine_logp=engine_logp,
-                        completed=completed)
+                        completed=completed, cosine=step == g["cosine_step"])
             except torch.OutOfMemoryError as e:
                 status, oom = "oom", {"oom_at_step": step, **cuda_oom(e, device)}
                 if mesh is not None:  # the other ranks wait in a collective: stop them all
@@ -272,6 +273,9 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                                    else math.nan),
                 "sync_drift": drift, **sync, **mismatch})
             run["steps_at_cap"] += metrics[-1].pop("step_at_cap")
+            if "update_cosine" in metrics[-1]:  # the diagnostic step's (grpo.cosine_step)
+                run["update_cosine"] = {"step": step,
+                                        "cosine": metrics[-1].pop("update_cosine")}
             run["step"], run["wall_s"] = step, time.time() - t_start
             if ckpt_path and g["checkpoint_every"] and step % g["checkpoint_every"] == 0 \
                     and step < g["steps"]:
@@ -390,6 +394,9 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             "steps_at_cap_share": run["steps_at_cap"] / len(metrics) if metrics else None,
             "mean_seconds": mean(m["control_seconds"] for m in metrics
                                  if m["step"] not in (1, g["profile_step"]))},
+        # cos(applied step, −dense gradient of its batch) at grpo.cosine_step (nan: the rule
+        # cannot keep the gradient), or None
+        "update_cosine": run["update_cosine"],
         # the rule's step size: its option (lr; LoGRA's update_ratio) and value
         "step_size": {"option": rule.step_size_option,
                       "value": cfg["method"]["options"].get(rule.step_size_option)},
@@ -449,7 +456,8 @@ CONTROL_METRICS = ("kl_budget", "mismatch_ema", "control_seconds", "step_at_cap"
 
 
 def update_step(model, ref_model, rule, kl_control, batch, probe, g,
-                max_scale: float = 1.0, phase=None, engine_logp=None, completed=None) -> tuple:
+                max_scale: float = 1.0, phase=None, engine_logp=None, completed=None,
+                cosine: bool = False) -> tuple:
     """One update: gradients, propose, (KL-controlled) apply, realized KL on the probe.
 
     The step's control is the rule's own (`rule.control`, LoGRA's budget) or `kl_control` (the
@@ -460,12 +468,23 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, g,
     Returns (loss, step scale η, predicted KL at η or nan, realized KL, {the trainer-vs-engine
     log-prob mismatch (`accumulate_gradients`) and CONTROL_METRICS: the control's budget and
     mismatch EMA where it has them, its seconds, whether η is at its cap}). `completed`: per
-    sequence, whether its response ended with eos (the signed mismatch's)."""
+    sequence, whether its response ended with eos (the signed mismatch's). `cosine`: also
+    "update_cosine", the cosine between the applied step and the batch's negative dense
+    gradient over every trained weight (`rule.dense_gradients`; nan where the rule cannot keep
+    it), a diagnostic that copies the weights and gradients once."""
     phase = phase or (lambda name: None)
     control = rule.control or kl_control
     fit, held_out = split_probe(probe)
-    loss, mismatch = accumulate_gradients(model, ref_model, *batch, g, engine_logp=engine_logp,
-                                          completed=completed)
+    diagnose, cos = None, math.nan
+    if cosine:
+        with contextlib.suppress(NotImplementedError):
+            diagnose = rule.dense_gradients()
+    with diagnose or contextlib.nullcontext():
+        loss, mismatch = accumulate_gradients(model, ref_model, *batch, g,
+                                              engine_logp=engine_logp, completed=completed)
+        dense = ({n: p.grad.detach().clone() for n, p in rule.named if p.grad is not None}
+                 if diagnose else {})
+        before = {n: p.detach().clone() for n, p in rule.named} if dense else {}
     rule.batch_tokens = int(batch[2].sum())
     phase("forward_backward")
     chunk = g.get("chunk_tokens")
@@ -480,7 +499,8 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, g,
     if control:
         eta, kl_pred, info = control.scale(
             model, rule, step_delta, fit, base=base_fit, max_scale=max_scale,
-            temperature=g["temperature"], mismatch=mismatch["logp_mismatch_signed"])
+            temperature=g["temperature"], mismatch=mismatch["logp_mismatch_signed"],
+            chunk_tokens=chunk)
     else:
         eta, kl_pred = max_scale, math.nan
     info = {k: math.nan for k in CONTROL_METRICS} | info | {
@@ -492,7 +512,22 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, g,
     del step_delta
     kl_real = probe_kl(model, base_held_out, held_out)
     phase("apply")
-    return loss, eta, kl_pred, kl_real, mismatch | info
+    if dense:
+        cos = update_cosine(rule.named, before, dense)
+    return loss, eta, kl_pred, kl_real, mismatch | info | ({"update_cosine": cos} if cosine
+                                                          else {})
+
+
+def update_cosine(named, before: dict, dense: dict) -> float:
+    """cos(θ_now − θ_before, −G) over the trained weights `named` (sharded: over all ranks)."""
+    sums = torch.zeros(3, dtype=torch.float64, device=next(iter(dense.values())).device)
+    for n, p in named:
+        if n not in dense:
+            continue
+        delta, grad = (local(p.detach()) - local(before[n])).double(), local(dense[n]).double()
+        sums += torch.stack([-(delta * grad).sum(), delta.square().sum(), grad.square().sum()])
+    dot, dd, gg = distributed.all_reduce(sums).tolist()
+    return dot / math.sqrt(dd * gg) if dd > 0 and gg > 0 else math.nan
 
 
 def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g,

@@ -268,3 +268,40 @@ def test_a_state_with_other_options_is_refused_and_loads_weights_only(llama_dir)
     assert same.count == 1
     assert all(torch.equal(a.a, b.a) and torch.equal(a.v, b.v)
                for a, b in zip(rule.targets, same.targets))
+
+
+def test_the_update_cosine_diagnostic_leaves_the_run_as_it_is(tmp_path, tiny_dir):
+    """At grpo.cosine_step the run keeps the batch's dense gradient once and records
+    cos(ΔW, −G): the run's weights are those of a run without it, bit for bit; LoGRA's step is a
+    descent direction (cos > 0: ⟨D·A, G⟩ = Σ_rows scale·‖(G·Aᵀ)_row‖²/T > 0), as dense Adam's."""
+    from logra.train import train
+    from test_resume import make_run, weights
+    for method in ("logra", "dense_adam"):
+        (tmp_path / method).mkdir()
+        cfg, train_jsonl = make_run(tmp_path / method, method)
+        cfg["grpo"].update(checkpoint_every=0, steps=4)
+        plain = train(cfg, tiny_dir, train_jsonl, tmp_path / method / "plain")
+        cfg["grpo"]["cosine_step"] = 2
+        diag = train(cfg, tiny_dir, train_jsonl, tmp_path / method / "diag")
+        assert plain["update_cosine"] is None and diag["update_cosine"]["step"] == 2
+        assert 0 < diag["update_cosine"]["cosine"] <= 1, diag["update_cosine"]
+        a, b = weights(tmp_path / method / "plain"), weights(tmp_path / method / "diag")
+        assert all(torch.equal(a[n], b[n]) for n in a), method
+
+
+def test_sequences_sharing_a_forward_predict_what_one_at_a_time_predicts(llama_dir):
+    """predict_kl runs sequences together while their kept logits fit chunk_tokens: the same
+    prediction (float32 forwards: relative 1e-5) as the authors' one sequence per forward
+    (chunk_tokens=1), and a cut at max_tokens only drops positions."""
+    model, tok = load(llama_dir)
+    rule = LoGRA(model, rank=4, update_ratio=1e-3)
+    ids = batches(tok, 1)[0]
+    model(input_ids=ids, labels=ids).loss.backward()
+    step = rule.propose()
+    probe = _completion_probe(tok, model)
+    shared = predict_kl(model, rule, step, probe, 1.0, 3, 4096)
+    alone = predict_kl(model, rule, step, probe, 1.0, 3, 4096, chunk_tokens=1)
+    assert shared == pytest.approx(alone, rel=1e-5)
+    short = probe[0].shape[1] - 2  # each sequence loses its last two positions at most
+    cut = predict_kl(model, rule, step, probe, 1.0, 3, short)
+    assert cut != shared and cut > 0

@@ -134,7 +134,8 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
                                 kl_eta_below_1_p10=None, kl_eta_below_1_p90=None,
                                 control=[None, "BudgetControl", None],
                                 steps_at_cap_share=[None, 0.25, None],
-                                control_seconds=[None, 0.05, None])
+                                control_seconds=[None, 0.05, None],
+                                cosine_step=[None, 40, None], update_cosine=[None, 0.21, None])
     trl = {"task": "a", "device": "cpu", "model": {"n_params": 1_360_000}, "steps": 40,
            "reward_window_steps": 10, **{m: {"peak_mem_bytes": peak * 2**20,
                                              "optimizer_state_bytes": state * 2**20,
@@ -162,6 +163,8 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     step_s = calibrated.loc[1, "mean_step_time_s"]
     assert (f"| a | logra | BudgetControl | 25% | 0.050 | {step_s:.3f} | "
             f"{0.05 / step_s:.0%} |") in text
+    assert "## Update vs gradient (`results/summary.csv`)" in text
+    assert "| a | logra | 40 | 0.210 [0.210, 0.210] | 1 |" in text
     assert "| a | logra | 0.00025 | 6 | yes | 0.350 ± 0.020 | 3 |" in text
     assert "0.0001 |" not in text
 
