@@ -462,17 +462,19 @@ class LoGRA(UpdateRule):
     @staticmethod
     def planned(geo: Geometry, options: dict, b: int) -> dict:
         """Per target (out x in): the sketch S out·r (grads), v out and A r·in (optimizer), the
-        directions D out·r (the step; the factor α·D in its dtype formed per target inside
-        apply); 256 rows of D·A formed at a time (transient). Every weight in float32 (the
+        directions D out·r (the step), the applied factor α·D in its dtype, kept for the sync
+        (after apply); 256 rows of D·A formed at a time (transient). Every weight in float32 (the
         authors require float32 storage: no separate master copy), no gradient of any weight,
         the base frozen: no activation is kept for a weight's gradient, each target keeps
         X·Aᵀ (tokens x r) instead (`sketch_rank`, logra.memory.activation_breakdown)."""
         f, r = 4, options.get("rank", 256)
         outs = sum(m for m, _ in geo.low_rank)
         widest = max(n for _, n in geo.low_rank)
+        factor = 2 if options.get("update_factor_dtype", "bfloat16") == "bfloat16" else 4
         return {"weights": geo.n_all * f, "master": 0, "grads": outs * r * f,
                 "optimizer": (outs + r * sum(n for _, n in geo.low_rank)) * f,
-                "step": outs * r * f, "perturbed_copy": 0, "after_apply": 0,
+                "step": outs * r * f, "perturbed_copy": 0,
+                "after_apply": outs * r * factor,  # the applied factors, kept for the sync
                 "transient": CHUNK_ROWS * widest * f, "frozen_base": True, "sketch_rank": r,
                 "jvp_control": options.get("controller", True),
                 "jvp_responses": options.get("probe_responses", 2)}

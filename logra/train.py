@@ -159,6 +159,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
            "wall_s": 0.0, "resumed_from": [],
            "zero_grad_steps": 0,  # consecutive steps without a gradient while rewards varied
            "steps_at_cap": 0,  # steps whose scale the control set at its cap
+           "weight_ratio_max": 1.0,  # the largest ‖θ‖ / ‖θ_base‖ after a step
            "update_cosine": None}  # {step, cosine} of grpo.cosine_step
     ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir and mesh is None else None
     engine_weights = None  # the engine's weights at the checkpoint, on resume
@@ -246,8 +247,10 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             varied = bool((rewards.view(-1, group).std(dim=1) > 0).any())
             run["zero_grad_steps"] = (run["zero_grad_steps"] + 1
                                       if rule.grad_norm == 0 and varied else 0)
-            diverged_why = divergence(loss, rule.grad_norm, kl_real,
-                                      weight_norm(model) / base_norm, run["zero_grad_steps"], g)
+            ratio = weight_norm(model) / base_norm
+            run["weight_ratio_max"] = max(run["weight_ratio_max"], ratio)
+            diverged_why = divergence(loss, rule.grad_norm, kl_real, ratio,
+                                      run["zero_grad_steps"], g)
             if diverged_why:
                 status, diverged_at = "diverged", step
                 print(f"diverged at step {step}: {diverged_why}")
@@ -348,6 +351,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     kl_real = [m["kl_real"] for m in metrics]
     return {
         "status": status, "diverged_at_step": diverged_at, "diverged_because": diverged_why,
+        # what the divergence bounds watch (grpo.max_*): the largest weight norm over the base's
+        "weight_norm_ratio_max": run["weight_ratio_max"],
         "memory_budget_bytes": budget, **oom,
         # corrupt checkpoints found at the start, set aside (grpo.on_bad_checkpoint)
         "checkpoints_set_aside": discarded,
