@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import pickle
 import random
 from pathlib import Path
 
@@ -40,7 +41,8 @@ from logra.io import atomic_path
 # keys of the run config that may change between the killed run and its resumption (where it
 # runs, and how it is supervised: not what it computes)
 MAY_DIFFER = ("threads", "device", "memory_budget_bytes", "grpo.on_bad_checkpoint",
-              "rollout.timeout_s", "rollout.timeout_factor")
+              "rollout.timeout_s", "rollout.timeout_factor", "grpo.max_kl_per_step",
+              "grpo.max_weight_norm_ratio", "grpo.max_zero_grad_steps", "grpo.cosine_step")
 
 
 class CheckpointError(ValueError):
@@ -98,7 +100,9 @@ def save(path: str | Path, state: dict) -> None:
     """Atomic torch.save of `state` (must hold `cfg` and `model`, a state dict), then its
     digest beside it (see the module docstring)."""
     path = Path(path)
-    current = [_sha256(path)] if path.exists() else []
+    # the file it replaces stays accepted until the rename: when it verifies, its digest
+    current = ([digest] if path.exists() and (digest := _sha256(path)) in _digests(path)
+               else [])
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
         digests = [_sha256(tmp), *current]
@@ -124,7 +128,8 @@ def read(path: str | Path, allowed: tuple[type, ...] = ()) -> dict:
     try:
         with torch.serialization.safe_globals(list(allowed)):
             return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # an unpickling, zip or EOF error: nothing in it ran
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError,
+            AttributeError) as e:  # refused or unreadable; nothing in it ran
         first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         raise CorruptCheckpoint(f"{path}: refused by the weights-only load ({first[:300]})") \
             from None

@@ -37,21 +37,23 @@ class ConfigError(ValueError):
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """YAML's safe loader that refuses a mapping key given twice (YAML merge keys `<<` may
-    still be overridden, as they are meant to be)."""
+    """YAML's safe loader that refuses a mapping key written twice, checked as the document is
+    composed, before merge keys (`<<`, whose keys may be overridden, as they are meant to be)
+    are flattened into it."""
 
-    def construct_mapping(self, node, deep=False):
+    def compose_mapping_node(self, anchor):
+        node = super().compose_mapping_node(anchor)
         seen: dict = {}
         for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node,
+                                                                           yaml.ScalarNode):
                 continue
-            key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
+            key, line = (key_node.tag, key_node.value), key_node.start_mark.line + 1
             if key in seen:
-                raise ConfigError(f"{self.name}:{line}: key {key!r} is given twice in one "
-                                  f"mapping (first on line {seen[key]}); keep one")
+                raise ConfigError(f"{self.name}:{line}: key {key_node.value!r} is given twice "
+                                  f"in one mapping (first on line {seen[key]}); keep one")
             seen[key] = line
-        return super().construct_mapping(node, deep)
+        return node
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -265,10 +267,15 @@ def check(config: dict) -> None:
             raise ConfigError(f"methods.{name}.grpo: unknown key {unknown[0]!r} "
                               f"(grpo keys: {sorted(config['grpo'])})")
         g = config["grpo"] | m.get("grpo", {})
-        if g["cosine_step"] in (1, g["profile_step"]):
-            raise ConfigError(f"grpo.cosine_step={g['cosine_step']} is a memory-profiled step "
-                              f"(1 and grpo.profile_step; method {name}): the diagnostic's copies "
-                              "would count in the measured peak")
+        def key(k: str, name=name, m=m) -> str:  # the method's own grpo key, else the global
+            return f"methods.{name}.grpo.{k}" if k in m.get("grpo", {}) else f"grpo.{k}"
+        if g["cosine_step"] in (1, min(g["profile_step"], g["steps"])):
+            raise ConfigError(f"{key('cosine_step')}={g['cosine_step']} is a memory-profiled "
+                              f"step (step 1 and grpo.profile_step, method {name}): the "
+                              "diagnostic's copies would count in the measured peak")
+        if g["cosine_step"] and g["nproc_per_node"] > 1 and name in trained:
+            raise ConfigError(f"{key('cosine_step')}={g['cosine_step']}: the diagnostic runs in "
+                              f"one process only; set 0 with grpo.nproc_per_node > 1 ({name})")
         world = g["nproc_per_node"]
         if world > 1 and name in trained:
             if not methods.rule_class(m["rule"]).shardable:
@@ -450,9 +457,13 @@ def lr_scaled(method: dict, scale: float) -> dict:
     def times(value):
         return ({k: times(v) for k, v in value.items()} if isinstance(value, dict)
                 else float(f"{value * scale:.12g}"))
-    options, knob = method.get("options", {}), methods.rule_class(method["rule"]).step_size_option
-    return {**copy.deepcopy(method), "options": {
-        **options, **{k: times(v) for k, v in options.items() if k == knob or k.endswith("_lr")}}}
+    cls = methods.rule_class(method["rule"])
+    options = dict(method.get("options", {}))
+    if cls.step_size_option not in options and methods.step_size(cls, options) is not None:
+        options[cls.step_size_option] = methods.step_size(cls, options)  # its default, scaled
+    return {**copy.deepcopy(method), "options": {**options, **{
+        k: times(v) for k, v in options.items()
+        if k == cls.step_size_option or k.endswith("_lr")}}}
 
 
 def sync_regimes(config: dict) -> dict[str, list[str]]:

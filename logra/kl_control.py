@@ -188,7 +188,9 @@ class BudgetControl:
     4. α = min(alpha_max, √(budget / K)), α = 1 for K = 0.
     Deviations: during the harness's warmup α ≤ alpha_max·max_scale; a step without
     directions (non-finite sketch) gets α = 0; the probe sequences are the first of the
-    harness's probe half (the other half measures the realized KL)."""
+    harness's probe half (the other half measures the realized KL), `probe_responses` of them
+    in all (the authors probe that many on every data-parallel rank and sum over the ranks:
+    under FSDP here every rank probes the same sequences)."""
     needs_base = False
 
     def __init__(self, kl_budget: float = 2e-4, kl_budget_final: float = 2e-5,
@@ -220,6 +222,11 @@ class BudgetControl:
         return budget
 
     def alpha(self, prediction: float, budget: float, max_scale: float = 1.0) -> float:
+        """min(alpha_max·max_scale, √(budget / prediction)), 1 for a zero prediction; a
+        non-finite or negative prediction raises FloatingPointError, as the authors' does."""
+        if not (math.isfinite(prediction) and prediction >= 0):
+            raise FloatingPointError(f"predicted KL {prediction}: not a finite non-negative "
+                                     "number (LoGRA's controller)")
         if prediction == 0:
             return min(1.0, self.alpha_max * max_scale)
         return min(self.alpha_max * max_scale, math.sqrt(budget / prediction))

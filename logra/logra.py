@@ -35,8 +35,9 @@ Per target W (out x in), per update k (0-based, the count of updates before it):
 
 Under FSDP (logra/distributed.py) each rank holds a row block of W; S, v, A and D are whole on
 every rank: S is summed over the ranks, then divided by the world size (the loop multiplies
-each rank's loss by the world size), every rank forms the same D and updates its own rows. Nothing
-of W is ever gathered, not for the sync either.
+each rank's loss by the world size), every rank forms the same D and updates its own rows; the
+rule gathers nothing of W (its sync payload, F and A, is whole on every rank; the harness's
+sync metrics gather the weights to count the other transports' bytes).
 
 Deviations from the authors' code, stated:
 - A non-finite sketch does not raise (theirs: FloatingPointError): propose() returns a step
@@ -296,10 +297,10 @@ class LoGRA(UpdateRule):
         for t, d in zip(self.targets, directions):
             w = local(t.weight.detach())
             offset, n = row_block(t.weight) if is_sharded(t.weight) else (0, w.shape[0])
-            norms[0] += w.double().square().sum()
+            norms[0] += torch.linalg.vector_norm(w, dtype=torch.float64) ** 2
             for start in range(0, n, CHUNK_ROWS):
                 u = d[offset + start:offset + min(start + CHUNK_ROWS, n)] @ t.a
-                norms[1] += u.double().square().sum()
+                norms[1] += torch.linalg.vector_norm(u, dtype=torch.float64) ** 2
         w_sq, u_sq = distributed.all_reduce(norms).tolist()
         if u_sq > 0:
             factor = self.update_ratio * math.sqrt(w_sq / u_sq)
@@ -311,13 +312,14 @@ class LoGRA(UpdateRule):
     @torch.no_grad()
     def apply(self, step: dict, scale: float = 1.0) -> None:
         """W −= (scale·D rounded to the factor dtype)·A for every target, then the count
-        advances and, with `refresh`, every A is redrawn; scale 0 (a skipped step) and a step
-        without directions change nothing."""
+        advances and, with `refresh`, every A is redrawn (at scale 0 too, as the authors'
+        optimizer: the row moments have seen the step's sketch); a step without directions (a
+        non-finite sketch) changes nothing."""
         self.prepared = False
-        if step["directions"] is None or scale == 0:
+        if step["directions"] is None:
             return
         index = self.count if self.refresh else 0  # the update index A was drawn with
-        for t, d in zip(self.targets, step["directions"]):
+        for t, d in zip(self.targets, step["directions"] if scale else []):
             factor = (d * scale).to(self.factor_dtype)
             rows = row_block(t.weight) if is_sharded(t.weight) else None
             subtract_projected_(local(t.weight.data), factor, t.a, rows, CHUNK_ROWS)
@@ -476,6 +478,8 @@ class LoGRA(UpdateRule):
                 "step": outs * r * f, "perturbed_copy": 0,
                 "after_apply": outs * r * factor,  # the applied factors, kept for the sync
                 "transient": CHUNK_ROWS * widest * f, "frozen_base": True, "sketch_rank": r,
+                # whole on every rank under FSDP: S, v and A, D, the applied factors
+                "replicated": ("grads", "optimizer", "step", "after_apply"),
                 "jvp_control": options.get("controller", True),
                 "jvp_responses": options.get("probe_responses", 2)}
 

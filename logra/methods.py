@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import re
 from dataclasses import dataclass
 
@@ -179,7 +180,8 @@ class UpdateRule:
         the end of backward), `optimizer`, `step` (the proposed step beyond the gradient
         buffers), `perturbed_copy` (the copy `perturbed` restores from), `after_apply` (what
         survives apply), `transient` (formed and freed inside propose), `frozen_base` (the
-        base weights, lm_head too, are frozen: no activations kept for their gradients)."""
+        base weights, lm_head too, are frozen: no activations kept for their gradients); and
+        optionally `replicated`, the categories kept whole on every rank under FSDP."""
         raise NotImplementedError("this rule declares no analytic memory (UpdateRule.planned)")
 
     @staticmethod
@@ -221,6 +223,17 @@ def rule_class(rule: str) -> type[UpdateRule]:
     if not (isinstance(cls, type) and issubclass(cls, UpdateRule)):
         raise ValueError(f"rule {rule!r}: {path} is not a subclass of logra.methods.UpdateRule")
     return cls
+
+
+def step_size(cls: type[UpdateRule], options: dict):
+    """The step size a rule of class `cls` runs with under `options` (its `step_size_option`,
+    given or its constructor's default), or None when it has no such option."""
+    knob = cls.step_size_option
+    if knob in options:
+        return options[knob]
+    parameter = inspect.signature(cls).parameters.get(knob)
+    return None if parameter is None or parameter.default is parameter.empty \
+        else parameter.default
 
 
 def build(rule: str, model, options: dict) -> UpdateRule:

@@ -30,8 +30,9 @@ clip nothing. In a Trainer, `LoGRATrainerMixin` routes `max_grad_norm` and the l
 `grad_norm` through it. fp16 with a GradScaler is refused (its inf check sees no gradient);
 bf16 autocast needs no scaler and works.
 
-`state_dict()` holds the options, the update count, the row second moments and the
-controller's mismatch EMA (the projections are redrawn from the seed and the count); loading a
+`state_dict()` holds the options, the update count and the row second moments (the
+projections are redrawn from the seed and the count; the controller's mismatch EMA is saved by
+the harness's loop, which runs it: an attached `controller` keeps its own state); loading a
 state saved with other options is refused, and so is saving between `prepare_update()` and
 `step()`. Not here: the low-rank sync to a separate rollout engine (the harness's loop). One
 process only: under DDP the sketches would need the all-reduce the harness's FSDP loop does.

@@ -118,7 +118,11 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     chunks = 3 * chunk * vocab * f
     loss_chunk = min(chunk_tokens or CHUNK_TOKENS, micro_batch * seq_len) * vocab * (
         f + (b if b < f else 0))
-    out = {k: rule_plan[k] // shard for k in ("weights", "master", "grads", "optimizer")}
+    # per GPU: sharded under FSDP, but what the rule keeps whole on every rank (LoGRA's state)
+    per_gpu = {k: rule_plan[k] // (1 if k in rule_plan.get("replicated", ()) else shard)
+               for k in ("weights", "master", "grads", "optimizer", "step", "perturbed_copy",
+                         "after_apply")}
+    out = {k: per_gpu[k] for k in ("weights", "master", "grads", "optimizer")}
     out |= {
         "activations": activation_bytes_estimate(
             hf_config, batch=micro_batch, seq_len=seq_len, dtype_bytes=b,
@@ -145,14 +149,14 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
         jvp_pass = max(2 * shared * probe_forward // base_seqs,
                        2 * shared * c_len * vocab * f + 4 * min(64, c_len) * vocab * 8)
     alive = out["weights"] + out["master"] + out["optimizer"] + out["rollout"] + out["fsdp"]
-    proposed = out["grads"] + base + rule_plan["step"] // shard  # from propose until apply
+    proposed = out["grads"] + base + per_gpu["step"]  # from propose until apply
     phases = {
         "rollout": alive - out["fsdp"],
         "forward_backward": alive + out["grads"] + out["activations"],
         "propose": alive + proposed + max(probe_forward, rule_plan["transient"]),
         "kl_control": (None if not kl_control else alive + proposed + jvp_pass if jvp else
-                       alive + proposed + rule_plan["perturbed_copy"] // shard + kl_pass),
-        "apply": alive + max(proposed, rule_plan["after_apply"] // shard + base + kl_pass),
+                       alive + proposed + per_gpu["perturbed_copy"] + kl_pass),
+        "apply": alive + max(proposed, per_gpu["after_apply"] + base + kl_pass),
     }
     out.update({f"phase_{name}": v for name, v in phases.items() if v is not None})
     out["peak_phase"] = max((v, name) for name, v in phases.items() if v is not None)[1]

@@ -122,12 +122,12 @@ def _recv(conn: Connection):
     return pickle.loads(conn.recv_bytes())
 
 
-def _send_quietly(conn: Connection, obj) -> None:
-    """`_send` from a helper thread: a pipe the engine closed is reported by the caller."""
+def _outcome(out: dict, fn, *args) -> None:
+    """fn(*args) in a helper thread: its value, or the exception it raised, into `out`."""
     try:
-        _send(conn, obj)
-    except OSError:
-        pass
+        out["value"] = fn(*args)
+    except BaseException as e:  # reported by the caller's thread
+        out["error"] = e
 
 
 class HFRolloutEngine:
@@ -135,9 +135,10 @@ class HFRolloutEngine:
 
     The process is started with `python -m logra.rollout` (not multiprocessing's spawn, which
     re-imports the caller's main script: a Snakemake script would run again) and talks over a
-    multiprocessing pipe whose child end it inherits. Every call is sent from a helper thread
-    (a large payload would block on a full pipe) while this one watches the reply, the process
-    and the clock: see the module docstring for the time limit.
+    multiprocessing pipe whose child end it inherits. Every call is sent and its reply read by
+    helper threads (a large payload blocks on a full pipe, an engine stopped mid-reply blocks
+    the read) while this one watches them, the process and the clock: see the module docstring
+    for the time limit.
     """
 
     def __init__(self, model_dir: str, dtype: str = "float32", threads: int = 1,
@@ -154,27 +155,34 @@ class HFRolloutEngine:
         limit = max(self.timeout_s, self.timeout_factor * self._longest.get(op, 0.0))
         name = f"rollout engine hf (pid {self._proc.pid})"
         start = time.monotonic()
-        sender = threading.Thread(target=_send_quietly, args=(self._conn, (op, args)),
+        sent, got = {}, {}  # each helper thread's outcome: a value or the exception it met
+        sender = threading.Thread(target=_outcome, args=(sent, _send, self._conn, (op, args)),
                                   daemon=True)
         sender.start()
-        try:
-            while not self._conn.poll(0.2):  # True on a reply or on a closed pipe
-                if self._proc.poll() is not None:
-                    raise EOFError
-                if time.monotonic() - start > limit:
-                    self._proc.kill()
-                    self._proc.wait()
-                    raise EngineError(
-                        f"{name} did not answer {op!r} within {limit:.0f} s (rollout.timeout_s "
-                        f"{self.timeout_s:g}, or rollout.timeout_factor {self.timeout_factor:g} x "
-                        f"its longest earlier {op!r}, {self._longest.get(op, 0.0):.2f} s); "
-                        "it was killed")
-            status, value = _recv(self._conn)
-        except (EOFError, OSError) as e:
+        receiver = threading.Thread(target=_outcome, args=(got, _recv, self._conn), daemon=True)
+        receiver.start()
+        while receiver.is_alive():  # the whole reply, or a dead engine, or the clock
+            receiver.join(0.2)
+            if "error" in sent and not isinstance(sent["error"], OSError):
+                self._proc.kill()  # the request could not be sent (e.g. not picklable)
+                self._proc.wait()
+                raise EngineError(f"{name}: the {op!r} request failed") from sent["error"]
+            if receiver.is_alive() and self._proc.poll() is not None:
+                break
+            if receiver.is_alive() and time.monotonic() - start > limit:
+                self._proc.kill()
+                self._proc.wait()
+                raise EngineError(
+                    f"{name} did not answer {op!r} within {limit:.0f} s (rollout.timeout_s "
+                    f"{self.timeout_s:g}, or rollout.timeout_factor {self.timeout_factor:g} x "
+                    f"its longest earlier {op!r}, {self._longest.get(op, 0.0):.2f} s); "
+                    "it was killed")
+        if "value" not in got:
             raise EngineError(f"{name} died during {op!r} (exit code {self._proc.poll()}); "
-                              "see its stderr above") from e
+                              "see its stderr above") from got.get("error")
         sender.join()
         self._longest[op] = max(self._longest.get(op, 0.0), time.monotonic() - start)
+        status, value = got["value"]
         if status == "error":
             raise EngineError(f"{name} failed on {op!r}:\n{value}")
         return value
@@ -282,7 +290,11 @@ class VLLMRolloutEngine:
                                             logprobs=0)  # the sampled token's only
                   for i in range(len(prompts))]  # one random stream per prompt
         rollouts = []
-        for out in self.llm.generate(prompts, params, use_tqdm=False):
+        try:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        except Exception as e:  # vLLM's own failures (a dead worker), as this interface's
+            raise EngineError(f"rollout engine vllm failed on 'generate': {e}") from e
+        for out in outputs:
             for c in out.outputs:  # token_ids end with eos when generation stopped there
                 logprobs = [step[t].logprob for t, step in zip(c.token_ids, c.logprobs)]
                 rollouts.append(Rollout(list(out.prompt_token_ids), list(c.token_ids), c.text,
@@ -291,9 +303,13 @@ class VLLMRolloutEngine:
 
     def sync(self, payload: dict) -> int:
         data = serialize(payload)
-        self.llm.collective_rpc("logra_apply_payload", timeout=self.timeout_s, args=(data,))
+        try:
+            self.llm.collective_rpc("logra_apply_payload", timeout=self.timeout_s, args=(data,))
+        except Exception as e:  # vLLM's TimeoutError, a dead worker
+            raise EngineError(f"rollout engine vllm failed on 'sync' (rollout.timeout_s "
+                              f"{self.timeout_s:g}): {e}") from e
         if not self.llm.reset_prefix_cache():
-            raise RuntimeError("vLLM did not reset its prefix cache after a sync")
+            raise EngineError("rollout engine vllm did not reset its prefix cache after a sync")
         return len(data)
 
     def state_dict(self) -> dict[str, torch.Tensor]:

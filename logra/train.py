@@ -148,6 +148,11 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     rule = methods.build(cfg["method"]["rule"], model, cfg["method"]["options"])
     kl_control = KLControl(**cfg["method"]["kl_control"]) if cfg["method"]["kl_control"] else None
     shuffle_gen = torch.Generator().manual_seed(seed)
+    # the ids a response may end with: the tokenizer's eos and the model's generation config's
+    # (a hub model may list several, as vLLM stops on them all)
+    ids = getattr(model.generation_config, "eos_token_id", None)
+    eos = {tokenizer.eos_token_id, *(ids if isinstance(ids, list) else [] if ids is None
+                                     else [ids])}
     rng = random.Random(seed)
     n_prompts, group = g["prompts_per_step"], g["group_size"]
     params = dict(model.named_parameters())
@@ -182,19 +187,21 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     budget = cfg.get("memory_budget_bytes")
     cap_cuda_memory(budget, device)
     t_start = time.time() - run["wall_s"]
-    engine = (make_engine(cfg["rollout"]["engine"], str(base_dir), dtype=cfg["rollout"]["dtype"],
-                          threads=cfg["threads"], timeout_s=cfg["rollout"]["timeout_s"],
-                          timeout_factor=cfg["rollout"]["timeout_factor"],
-                          **cfg["rollout"].get("options", {}))
-              if rank == 0 else None)
     full_sync_every = cfg["rollout"]["full_sync_every"]
-    syncer = EngineSync(rule, cfg["rollout"].get("sync", "auto"),
-                        getattr(torch, cfg["rollout"]["dtype"]), has_engine=engine is not None)
     # CPU + FSDP: the profiler's memory timeline cannot follow FSDP's storage resizes (it fails
     # its own version checks), so sharded CPU runs are not measured; CUDA uses the allocator
     profiled = set() if mesh is not None and device.type == "cpu" else {1, g["profile_step"]}
-    step = run["step"]
+    step, engine = run["step"], None
     try:
+        engine = (make_engine(cfg["rollout"]["engine"], str(base_dir),
+                              dtype=cfg["rollout"]["dtype"], threads=cfg["threads"],
+                              timeout_s=cfg["rollout"]["timeout_s"],
+                              timeout_factor=cfg["rollout"]["timeout_factor"],
+                              **cfg["rollout"].get("options", {}))
+                  if rank == 0 else None)
+        syncer = EngineSync(rule, cfg["rollout"].get("sync", "auto"),
+                            getattr(torch, cfg["rollout"]["dtype"]),
+                            has_engine=engine is not None)
         if engine_weights is not None:  # the engine starts from the base weights: restore its own
             engine.sync({"dense": engine_weights})
             del engine_weights
@@ -214,7 +221,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             ids, attn, mask, engine_logp = (t[perm].to(device)
                                             for t in pad_batch(rollouts, tokenizer.pad_token_id))
             adv = adv[perm].to(device)
-            completed = torch.tensor([r.completion_ids[-1:] == [tokenizer.eos_token_id]
+            completed = torch.tensor([bool(r.completion_ids) and r.completion_ids[-1] in eos
                                       for r in rollouts])[perm]
             probe = (ids[:g["probe_size"]], attn[:g["probe_size"]], mask[:g["probe_size"]])
             meter = (MemoryMeter(device, labels={"optimizer": rule.state_tensors(),
@@ -227,6 +234,10 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                         max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.,
                         phase=getattr(meter, "phase", None), engine_logp=engine_logp,
                         completed=completed, cosine=step == g["cosine_step"])
+            except FloatingPointError as e:  # a control's prediction was not finite
+                status, diverged_at, diverged_why = "diverged", step, str(e)
+                print(f"diverged at step {step}: {diverged_why}")
+                break
             except torch.OutOfMemoryError as e:
                 status, oom = "oom", {"oom_at_step": step, **cuda_oom(e, device)}
                 if mesh is not None:  # the other ranks wait in a collective: stop them all
@@ -404,7 +415,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         "update_cosine": run["update_cosine"],
         # the rule's step size: its option (lr; LoGRA's update_ratio) and value
         "step_size": {"option": rule.step_size_option,
-                      "value": cfg["method"]["options"].get(rule.step_size_option)},
+                      "value": methods.step_size(type(rule), cfg["method"]["options"])},
         "eval_accuracy": None, "config": cfg,
         # what the bits depend on, and the bits: weights and metrics without machine columns
         "machine": repro.machine(), "fingerprint": fingerprint}

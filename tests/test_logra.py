@@ -223,6 +223,9 @@ def test_budget_alpha_and_mismatch_at_given_inputs():
     assert c.mismatch == before  # neither the EMA nor the budget changes
     assert c.alpha(8e-3, 2e-4) == pytest.approx(math.sqrt(2e-4 / 8e-3))
     assert c.alpha(1e-12, 2e-4) == 3.0 and c.alpha(0.0, 2e-4) == 1.0
+    for bad in (math.nan, math.inf, -1e-9):  # raised, as the authors' (never the largest α)
+        with pytest.raises(FloatingPointError, match="predicted KL"):
+            c.alpha(bad, 2e-4)
     off = BudgetControl(mismatch_subtraction=False)
     assert off.effective_budget(0, 1e-4) == pytest.approx(2e-4) and off.mismatch == 0
 

@@ -1,4 +1,6 @@
 """The rollout engine runs in its own process and matches the trainer only through payloads."""
+import time
+
 import pytest
 import torch
 
@@ -40,6 +42,17 @@ def test_engine_reports_errors_instead_of_hanging(tiny_dir):
             assert "no.such.weight" in str(e)
         else:
             raise AssertionError("bad payload was accepted")
+
+
+def test_a_request_that_cannot_be_sent_is_an_engine_error_not_a_hang(tiny_dir):
+    """The sender thread's failure (here: a request that cannot be pickled) is raised at once
+    as an EngineError, not waited out until the timeout."""
+    from logra.rollout import EngineError
+    with HFRolloutEngine(str(tiny_dir), timeout_s=600) as engine:
+        start = time.monotonic()
+        with pytest.raises(EngineError, match="the 'generate' request failed"):
+            engine._call("generate", lambda: None)
+        assert time.monotonic() - start < 60
 
 
 def test_lowrank_payload_applies_lift_on_the_right_side():

@@ -16,7 +16,8 @@ Invariants, one test each:
 4. fp16's GradScaler is refused with an error naming fp16; bf16 autocast trains.
 5. Torch API: state_dict / load_state_dict resume to the same weights as an uninterrupted run
    (exactly); a state saved with other options, or between prepare_update and step, is
-   refused; step(alpha=...) applies the prepared update at α.
+   refused; step(alpha=0) leaves the weights and, as the authors' optimizer, advances the
+   count and the projections.
 6. examples/trl_grpo_logra.py (the config's batch sizes, 2 steps from a given base) writes,
    for LoGRA and AdamW, a measured peak and the rewards, with the device and model size.
 
@@ -239,14 +240,17 @@ def test_state_dict_resumes_exactly_and_refuses_other_options(tiny_dir):
     for (n, p), q in zip(model.named_parameters(), copied.parameters()):
         torch.testing.assert_close(q, p, rtol=0, atol=0, msg=n)
 
-    # two phases: prepared, a state cannot be saved; step(alpha=0) changes nothing
+    # two phases: prepared, a state cannot be saved
     copied(input_ids=batches[0], labels=batches[0]).loss.backward()
     assert opt3.prepare_update(batches[0].numel()) > 0
     with pytest.raises(RuntimeError, match="has not been applied"):
         opt3.state_dict()
     before = [p.detach().clone() for p in copied.parameters()]
-    opt3.step(alpha=0.0)
+    count, a = opt3.update_count, [t.a.clone() for t in opt3.rule.targets]
+    opt3.step(alpha=0.0)  # as the authors' optimizer: the weights stay, the count advances
     assert all(torch.equal(b, p) for b, p in zip(before, copied.parameters()))
+    assert opt3.update_count == count + 1
+    assert not any(torch.equal(x, t.a) for x, t in zip(a, opt3.rule.targets))
 
 
 def test_example_writes_peak_memory_and_reward_of_both_methods(tiny_dir, tmp_path):
