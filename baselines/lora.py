@@ -3,7 +3,7 @@
 `peft.inject_adapter_in_model` adds LoRA adapters (rank r, α, dropout, rsLoRA, as `LoraConfig`
 takes them) to the same nn.Linear weights LoGRA sketches (`modules` regex); every other weight is
 frozen, as in LoRA fine-tuning, unless `dense_modules` names it: those parameters (e.g. the
-embeddings, lm_head and norms, LoGRA's dense set) are trained in full at `dense_lr`, what
+embeddings, lm_head and norms, sketch_adam's dense set) are trained in full at `dense_lr`, what
 peft's `modules_to_save` does with one adapter (without its copy of the original module). The
 adapters and the dense weights are trained by dense AdamW (this class is `DenseAdam` on them,
 one lr per parameter), so propose/apply/perturbed, predicted-KL control, checkpoints and

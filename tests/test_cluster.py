@@ -31,7 +31,7 @@ STAGE = {"data": "data", "data_val": "data", "base": "base", "train": "train",
          "memory_point": "memory", "fingerprints": "fingerprints"}  # rule -> rule file
 # what differs between two runs of the same computation: wall and step times, RSS
 TIMINGS = ("wall_s", "mean_step_time_s", "step_time_s_mean", "mem_rss_peak_bytes",
-           "sync_seconds_per_step")
+           "sync_seconds_per_step", "control_seconds")
 
 
 @pytest.fixture(scope="session")  # as smoke_run's, so it is set up first, and skips first

@@ -138,11 +138,12 @@ def test_lora_adapter_sync_sends_the_factors_and_the_engine_equals_the_trainer(t
             assert torch.equal(engine[n], w), n
 
 
-def test_lora_dense_head_trains_logras_dense_set(tiny_dir):
-    """lora_dense_head's trainable set: the adapters, and every weight LoGRA trains densely."""
+def test_lora_dense_head_trains_sketch_adams_dense_set(tiny_dir):
+    """lora_dense_head's trainable set: the adapters, and every weight sketch_adam trains
+    densely."""
     model, _ = load(tiny_dir)
-    logra = methods.build("logra", model, {"rank": 2})
-    dense = {n for n, _ in logra.dense.named}
+    sketched = methods.build("sketch_adam", model, {"rank": 2})
+    dense = {n for n, _ in sketched.dense.named}
     model, _ = load(tiny_dir)
     rule = methods.build("lora", model, {"rank": 1, "dense_modules": "embed_tokens|lm_head|norm"})
     assert {n for n, _ in rule.dense_named} == dense
