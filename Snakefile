@@ -13,7 +13,7 @@ import os
 
 from snakemake.utils import min_version
 
-from logra.config import (add_lr_sweep_methods, add_sync_regime_methods, base_input,
+from logra.harness.config import (add_lr_sweep_methods, add_sync_regime_methods, base_input,
                           generation_room, hub_models, job_resources, resolve, run_config,
                           stability_runs, start_model, sync_regime_runs, task_options)
 from logra.repro import pin_cpu
@@ -22,7 +22,7 @@ min_version("9.0")
 
 
 # config/config.yaml, then each --configfile merged over it (one with `complete: true`
-# replaces what came before), then --config key=value; validated and checked (logra/config.py)
+# replaces what came before), then --config key=value; validated and checked (logra/harness/config.py)
 resolved = resolve(workflow.overwrite_configfiles, workflow.config_settings.config,
                    default=os.path.join(workflow.basedir, "config", "config.yaml"))
 config.clear()
@@ -72,7 +72,7 @@ include: "workflow/rules/report.smk"
 
 # quick work on results already made (tables, figures, the planner's arithmetic, the report): a
 # cluster executor runs these beside Snakemake; every other rule's jobs are submitted, with the
-# resources the config gives their stage (logra.config.job_resources)
+# resources the config gives their stage (logra.harness.config.job_resources)
 localrules:
     summary, ablation_summary, reward_curves, ablation_reward_curves, verdicts,
     ablation_verdicts, verdicts_figure, ablation_verdicts_figure, memory_sweep,

@@ -28,7 +28,7 @@ import torch
 from adam_mini import Adam_mini
 
 from baselines.torch_optimizer import TorchOptimizerRule
-from logra.methods import ADAM_OPTIONS, Geometry
+from logra.optim.rule import ADAM_OPTIONS, Geometry
 
 
 class AdamMini(TorchOptimizerRule):

@@ -35,7 +35,7 @@ import torch
 from torchao.optim import AdamW8bit as AO_AdamW8bit
 
 from baselines.torch_optimizer import TorchOptimizerRule
-from logra.methods import ADAM_OPTIONS, POSINT, Geometry
+from logra.optim.rule import ADAM_OPTIONS, POSINT, Geometry
 
 MIN_NUMEL = 4096  # torchao quantizes tensors at least this large (torchao.optim.adam)
 CODES = 256       # entries of a quantized tensor's code table (fp32)

@@ -31,8 +31,15 @@ from apollo_torch.random_projector import GradientProjector
 from apollo_torch.svd_projector import GaLoreProjector
 
 from baselines.torch_optimizer import TorchOptimizerRule
-from logra.methods import (ADAM_OPTIONS, DEFAULT_MODULES, LR, POSINT, POSNUM, Geometry,
-                           low_rank_linears)
+from logra.optim.rule import (
+    ADAM_OPTIONS,
+    DEFAULT_MODULES,
+    LR,
+    POSINT,
+    POSNUM,
+    Geometry,
+    low_rank_linears,
+)
 
 
 class APOLLO(TorchOptimizerRule):

@@ -22,8 +22,15 @@ from galore_torch import GaLoreAdamW
 from galore_torch.galore_projector import GaLoreProjector
 
 from baselines.torch_optimizer import TorchOptimizerRule
-from logra.methods import (ADAM_OPTIONS, DEFAULT_MODULES, LR, POSINT, POSNUM, Geometry,
-                           low_rank_linears)
+from logra.optim.rule import (
+    ADAM_OPTIONS,
+    DEFAULT_MODULES,
+    LR,
+    POSINT,
+    POSNUM,
+    Geometry,
+    low_rank_linears,
+)
 
 
 class GaLore(TorchOptimizerRule):

@@ -13,11 +13,11 @@ Learning rate: LoRA-for-RL practice trains adapters with α = 32 at about 10× t
 fine-tuning learning rate; the default config's grid reaches it (`snakemake lr_sweep`).
 
 Sync, what the rollout engine receives after each step (the transport: `rollout.sync` or the
-method's `sync`, logra/sync.py):
+method's `sync`, logra/rl/weight_sync.py):
 - `low_rank` (the rule's own, what LoRA's users send a vLLM LoRA runtime): each adapted
   module's factors A (r × n) and B (m × r) and its scale, r·(m + n) values per module, and the
   `dense_modules` weights in full; the engine merges them onto the base it holds
-  (`logra.sync.apply_payload`, the base sent once after a resume, when the restored engine
+  (`logra.rl.weight_sync.apply_payload`, the base sent once after a resume, when the restored engine
   holds merged weights);
 - `full`: the merged weight W + (α/r)·BA of every adapted module (`engine_weights`) and the
   dense weights, in full (what TRL sends vLLM for a PEFT model: merge, send, unmerge);
@@ -34,10 +34,17 @@ import torch
 from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
 
-from logra.dense_adam import DenseAdam
-from logra.methods import (ADAM_OPTIONS, DEFAULT_MODULES, LR, POSINT, POSNUM, Geometry,
-                           low_rank_linears)
-from logra.sync import lora_merged
+from logra.optim.dense_adam import DenseAdam
+from logra.optim.rule import (
+    ADAM_OPTIONS,
+    DEFAULT_MODULES,
+    LR,
+    POSINT,
+    POSNUM,
+    Geometry,
+    low_rank_linears,
+)
+from logra.optim.sketch import lora_merged
 
 ADAPTER = "default"
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch.distributed.tensor import DTensor
 
-from logra.methods import UpdateRule
+from logra.optim.rule import UpdateRule
 
 
 class TorchOptimizerRule(UpdateRule):

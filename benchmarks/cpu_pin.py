@@ -3,7 +3,7 @@
     python benchmarks/cpu_pin.py [--config config/config.yaml] [--steps 12] [--rounds 3]
                                  [--methods dense_adam,logra]
 
-For each method, the same short GRPO run (`logra.train.train`: rollouts in the engine process,
+For each method, the same short GRPO run (`logra.rl.loop.train`: rollouts in the engine process,
 forward/backward, propose, KL control, apply, sync) on the config's first task and model,
 randomly initialised from the data seed (no SFT), runs in fresh processes: once with
 `logra.repro.PIN` in the environment and once without it. Both use one thread, so only the
@@ -12,7 +12,7 @@ The model's weights are random, so its completions run to max_new_tokens and its
 rewards are 0: the work of a step, not its learning. Prints each process's capability, the
 median step time over all rounds (the first step and the memory-profiled step left out), the
 pinned / unpinned ratio, and whether the two paths computed the same bits
-(`logra.repro.canary`). Nothing is written outside a temporary directory.
+(`logra.harness.fingerprints.canary`). Nothing is written outside a temporary directory.
 """
 from __future__ import annotations
 
@@ -34,10 +34,11 @@ def worker(config_path: str, method: str, steps: int, out: str) -> None:
     import torch
 
     from logra import repro
-    from logra.config import run_config, validate_file
-    from logra.modeling import build_tiny
-    from logra.tasks import get_task, write_jsonl
-    from logra.train import train
+    from logra.harness import fingerprints
+    from logra.harness.config import run_config, validate_file
+    from logra.rl.loop import train
+    from logra.rl.models import build_tiny
+    from logra.rl.tasks import get_task, write_jsonl
 
     config = validate_file(config_path)
     task = next(iter(config["tasks"]))
@@ -55,7 +56,7 @@ def worker(config_path: str, method: str, steps: int, out: str) -> None:
             times = [float(row["step_time_s"]) for row in csv.DictReader(f)
                      if int(row["step"]) not in (1, cfg["grpo"]["profile_step"])]
     Path(out).write_text(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(),
-                                     "times": times, "canary": repro.canary(),
+                                     "times": times, "canary": fingerprints.canary(),
                                      "cpu": repro.machine()["cpu_model"]}))
 
 

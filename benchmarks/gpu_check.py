@@ -9,7 +9,7 @@ bitsandbytes (43 MB, imported by galore_torch's package) with `pip download --no
 galore-torch==1.0 bitsandbytes==0.50.2` and `pip install --no-deps` them there; without them
 GaLore is skipped and the output says so.
 
-1. The same GRPO update step (`logra.memory_sweep.measure`: rollout, micro-batched forward and
+1. The same GRPO update step (`logra.harness.memory_point.measure`: rollout, micro-batched forward and
    backward, propose, LoGRA's KL control, apply, sync payload) for dense Adam, GaLore and
    LoGRA on a randomly initialised decoder, bf16 compute on float32 weights and optimizer
    state: CUDA peak memory (allocator, `max_memory_allocated`) of the step and of each of its
@@ -55,7 +55,7 @@ PHASES = ["rollout", "forward_backward", "propose", "kl_control", "apply"]
 
 def available(methods: dict) -> dict:
     """The methods whose packages import here; says which are skipped and why."""
-    from logra.methods import rule_class
+    from logra.rules import rule_class
     out = {}
     for name, m in methods.items():
         try:
@@ -68,8 +68,8 @@ def available(methods: dict) -> dict:
 
 
 def step_table(size: dict, shape: dict, device: str, dtype: str, methods: dict) -> None:
-    from logra.memory_sweep import measure
-    from logra.report import memory_sweep_table
+    from logra.analysis.report import memory_sweep_table
+    from logra.harness.memory_point import measure
     points = {("check", name): measure(size, m, shape, GRPO, steps=5, device=device,
                                        compute_dtype=dtype)
               for name, m in methods.items()}
@@ -85,7 +85,7 @@ def step_table(size: dict, shape: dict, device: str, dtype: str, methods: dict) 
           f"({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), "
           f"batch {shape['batch']} x {shape['prompt_len'] + shape['completion_len']} tokens, "
           f"micro-batch {shape['micro_batch']}; peak memory measured by "
-          f"{next(iter(points.values())).get('mem_measure')}; planned = logra.planner "
+          f"{next(iter(points.values())).get('mem_measure')}; planned = logra.measure.planner "
           "(a prediction, fp32 policy)")
     cols = ["method", "peak_GB", "peak_mem_bytes_vs_reference", "planned_GB", "planned_error",
             *[c for c in (f"phase_{p}_GB" for p in PHASES) if c in table],
@@ -103,11 +103,12 @@ def vllm_sync(size: dict, syncs: int = 5) -> None:
         return
     from transformers import AutoModelForCausalLM
 
-    from logra.logra import LoGRA
-    from logra.memory_sweep import fixed_batch
-    from logra.modeling import build_tiny
-    from logra.rollout import VLLMRolloutEngine
-    from logra.train import accumulate_gradients, sync_drift
+    from logra.harness.memory_point import fixed_batch
+    from logra.optim.logra_rule import LoGRA
+    from logra.rl.loop import sync_drift
+    from logra.rl.models import build_tiny
+    from logra.rl.rollout import VLLMRolloutEngine
+    from logra.rl.step import accumulate_gradients
     with tempfile.TemporaryDirectory() as tmp:
         build_tiny(tmp, **size)
         model = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).cuda()

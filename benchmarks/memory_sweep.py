@@ -2,7 +2,7 @@
 
     python benchmarks/memory_sweep.py [--config config/config.yaml] [--sizes m1,m11] [--threads 1]
 
-Runs `logra.memory_sweep.measure` for the config's `memory_sweep` sizes and methods, one after
+Runs `logra.harness.memory_point.measure` for the config's `memory_sweep` sizes and methods, one after
 the other in this process (the Snakemake rules run the same function one point per job), and
 prints the measured peak, the planner's prediction and error, update / rollout time and sync
 bytes, each beside its ratio to dense Adam at the same size. Nothing is written.
@@ -18,9 +18,9 @@ import argparse
 import pandas as pd
 import torch
 
-from logra.config import run_config, validate_file
-from logra.memory_sweep import measure
-from logra.report import memory_sweep_table
+from logra.analysis.report import memory_sweep_table
+from logra.harness.config import run_config, validate_file
+from logra.harness.memory_point import measure
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
 
 For every method in the config's `run_methods` and `ablation_methods` (or `--methods`) it builds
 the configured model (random init, same seed), its update rule and KL control, and times
-`logra.train.update_step` (forward/backward over the micro-batches, propose, KL prediction when
+`logra.rl.step.update_step` (forward/backward over the micro-batches, propose, KL prediction when
 configured, apply, realized KL on the probe) on one fixed batch of the configured shape
 (prompts_per_step x group_size sequences, fixed prompt and completion lengths), then the sync:
 the payload pickled and unpickled (the transport) and applied to a separate copy of the weights
@@ -27,13 +27,13 @@ import time
 import torch
 from transformers import AutoModelForCausalLM
 
-from logra import methods
-from logra.config import run_config, validate_file
-from logra.kl_control import KLControl
-from logra.memory_sweep import fixed_batch
-from logra.modeling import model_config, n_params
-from logra.sync import apply_payload, payload_bytes
-from logra.train import update_step
+from logra import rules
+from logra.harness.config import run_config, validate_file
+from logra.harness.memory_point import fixed_batch
+from logra.optim.kl_control import KLControl
+from logra.rl.models import model_config, n_params
+from logra.rl.step import update_step
+from logra.rl.weight_sync import apply_payload, payload_bytes
 
 
 def main() -> None:
@@ -63,7 +63,7 @@ def main() -> None:
         cfg = run_config(config, next(iter(config["tasks"])), name, 0)["method"]
         model = copy.deepcopy(base)
         engine = {k: v.detach().clone() for k, v in model.named_parameters()}
-        rule = methods.build(cfg["rule"], model, cfg["options"])
+        rule = rules.build(cfg["rule"], model, cfg["options"])
         kl = KLControl(**cfg["kl_control"]) if cfg["kl_control"] else None
         runs[name] = dict(model=model, rule=rule, kl=kl, engine=engine, bases={},
                           update=[], sync=[], bytes=[])

@@ -12,11 +12,11 @@ learn from), unless `--base` names a model directory. Then TRL's GRPOTrainer tra
 `optimizers=(optimizer, scheduler)` (the trainer class mixes in `LoGRATrainerMixin`, which
 counts the completion tokens LoGRA divides its sketch by; LoGRA's step is its update_ratio at
 α = 1: its controller runs in the harness's loop only), and with TRL's default AdamW. The task's reward is
-TRL's reward function (`logra.trl_grpo.reward_function`). The output JSON holds, per method,
-the measured peak memory of one update step (logra/memory.py, device and model size beside it)
+TRL's reward function (`logra.harness.trl_grpo.reward_function`). The output JSON holds, per method,
+the measured peak memory of one update step (logra/measure/memory.py, device and model size beside it)
 and the mean reward of the first and the last steps' rollouts; `snakemake trl` writes one per
 task of the config and results/REPORT.md collects them. How the code looks in a TRL script:
-`logra.trl_grpo.train_grpo`.
+`logra.harness.trl_grpo.train_grpo`.
 """
 from __future__ import annotations
 
@@ -32,12 +32,12 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from logra.config import task_options  # noqa: E402
-from logra.io import write_json  # noqa: E402
-from logra.modeling import build_tiny, load  # noqa: E402
-from logra.sft import sft  # noqa: E402
-from logra.tasks import get_task  # noqa: E402
-from logra.trl_grpo import compare, config_options  # noqa: E402
+from logra.files import write_json
+from logra.harness.config import task_options
+from logra.harness.trl_grpo import compare, config_options
+from logra.rl.models import build_tiny, load
+from logra.rl.sft import sft
+from logra.rl.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 

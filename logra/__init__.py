@@ -5,6 +5,6 @@ def __getattr__(name: str):
     """`logra.LoGRAOptimizer`, imported on first use: importing the package loads no torch
     (tests pin the CPU path before torch loads, logra/repro.py)."""
     if name == "LoGRAOptimizer":
-        from logra.optimizer import LoGRAOptimizer
+        from logra.optim.optimizer import LoGRAOptimizer
         return LoGRAOptimizer
     raise AttributeError(f"module 'logra' has no attribute {name!r}")

@@ -14,11 +14,13 @@ import time
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import ROOT, SNAKEMAKE
-from logra.config import job_resources, run_config, validate_file
-from logra.train import train
 from test_resume import weights
+
+from logra.harness.config import job_resources, run_config, validate_file
+from logra.rl.loop import train
+
+pytestmark = pytest.mark.e2e  # README: `pytest -m "not e2e"` leaves these out
 
 # the slurm executor as the README runs it, on the one-node cluster: no accounting database, so
 # job states come from squeue; status checks from 5 s after a job ends (the plugin's default

@@ -5,12 +5,17 @@ import sys
 
 import pytest
 import yaml
-
-from logra.config import (ConfigError, add_lr_sweep_methods, resolve, run_config,
-                          task_options, validate_file)
-from logra.tasks import get_task
-
 from conftest import ROOT
+
+from logra.harness.config import (
+    ConfigError,
+    add_lr_sweep_methods,
+    resolve,
+    run_config,
+    task_options,
+    validate_file,
+)
+from logra.rl.tasks import get_task
 
 SMOKE = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
 
@@ -69,8 +74,8 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: c["methods"].update(sign={"rule": "sgd"}),
      r"methods.sign.rule: unknown rule 'sgd'; known: \['adam_mini', 'adamw_8bit', 'apollo', "
      r"'dense_adam', 'galore', 'logra', 'lora', 'sketch_adam'\]"),
-    (lambda c: c["methods"].update(sign={"rule": "logra.methods:low_rank_linears"}),
-     "methods.sign.rule: .* is not a subclass of logra.methods.UpdateRule"),
+    (lambda c: c["methods"].update(sign={"rule": "logra.optim.rule:low_rank_linears"}),
+     "methods.sign.rule: .* is not a subclass of logra.optim.rule.UpdateRule"),
     (lambda c: c["run_methods"].append("galore"), r"run_methods\[2\]: 'galore' is not defined"),
     (lambda c: c["tasks"]["arithmetic"]["options"].update(digitz=3),
      "tasks.arithmetic.options: .*digitz"),
@@ -323,7 +328,7 @@ def test_sync_regimes_scale_every_lr_of_their_methods(tmp_path):
     <method>_<regime> whose step-size options (`lr` or LoGRA's `update_ratio`, `*_lr`, per task
     too) are scaled and whose other keys are the method's; a copy's name that is already a
     method is refused."""
-    from logra.config import ConfigError, add_sync_regime_methods
+    from logra.harness.config import ConfigError, add_sync_regime_methods
     config = validate_file(ROOT / "config/config.yaml")
     methods = copy.deepcopy(config["methods"])
     regimes = add_sync_regime_methods(config)

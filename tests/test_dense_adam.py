@@ -1,7 +1,7 @@
 """Dense Adam's propose/apply split is AdamW, and scale multiplies the step."""
 import torch
 
-from logra.dense_adam import DenseAdam
+from logra.optim.dense_adam import DenseAdam
 
 
 def _pair(seed):

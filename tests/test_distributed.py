@@ -16,11 +16,13 @@ import sys
 import pandas as pd
 import pytest
 import torch
-
 from conftest import ROOT
-from logra.modeling import load
-from logra.train import train
 from test_resume import make_run, weights
+
+from logra.rl.loop import train
+from logra.rl.models import load
+
+pytestmark = pytest.mark.e2e  # README: `pytest -m "not e2e"` leaves these out
 
 # |W_fsdp - W_single| / max |W_single - W_base|, after 6 steps (float32: summation order)
 TOLERANCE = 1e-3
@@ -107,11 +109,12 @@ GALORE_COMMS = """
 import torch
 from torch.distributed.tensor.debug import CommDebugMode
 from baselines.galore import GaLore
-from logra import distributed
-from logra.modeling import load
-mesh, _ = distributed.init(torch.device("cpu"))
+from logra.optim import collectives
+from logra.rl import fsdp
+from logra.rl.models import load
+mesh, _ = fsdp.init(torch.device("cpu"))
 model = load(BASE)[0]
-distributed.shard(model, mesh, torch.float32)
+fsdp.shard(model, mesh, torch.float32)
 rule = GaLore(model, lr=1e-3, rank=2, update_proj_gap=2)
 ids = torch.randint(3, 90, (4, 10), generator=torch.Generator().manual_seed(0))
 for step in range(3):
@@ -120,7 +123,7 @@ for step in range(3):
         rule.propose()
     rule.apply(None)
     gathers = sum(n for op, n in comms.get_comm_counts().items() if "all_gather" in str(op))
-    if distributed.rank() == 0:
+    if collectives.rank() == 0:
         print(step, gathers)
 """
 
@@ -144,13 +147,13 @@ def test_sharded_sketch_adam_refuses_what_cannot_stay_local():
     code = ("import torch, torch.distributed as dist\n"
             "from torch.distributed.device_mesh import init_device_mesh\n"
             "from transformers import AutoModelForCausalLM\n"
-            "from logra import distributed\nfrom logra.sketch_adam import SketchAdam\n"
-            "from logra.modeling import tiny_config\n"
+            "from logra.rl import fsdp\nfrom baselines.sketch_adam import SketchAdam\n"
+            "from logra.rl.models import tiny_config\n"
             "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:29533', rank=0, "
             "world_size=1)\n"
             "m = AutoModelForCausalLM.from_config(tiny_config(hidden_size=32, "
             "intermediate_size=64, num_hidden_layers=1, num_attention_heads=2))\n"
-            "distributed.shard(m, init_device_mesh('cpu', (1,)), torch.float32)\n"
+            "fsdp.shard(m, init_device_mesh('cpu', (1,)), torch.float32)\n"
             "for opts in ({'side': 'left'}, {'basis': 'svd'}):\n"
             "    try:\n        SketchAdam(m, rank=2, **opts)\n"
             "    except ValueError as e:\n        print(e)\n"
@@ -183,7 +186,7 @@ def test_sharded_oom_is_recorded_with_the_base_model(tmp_path, tiny_dir):
     """What workflow/scripts/train.py records when a rank of a sharded run ran out of memory
     (it raised, torchrun stopped every rank): status oom with the rank's numbers, the base
     model as the run's model, an empty metrics table."""
-    from logra.train import METRIC_COLUMNS, oom_result
+    from logra.rl.loop import METRIC_COLUMNS, oom_result
     cfg, _ = make_run(tmp_path, "dense_adam")
     cfg["grpo"]["nproc_per_node"] = 2
     oom = {"oom_at_step": 3, "oom_needed_bytes": 123, "oom_check": "CUDA allocator capped"}
@@ -197,11 +200,12 @@ def test_sharded_oom_is_recorded_with_the_base_model(tmp_path, tiny_dir):
 
 LOGRA_SKETCH = """
 import torch
-from logra import distributed
-from logra.logra import LoGRA
-from logra.modeling import load
-mesh, _ = distributed.init(torch.device("cpu"))
-rank, world = distributed.rank(), distributed.world_size()
+from logra.optim import collectives
+from logra.rl import fsdp
+from logra.optim.logra_rule import LoGRA
+from logra.rl.models import load
+mesh, _ = fsdp.init(torch.device("cpu"))
+rank, world = collectives.rank(), collectives.world_size()
 ids = torch.randint(3, 90, (4, 10), generator=torch.Generator().manual_seed(0))
 
 def loss_of(model, rows):  # token-summed NLL over the whole batch's token count
@@ -211,13 +215,13 @@ def loss_of(model, rows):  # token-summed NLL over the whole batch's token count
 plain = load(BASE)[0]  # one process, every sequence: dense gradients
 loss_of(plain, slice(0, 4)).backward()
 model = load(BASE)[0]
-distributed.shard(model, mesh, torch.float32)
+fsdp.shard(model, mesh, torch.float32)
 rule = LoGRA(model, rank=2)
 (loss_of(model, slice(2 * rank, 2 * rank + 2)) * world).backward()  # as the loop does
 worst = 0.0
 grads = dict(plain.named_parameters())
 for t in rule.targets:
-    s = distributed.all_reduce(t.s.clone()) / world  # what propose() forms
+    s = collectives.all_reduce(t.s.clone()) / world  # what propose() forms
     want = grads[t.name + ".weight"].grad @ t.a.T
     worst = max(worst, ((s - want).abs().max() / want.abs().max()).item())
 if rank == 0:

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from logra.evaluate import evaluate, write_lmeval_task
-from logra.modeling import build_tiny, load
-from logra.tasks import get_task, read_jsonl, write_jsonl
+from logra.harness.evaluate import evaluate, write_lmeval_task
+from logra.rl.models import build_tiny, load
+from logra.rl.tasks import get_task, read_jsonl, write_jsonl
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2)
 MAX_GEN = 16

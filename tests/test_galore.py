@@ -4,8 +4,8 @@ import torch
 from galore_torch import GaLoreAdamW
 from galore_torch.galore_projector import GaLoreProjector
 
-from logra import methods
-from logra.modeling import load
+from logra import rules
+from logra.rl.models import load
 
 
 def _step(model, tok, rule):
@@ -17,7 +17,7 @@ def _step(model, tok, rule):
 def test_official_optimizer_runs_and_state_bytes_match_galore(tiny_dir):
     model, tok = load(tiny_dir)
     r = 4
-    rule = methods.build("galore", model, {"rank": r, "update_proj_gap": 2, "lr": 1e-3})
+    rule = rules.build("galore", model, {"rank": r, "update_proj_gap": 2, "lr": 1e-3})
     assert type(rule.optimizer) is GaLoreAdamW
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     for _ in range(3):  # crosses a projection refresh
@@ -44,7 +44,7 @@ def test_official_optimizer_runs_and_state_bytes_match_galore(tiny_dir):
 
 def test_galore_step_cannot_be_scaled(tiny_dir):
     model, tok = load(tiny_dir)
-    rule = methods.build("galore", model, {"rank": 4})
+    rule = rules.build("galore", model, {"rank": 4})
     with pytest.raises(ValueError, match="cannot be scaled"):
         rule.apply(None, 0.5)
     with pytest.raises(NotImplementedError, match="predicted-KL control"):
@@ -56,12 +56,12 @@ def test_every_rule_uses_one_adam_eps(tiny_dir):
     LoGRA's RowAdam has a relative ε of its own, the authors')."""
     import inspect
 
-    from logra.dense_adam import DenseAdam
     from baselines.galore import GaLore
-    from logra.sketch_adam import SketchAdam
+    from baselines.sketch_adam import SketchAdam
+    from logra.optim.dense_adam import DenseAdam
 
     defaults = {cls.__name__: inspect.signature(cls).parameters["eps"].default
                 for cls in (GaLore, SketchAdam, DenseAdam)}
     assert set(defaults.values()) == {1e-8}, defaults
-    rule = methods.build("galore", load(tiny_dir)[0], {"rank": 4})
+    rule = rules.build("galore", load(tiny_dir)[0], {"rank": 4})
     assert {g["eps"] for g in rule.optimizer.param_groups} == {1e-8}

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from logra.grpo import group_advantages, kl_k3, policy_loss
+from logra.rl.loss import group_advantages, kl_k3, policy_loss
 
 
 def test_group_advantages_by_hand():
@@ -77,7 +77,7 @@ def test_kl_k3_estimates_kl_of_policy_from_reference_on_samples_of_the_policy():
 def _tiny(seed=0, **options):
     from transformers import AutoModelForCausalLM
 
-    from logra.modeling import tiny_config
+    from logra.rl.models import tiny_config
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(tiny_config(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -92,7 +92,7 @@ def _textbook_logprobs(model, ids, attn, temperature):
 
 
 def _batch(vocab, rows=3, length=9):
-    from logra.memory_sweep import fixed_batch
+    from logra.harness.memory_point import fixed_batch
     (ids, attn, mask, _), _ = fixed_batch(vocab, rows, 4, length - 4, 1)
     attn = attn.clone()
     attn[0, :2] = 0  # a left-padded row
@@ -102,7 +102,7 @@ def _batch(vocab, rows=3, length=9):
 @pytest.mark.parametrize("tied,bias", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_chunked_logprobs_and_gradients_equal_the_textbook_ones(tied, bias, temperature):
-    from logra.grpo import token_logprobs
+    from logra.rl.loss import token_logprobs
     model = _tiny(tie_word_embeddings=tied)
     if bias:  # an output layer with a bias
         head = model.get_output_embeddings()
@@ -125,7 +125,7 @@ def test_chunked_logprobs_and_gradients_equal_the_textbook_ones(tied, bias, temp
 
 
 def test_chunked_logprobs_under_bf16_autocast_follow_the_autocast_graph():
-    from logra.grpo import token_logprobs
+    from logra.rl.loss import token_logprobs
     model = _tiny()
     ids, attn, mask = _batch(model.config.vocab_size)
     out = []
@@ -140,8 +140,8 @@ def test_chunked_logprobs_under_bf16_autocast_follow_the_autocast_graph():
 
 
 def _loss_peak(vocab, rows, chunk):
-    from logra.grpo import token_logprobs
-    from logra.memory import MemoryMeter
+    from logra.measure.memory import MemoryMeter
+    from logra.rl.loss import token_logprobs
     model = _tiny(vocab_size=vocab)
     ids, attn, mask = _batch(vocab, rows, 40)
     with MemoryMeter("cpu") as meter:

@@ -1,7 +1,7 @@
 """Atomic outputs: an interrupted write leaves no file a reader would take as complete."""
 import pytest
 
-from logra.io import atomic_path, write_json
+from logra.files import atomic_path, write_json
 
 
 def test_failed_write_leaves_nothing_and_keeps_the_old_result(tmp_path):
@@ -55,7 +55,7 @@ def test_progress_is_one_line_on_the_console_and_in_the_log(tmp_path, capfd):
     redirects stdout and stderr into its log, and the log gets it too."""
     from contextlib import redirect_stderr, redirect_stdout
 
-    from logra.io import mib, progress
+    from logra.files import mib, progress
     with open(tmp_path / "job.log", "w") as log, redirect_stdout(log), redirect_stderr(log):
         line = progress("train a/logra/seed1", "ok", steps=80, reward=0.43812, peak=mib(3 * 2**20),
                         accuracy=None)

@@ -1,4 +1,4 @@
-"""Invariants of the KL probe (logra/kl_control.py):
+"""Invariants of the KL probe (logra/optim/kl_control.py):
 
 1. The KL formed in chunks of tokens equals the full-vocabulary KL, for any chunk size, tied or
    untied output layer, any temperature.
@@ -14,10 +14,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from logra.kl_control import calibration, probe_base, probe_kl, split_probe
-from logra.memory import MemoryMeter
-from logra.memory_sweep import fixed_batch
-from logra.modeling import tiny_config
+from logra.harness.memory_point import fixed_batch
+from logra.measure.memory import MemoryMeter
+from logra.optim.kl_control import calibration, probe_base, probe_kl, split_probe
+from logra.rl.models import tiny_config
 
 
 def _model(seed=0, **options):

@@ -1,4 +1,4 @@
-"""LoGRA as its authors wrote it (logra/logra.py, logra/kl_control.py's BudgetControl), against
+"""LoGRA as its authors wrote it (logra/optim/logra_rule.py, logra/optim/kl_control.py's BudgetControl), against
 the arithmetic of their code (`skzhang1/RL`, `nemo_rl/models/automodel/logra.py` and
 `logra_probe.py`), re-derived here by hand, one test per invariant:
 
@@ -29,10 +29,10 @@ import math
 import pytest
 import torch
 
-from logra.kl_control import BudgetControl, predict_kl
-from logra.logra import LoGRA, projection, projection_seed
-from logra.memory import MemoryMeter
-from logra.modeling import build_tiny, load
+from logra.measure.memory import MemoryMeter
+from logra.optim.kl_control import BudgetControl, predict_kl
+from logra.optim.logra_rule import LoGRA, projection, projection_seed
+from logra.rl.models import build_tiny, load
 
 PROMPTS = ["Q: 12+3\nA: 15", "Q: 4+4\nA: 8", "Q: 7*6\nA: 42"]
 
@@ -277,8 +277,9 @@ def test_the_update_cosine_diagnostic_leaves_the_run_as_it_is(tmp_path, tiny_dir
     """At grpo.cosine_step the run keeps the batch's dense gradient once and records
     cos(ΔW, −G): the run's weights are those of a run without it, bit for bit; LoGRA's step is a
     descent direction (cos > 0: ⟨D·A, G⟩ = Σ_rows scale·‖(G·Aᵀ)_row‖²/T > 0), as dense Adam's."""
-    from logra.train import train
     from test_resume import make_run, weights
+
+    from logra.rl.loop import train
     for method in ("logra", "dense_adam"):
         (tmp_path / method).mkdir()
         cfg, train_jsonl = make_run(tmp_path / method, method)

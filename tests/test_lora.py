@@ -4,10 +4,10 @@ import pytest
 import torch
 from peft.tuners.lora import LoraLayer
 
-from logra import methods
-from logra.modeling import load
-from logra.rollout import HFRolloutEngine
-from logra.sync import payload_bytes, serialized_bytes
+from logra import rules
+from logra.rl.models import load
+from logra.rl.rollout import HFRolloutEngine
+from logra.rl.weight_sync import payload_bytes, serialized_bytes
 
 PROMPTS = ["Q: 12+3\nA: 15", "Q: 4+4\nA: 8"]
 
@@ -24,7 +24,7 @@ def test_peft_adapters_train_and_state_bytes_match_lora(tiny_dir):
     model, tok = load(tiny_dir)
     frozen = {n: p.detach().clone() for n, p in model.named_parameters()}
     r = 4
-    rule = methods.build("lora", model, {"rank": r, "lr": 1e-2})
+    rule = rules.build("lora", model, {"rank": r, "lr": 1e-2})
     adapted = [m for m in model.modules() if isinstance(m, LoraLayer)]
     assert len(adapted) == 2 * 7  # q, k, v, o, gate, up, down in each of the 2 layers
     trained = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -48,7 +48,7 @@ def test_engine_equals_the_merged_weights_and_unwrap_leaves_the_plain_model(tiny
     model, tok = load(tiny_dir)
     base = {n: p.detach().clone() for n, p in model.named_parameters()}
     r = 4
-    rule = methods.build("lora", model, {"rank": r, "lr": 1e-2})
+    rule = rules.build("lora", model, {"rank": r, "lr": 1e-2})
     ids = tok(PROMPTS, return_tensors="pt", padding=True)
     with HFRolloutEngine(str(tiny_dir)) as engine:
         for _ in range(3):
@@ -83,4 +83,4 @@ def test_rank_that_does_not_fit_names_the_module(tiny_dir):
     model, _ = load(tiny_dir)
     with pytest.raises(ValueError, match=r"rank=65 exceeds min\(shape\)=64 of "
                                          r"model\.layers\.0\.self_attn\.q_proj\.weight"):
-        methods.build("lora", model, {"rank": 65})
+        rules.build("lora", model, {"rank": 65})

@@ -1,4 +1,4 @@
-"""Tests for logra.memory: measured peak memory vs. analytic breakdown (CPU, tiny Qwen2)."""
+"""Tests for logra.measure.memory: measured peak memory vs. analytic breakdown (CPU, tiny Qwen2)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
-from logra import memory as M  # noqa: E402
-from logra.memory import (  # noqa: E402
+from logra.measure import memory as M
+from logra.measure.memory import (
     MemoryMeter,
     MemoryProfilerAPIError,
     MemoryReport,
@@ -18,8 +18,8 @@ from logra.memory import (  # noqa: E402
     analytic_breakdown,
     optimizer_state_bytes,
     saved_tensor_bytes,
-    tensor_bytes,
 )
+from logra.optim.rule import tensor_bytes
 
 VOCAB = 100
 SEQ = 64
@@ -385,7 +385,7 @@ def test_gpu_check_runs_its_table_on_cpu():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_chunked_loss_activation_estimate_matches_saved_tensors_exactly(dtype):
-    from logra.grpo import token_logprobs
+    from logra.rl.loss import token_logprobs
     cfg = _config(num_hidden_layers=2, num_key_value_heads=2, head_dim=48)
     m = _model(cfg, "sdpa", dtype)
     B, T = 3, 40
@@ -405,8 +405,8 @@ def test_logra_activation_estimate_matches_saved_tensors_exactly(attn):
     """LoGRA freezes every weight: no projection saves its input, each keeps X·Aᵀ instead
     (`sketch_rank`). float32 (LoGRA stores float32 weights; bf16 compute under autocast saves
     the cast weights too, which the planner's bf16 policy, FSDP's, does not have)."""
-    from logra.grpo import token_logprobs
-    from logra.logra import LoGRA
+    from logra.optim.logra_rule import LoGRA
+    from logra.rl.loss import token_logprobs
     cfg = _config(num_hidden_layers=2, num_key_value_heads=2, head_dim=48)
     m = _model(cfg, attn)
     rule = LoGRA(m, rank=5)

@@ -2,9 +2,10 @@
 import shutil
 
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
-from logra.modeling import CHARSET, SPECIAL_TOKENS, build_tiny, char_tokenizer, load, n_params
+from logra.rl.models import CHARSET, SPECIAL_TOKENS, build_tiny, char_tokenizer, load, n_params
 
 TOK = char_tokenizer()
 
@@ -54,8 +55,8 @@ def test_load_errors_name_the_problem(tmp_path, tiny_dir):
 def test_context_is_sized_from_the_data_and_a_short_model_is_named_with_its_task():
     """The positions a task needs hold its longest prompt + target + eos, plus the room to
     generate; a model holding fewer stops with the task and the model named."""
-    from logra.modeling import char_tokenizer, check_context, context_needed, tiny_config
-    from logra.tasks import get_task
+    from logra.rl.models import char_tokenizer, check_context, context_needed, tiny_config
+    from logra.rl.tasks import get_task
 
     task = get_task("arithmetic", digits=3)
     examples = task.splits(0, 20, 5)["train"]

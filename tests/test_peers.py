@@ -7,10 +7,10 @@ import torch
 from torch._dynamo.utils import counters
 from torchao.optim.subclass_8bit import OptimState8bit
 
-from logra import methods
-from logra.modeling import load
-from logra.planner import sync_bytes
-from logra.sync import apply_payload, payload_bytes
+from logra import rules
+from logra.measure.planner import sync_bytes
+from logra.rl.models import load
+from logra.rl.weight_sync import apply_payload, payload_bytes
 
 PROMPTS = ["Q: 12+3\nA: 15", "Q: 4+4\nA: 8"]
 
@@ -23,7 +23,7 @@ def _step(model, tok, rule):
 
 def test_adamw_8bit_state_is_uint8_codes_and_the_bytes_it_claims(tiny_dir):
     model, tok = load(tiny_dir)
-    rule = methods.build("adamw_8bit", model, {"lr": 1e-3})
+    rule = rules.build("adamw_8bit", model, {"lr": 1e-3})
     _step(model, tok, rule)
     quantized_weights, expected = 0, 0
     for p in model.parameters():
@@ -61,7 +61,7 @@ def test_adamw_8bit_compiles_before_the_first_step(tiny_dir):
     torch._dynamo.reset()
     model, tok = load(tiny_dir)
     before = [p.detach().clone() for p in model.parameters()]
-    rule = methods.build("adamw_8bit", model, {"lr": 1e-3})
+    rule = rules.build("adamw_8bit", model, {"lr": 1e-3})
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
     assert not rule.optimizer.state  # the throwaway steps leave this optimizer's state empty
     graphs = counters["stats"]["unique_graphs"]
@@ -73,13 +73,13 @@ def test_adamw_8bit_compiles_before_the_first_step(tiny_dir):
     assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled in the first step
     assert rule.optimizer.state
     with torch.device("meta"):  # the config check's meta model: nothing to compile
-        methods.build("adamw_8bit", torch.nn.Linear(256, 256), {"lr": 1e-3})
+        rules.build("adamw_8bit", torch.nn.Linear(256, 256), {"lr": 1e-3})
     assert counters["stats"]["unique_graphs"] == graphs
 
 
 def test_adam_mini_keeps_one_second_moment_per_block(tiny_dir):
     model, tok = load(tiny_dir)
-    rule = methods.build("adam_mini", model, {"lr": 1e-3})
+    rule = rules.build("adam_mini", model, {"lr": 1e-3})
     _step(model, tok, rule)
     heads = model.config.num_attention_heads
     for name, p in model.named_parameters():
@@ -98,7 +98,7 @@ def test_apollo_projections_follow_the_runs_seed(tiny_dir):
     def projection(seed):
         torch.manual_seed(seed)
         model, tok = load(tiny_dir)
-        rule = methods.build("apollo", model, {"rank": 1, "scale_type": "tensor"})
+        rule = rules.build("apollo", model, {"rank": 1, "scale_type": "tensor"})
         _step(model, tok, rule)
         return next(s["projector"].ortho_matrix for s in rule.optimizer.state.values()
                     if "projector" in s)
@@ -109,7 +109,7 @@ def test_apollo_projections_follow_the_runs_seed(tiny_dir):
 def test_lora_adapter_sync_sends_the_factors_and_the_engine_equals_the_trainer(tiny_dir):
     options = {"lr": 1e-2, "rank": 2, "dense_modules": "lm_head", "dense_lr": 1e-3}
     model, tok = load(tiny_dir)
-    rule = methods.build("lora", model, options)
+    rule = rules.build("lora", model, options)
     engine, bases = {n: w.clone() for n, w in rule.engine_weights().items()}, {}
     shapes = {f"{n}.weight": tuple(layer.get_base_layer().weight.shape)
               for n, layer in rule.layers.items()}
@@ -142,10 +142,10 @@ def test_lora_dense_head_trains_sketch_adams_dense_set(tiny_dir):
     """lora_dense_head's trainable set: the adapters, and every weight sketch_adam trains
     densely."""
     model, _ = load(tiny_dir)
-    sketched = methods.build("sketch_adam", model, {"rank": 2})
+    sketched = rules.build("sketch_adam", model, {"rank": 2})
     dense = {n for n, _ in sketched.dense.named}
     model, _ = load(tiny_dir)
-    rule = methods.build("lora", model, {"rank": 1, "dense_modules": "embed_tokens|lm_head|norm"})
+    rule = rules.build("lora", model, {"rank": 1, "dense_modules": "embed_tokens|lm_head|norm"})
     assert {n for n, _ in rule.dense_named} == dense
     trained = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trained == dense | {n for n in trained if ".lora_" in n}

@@ -1,14 +1,15 @@
 """The memory planner: its formulas against the rules' own tensors, and against a measured step."""
 import pytest
 import torch
+from conftest import ROOT
 from transformers import AutoConfig
 
-from conftest import ROOT
-from logra import methods
-from logra.memory_sweep import measure
-from logra.modeling import load
-from logra.planner import PHASES, plan, sync_bytes, sync_columns
-from logra.sync import payload_bytes
+from logra import rules
+from logra.common import PHASES
+from logra.harness.memory_point import measure
+from logra.measure.planner import plan, sync_bytes, sync_columns
+from logra.rl.models import load
+from logra.rl.weight_sync import payload_bytes
 
 RULES = [("dense_adam", {}), ("logra", {"rank": 4, "probe_responses": 2}),
          ("logra", {"rank": 4, "controller": False, "refresh": False}),
@@ -24,7 +25,7 @@ GRPO = {"temperature": 1.0, "aggregation": "dapo", "clip_low": 0.2, "clip_high":
 @pytest.mark.parametrize("rule, options", RULES)
 def test_planned_state_grads_and_sync_equal_the_rules_tensors(tiny_dir, rule, options):
     model, tok = load(tiny_dir)
-    r = methods.build(rule, model, options)
+    r = rules.build(rule, model, options)
     ids = tok(["Q: 12+3\nA: 15", "Q: 4+4\nA: 8"], return_tensors="pt", padding=True)
     model(**ids, labels=ids["input_ids"]).loss.backward()
     r.apply(r.propose(), 1.0)  # LoGRA and GaLore allocate bases / projections on the first step

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from logra.figures import BAND_METHODS
-from logra.io import write_json
-from logra.report import lr_sweep_table
+from logra.analysis.figures import BAND_METHODS
+from logra.analysis.report import lr_sweep_table
+from logra.files import write_json
 
 SWEEP = {"adam_lr1": ("adam", 1e-4), "adam_lr2": ("adam", 1e-3), "adam_lr3": ("adam", 1e-2),
          "rule_lr1": ("rule", 1e-4), "rule_lr2": ("rule", 1e-3), "flaky_lr1": ("flaky", 1e-4)}
@@ -65,7 +65,7 @@ def _bench(root: Path, rel: str, seconds: float) -> Path:
 
 
 def test_time_ledger_sums_each_stage_and_shares_add_up(tmp_path):
-    from logra.report import time_ledger
+    from logra.analysis.report import time_ledger
     files = [_bench(tmp_path, "data/data/a.tsv", 1.5),
              _bench(tmp_path, "train/train/a/m/seed0.tsv", 6.0),
              _bench(tmp_path, "train/train/a/m/seed1.tsv", 2.0),
@@ -81,7 +81,7 @@ def test_time_ledger_sums_each_stage_and_shares_add_up(tmp_path):
 def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not_run(tmp_path):
     import pandas as pd
 
-    from logra.report import report_markdown, time_ledger
+    from logra.analysis.report import report_markdown, time_ledger
     summary = pd.DataFrame({
         "status": ["ok", "ok", "oom"], "task": "a", "method": ["dense_adam", "logra", "logra"],
         "seed": [0, 0, 1], "device": "cpu", "n_params": 1_360_000, "model": "tiny", "steps": 80,
@@ -176,7 +176,7 @@ def test_stability_factor_effects_credit_the_larger_main_effect():
     run that diverged is named; fewer than four cells: no credit."""
     import pandas as pd
 
-    from logra.figures import factor_effects
+    from logra.analysis.verdict import factor_effects
 
     def table(kl_gain, logra_gain):
         runs, summary = [], []
@@ -213,8 +213,7 @@ def test_stability_factor_effects_interval_over_paired_seeds():
     seed: no interval."""
     import pandas as pd
 
-    from logra.figures import factor_effects
-    from logra.verdict import t_interval
+    from logra.analysis.verdict import factor_effects, t_interval
 
     def table(gains):
         runs, summary = [], []
@@ -263,7 +262,7 @@ def test_sync_table_and_ratio_equal_a_direct_computation():
 
     import pandas as pd
 
-    from logra.report import low_rank_sentence, low_rank_vs_delta, sync_table
+    from logra.analysis.report import low_rank_sentence, low_rank_vs_delta, sync_table
     runs = [  # (status, task, method, seed, transport, full, delta, low_rank, seconds, mismatch)
         ("ok", "a", "dense", 0, "delta", 800, 300, None, 0.1, 0.0),
         ("ok", "a", "dense", 1, "delta", 800, 500, None, 0.3, 0.0),
@@ -309,7 +308,7 @@ def test_sync_table_and_ratio_equal_a_direct_computation():
 def test_sync_bytes_figure_draws_measured_and_predicted_panels(tmp_path):
     import pandas as pd
 
-    from logra.figures import sync_bytes
+    from logra.analysis.figures import sync_bytes
     summary = pd.DataFrame({
         "status": "ok", "task": "a", "method": ["dense_adam", "logra"], "seed": 0,
         "device": "cpu", "n_params": 1_360_000, "model": "tiny", "steps": 80,
@@ -326,7 +325,7 @@ def test_sync_bytes_figure_draws_measured_and_predicted_panels(tmp_path):
 def test_sync_regime_table_and_its_report_section(tmp_path):
     import pandas as pd
 
-    from logra.report import report_markdown, sync_regime_table, time_ledger
+    from logra.analysis.report import report_markdown, sync_regime_table, time_ledger
     paths = []
     for method, (knob, size), transport, low in (("d", ("lr", 1e-6), "delta", None),
                                                  ("l", ("update_ratio", 6e-5), "low_rank", 50)):
@@ -370,7 +369,7 @@ def test_reward_curves_give_each_method_its_own_colour_and_bands_only_when_few(
     import pandas as pd
     from matplotlib.collections import PolyCollection
 
-    from logra import figures
+    from logra.analysis import figures
     paths = []
     for m in range(n_methods):
         for seed in (0, 1):

@@ -7,16 +7,16 @@ import sys
 import pandas as pd
 import pytest
 import torch
+from conftest import ROOT
 
 from logra import repro
-
-from conftest import ROOT
+from logra.harness import fingerprints
 
 AVX2 = "avx2" in repro.machine()["cpu_flags"]
 
 @pytest.mark.skipif(not AVX2, reason="this CPU has no AVX2: the pinned path is not available")
 def test_pinned_updates_repeat_bit_for_bit_in_two_processes():
-    code = ("import torch; from logra.repro import canary; "
+    code = ("import torch; from logra.harness.fingerprints import canary; "
             "print(torch.backends.cpu.get_cpu_capability(), canary())")
     first, second = (subprocess.run([sys.executable, "-c", code], capture_output=True,
                                     text=True, cwd=ROOT, timeout=300) for _ in range(2))
@@ -53,15 +53,15 @@ def test_first_difference_names_the_earliest_stage():
     ref = pd.DataFrame([("data", "d", "file", "1"), ("base", "b", "weights", "2"),
                         ("train", "t", "weights", "3"), ("eval", "e", "result", "4")],
                        columns=cols)
-    assert repro.first_difference(ref.copy(), ref) is None
+    assert fingerprints.first_difference(ref.copy(), ref) is None
     fresh = ref.copy()
     fresh.loc[3, "sha256"], fresh.loc[2, "sha256"] = "x", "y"  # train and eval differ
-    assert (repro.first_difference(fresh, ref)
+    assert (fingerprints.first_difference(fresh, ref)
             == "stage 'train' differs first: t weights: other bits")
     missing = ref[ref["stage"] != "base"]
-    assert "b weights: missing" in repro.first_difference(missing, ref)
+    assert "b weights: missing" in fingerprints.first_difference(missing, ref)
     extra = pd.concat([ref, pd.DataFrame([("data", "d2", "file", "5")], columns=cols)])
-    assert "d2 file: not in the reference" in repro.first_difference(extra, ref)
+    assert "d2 file: not in the reference" in fingerprints.first_difference(extra, ref)
 
 
 def test_covered_only_where_bits_are_promised():

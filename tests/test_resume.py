@@ -16,17 +16,19 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from conftest import ROOT
 from safetensors.torch import load_file
 
-from conftest import ROOT
-from logra import checkpoint
-from logra.checkpoint import CheckpointError
-from logra.config import run_config, validate_file
-from logra.methods import RULES
-from logra.modeling import build_tiny, load
-from logra.rollout import EngineError
-from logra.tasks import TASKS, ArithmeticTask, register_task, write_jsonl
-from logra.train import METRIC_COLUMNS, train
+from logra.harness.config import run_config, validate_file
+from logra.rl import checkpoint
+from logra.rl.checkpoint import CheckpointError
+from logra.rl.loop import METRIC_COLUMNS, train
+from logra.rl.models import build_tiny, load
+from logra.rl.rollout import EngineError
+from logra.rl.tasks import TASKS, ArithmeticTask, register_task, write_jsonl
+from logra.rules import RULES
+
+pytestmark = pytest.mark.e2e  # README: `pytest -m "not e2e"` leaves these out
 
 
 class CoinFlip(ArithmeticTask):
@@ -52,7 +54,7 @@ def engine_pids() -> list[int]:
             cmd = (stat.parent / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == os.getpid() and b"logra.rollout" in cmd:
+        if ppid == os.getpid() and b"logra.rl.rollout" in cmd:
             pids.append(int(stat.parent.name))
     return pids
 
@@ -125,7 +127,7 @@ def weights(run_dir):
 def killed_run(cfg, base, train_jsonl, out, ckpt):
     """Start the run in its own process group; SIGKILL the group once a checkpoint exists."""
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import test_resume; "
-            "from logra.train import train; "
+            "from logra.rl.loop import train; "
             "train(json.loads(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6])")
     proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "tests"), json.dumps(cfg),
                              str(base), str(train_jsonl), str(out), str(ckpt)],

@@ -4,10 +4,10 @@ import time
 import pytest
 import torch
 
-from logra.dense_adam import DenseAdam
-from logra.modeling import load
-from logra.rollout import HFRolloutEngine
-from logra.sync import apply_payload, payload_bytes, serialize, serialized_bytes
+from logra.optim.dense_adam import DenseAdam
+from logra.rl.models import load
+from logra.rl.rollout import HFRolloutEngine
+from logra.rl.weight_sync import apply_payload, payload_bytes, serialize, serialized_bytes
 
 
 def test_sync_payload_reproduces_trainer_weights_in_engine_process(tiny_dir):
@@ -47,7 +47,7 @@ def test_engine_reports_errors_instead_of_hanging(tiny_dir):
 def test_a_request_that_cannot_be_sent_is_an_engine_error_not_a_hang(tiny_dir):
     """The sender thread's failure (here: a request that cannot be pickled) is raised at once
     as an EngineError, not waited out until the timeout."""
-    from logra.rollout import EngineError
+    from logra.rl.rollout import EngineError
     with HFRolloutEngine(str(tiny_dir), timeout_s=600) as engine:
         start = time.monotonic()
         with pytest.raises(EngineError, match="the 'generate' request failed"):
@@ -70,7 +70,7 @@ def test_lowrank_payload_applies_lift_on_the_right_side():
 
 
 def test_vllm_engine_without_gpu_or_vllm_says_so(tiny_dir):
-    from logra.rollout import make_engine
+    from logra.rl.rollout import make_engine
     with pytest.raises(RuntimeError, match="rollout.engine: vllm (needs a CUDA GPU|is selected "
                                            "but not installed)"):
         make_engine("vllm", str(tiny_dir))
@@ -125,7 +125,7 @@ def test_vllm_worker_extension_applies_payloads_into_fused_weights(tiny_dir):
     import pickle
     from types import SimpleNamespace
 
-    from logra.rollout import VLLMSyncExtension
+    from logra.rl.rollout import VLLMSyncExtension
     hf, _ = load(tiny_dir)
     hf_params = {n: p.detach().clone() for n, p in hf.named_parameters()}
     model = _vllm_llama(hf_params, hf.config.vocab_size)

@@ -1,4 +1,4 @@
-"""Every registered update rule keeps the method interface (logra/methods.py), and a rule is one
+"""Every registered update rule keeps the method interface (logra/optim/rule.py), and a rule is one
 module: nothing outside it compares against its name, and a new rule runs from its own file."""
 import ast
 import inspect
@@ -11,12 +11,12 @@ import textwrap
 import pytest
 import torch
 import yaml
+from conftest import ROOT
 from transformers import AutoModelForCausalLM
 
-from conftest import ROOT
-from logra import methods
-from logra.modeling import load
-from logra.sync import apply_payload
+from logra import rules
+from logra.rl.models import load
+from logra.rl.weight_sync import apply_payload
 
 PROMPTS = ["Q: 12+3\nA: 15", "Q: 4+4\nA: 8"]
 # small options that make every rule change its basis or projection within the test's steps
@@ -57,9 +57,9 @@ def _assert_same(a: dict, b: dict):
 
 
 def test_every_registered_rule_is_covered_and_declares_its_options():
-    assert set(OPTIONS) == set(methods.RULES)
-    for name in methods.RULES:
-        cls = methods.rule_class(name)
+    assert set(OPTIONS) == set(rules.RULES)
+    for name in rules.RULES:
+        cls = rules.rule_class(name)
         constructor = inspect.signature(cls).parameters
         assert set(cls.options) <= set(constructor), name  # every declared option is taken
         assert set(OPTIONS[name]) <= set(cls.options), name
@@ -75,7 +75,7 @@ def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, case):
     rule_name, options = CASES[case]
     torch.manual_seed(0)
     model, tok = load(tiny_dir)
-    rule = methods.build(rule_name, model, options)
+    rule = rules.build(rule_name, model, options)
     initial = {n: w.clone() for n, w in rule.engine_weights().items()}
     engine, bases = {n: w.clone() for n, w in initial.items()}, {}
     for _ in range(3):  # across a basis / projection refresh
@@ -97,7 +97,7 @@ def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, case):
         _assert_same(engine, {n: w for n, w in rule.engine_weights().items()})
     assert any(not torch.equal(engine[n], initial[n]) for n in initial)  # it trained
 
-    # resume: the model's and the rule's state, saved and loaded as logra/checkpoint.py does:
+    # resume: the model's and the rule's state, saved and loaded as logra/rl/checkpoint.py does:
     # weights-only, with the classes the rule declares
     buffer = io.BytesIO()
     torch.save({"model": model.state_dict(), "rule": rule.state_dict()}, buffer)
@@ -106,7 +106,7 @@ def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, case):
         saved = torch.load(buffer, weights_only=True)
     torch.manual_seed(1)  # a different draw for anything the new rule samples at build
     fresh, _ = load(tiny_dir)
-    resumed = methods.build(rule_name, fresh, options)
+    resumed = rules.build(rule_name, fresh, options)
     fresh.load_state_dict(saved["model"])
     resumed.load_state_dict(saved["rule"])
     for m, r in ((model, rule), (fresh, resumed)):
@@ -141,25 +141,18 @@ def _compared_rule_names(tree: ast.AST, names: set[str]) -> list[tuple[int, str]
 
 def test_no_code_outside_a_rule_module_compares_against_its_name():
     owner = {name: path.split(":")[0].replace(".", "/") + ".py"
-             for name, path in methods.RULES.items()}
+             for name, path in rules.RULES.items()}
     files = [p for d in ("logra", "baselines", "benchmarks", "workflow/scripts")
-             for p in sorted((ROOT / d).glob("*.py"))]
+             for p in sorted((ROOT / d).rglob("*.py"))]
     offences = []
     for path in files:
         rel = path.relative_to(ROOT).as_posix()
-        if rel == "logra/methods.py":  # the registry
+        if rel == "logra/rules.py":  # the registry
             continue
         names = {n for n, module in owner.items() if module != rel}
         offences += [f"{rel}:{line}: {name!r}"
                      for line, name in _compared_rule_names(ast.parse(path.read_text()), names)]
     assert not offences, offences
-    # and the core never imports the baselines
-    for path in sorted((ROOT / "logra").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                           else [node.module or ""])
-                assert not any(m.split(".")[0] == "baselines" for m in modules), path
 
 
 def test_the_name_check_finds_a_comparison():
@@ -174,7 +167,7 @@ import contextlib
 
 import torch
 
-from logra.methods import LR, UpdateRule
+from logra.optim.rule import LR, UpdateRule
 
 
 class SignDescent(UpdateRule):
@@ -220,6 +213,7 @@ class SignDescent(UpdateRule):
 '''
 
 
+@pytest.mark.e2e
 def test_a_rule_in_its_own_module_runs_through_the_workflow(tmp_path):
     """README "Add an update rule": a module and a config entry, nothing else."""
     (tmp_path / "plugins").mkdir()
@@ -242,6 +236,13 @@ def test_a_rule_in_its_own_module_runs_through_the_workflow(tmp_path):
 
 def test_a_rule_that_is_not_an_update_rule_is_refused():
     with pytest.raises(ValueError, match="cannot import no_such_module:Rule"):
-        methods.rule_class("no_such_module:Rule")
-    with pytest.raises(ValueError, match="is not a subclass of logra.methods.UpdateRule"):
-        methods.rule_class("copy:deepcopy")
+        rules.rule_class("no_such_module:Rule")
+    with pytest.raises(ValueError, match="is not a subclass of logra.optim.rule.UpdateRule"):
+        rules.rule_class("copy:deepcopy")
+
+
+def test_a_rule_path_that_has_moved_names_its_new_path():
+    with pytest.raises(ValueError, match="moved to logra.optim.logra_rule; write "
+                                         "logra.optim.logra_rule:LoGRA"):
+        rules.rule_class("logra.logra:LoGRA")
+    assert rules.rule_class("logra.optim.logra_rule:LoGRA") is rules.rule_class("logra")

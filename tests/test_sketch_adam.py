@@ -1,4 +1,4 @@
-"""Sketch-Adam's invariants (logra/sketch_adam.py: this project's reconstruction of LoGRA from
+"""Sketch-Adam's invariants (baselines/sketch_adam.py: this project's reconstruction of LoGRA from
 the paper's abstract, kept for the ablations), one test each, plus the fixes that came with
 them (non-finite steps, seeds, the profiled refresh step) and constructor errors.
 
@@ -45,12 +45,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from logra import sketch as S
-from logra.kl_control import KLControl, probe_base, probe_kl
-from logra.sketch_adam import SketchAdam
-from logra.memory import MemoryMeter, tensor_bytes
-from logra.modeling import build_tiny, load
-from logra.sync import payload_bytes, serialized_bytes
+from baselines.sketch_adam import SketchAdam
+from logra.measure.memory import MemoryMeter
+from logra.optim import sketch as S
+from logra.optim.kl_control import KLControl, probe_base, probe_kl
+from logra.optim.rule import tensor_bytes
+from logra.rl.models import build_tiny, load
+from logra.rl.weight_sync import payload_bytes, serialized_bytes
 
 SKETCHED_NAME = re.compile(r"\.(q|k|v|o|gate|up|down)_proj\.weight$")  # independent of the code
 # single-pass range finder (p = 8, no power iteration, no second pass) vs SVD's top-r energy on
@@ -423,7 +424,7 @@ def test_peak_gradient_bytes_largest_sketched_plus_dense(deep_dir):
 # ------------------------------------------------------------------------------------------------
 
 def test_rollout_engine_matches_trainer_after_each_sync(tiny_dir):
-    from logra.rollout import HFRolloutEngine
+    from logra.rl.rollout import HFRolloutEngine
 
     seed = _seed()
     gen = torch.Generator().manual_seed(seed)
@@ -617,7 +618,7 @@ def test_state_bytes_match_formula(basis):
 def _update_norms(rule_kind: str, seed: int, steps: int = 1000) -> torch.Tensor:
     """‖ΔW‖_F of every update on a stationary stream G_t = A + N_t (A fixed, rank 4; N_t fresh
     standard Gaussian noise) for one 64 x 128 weight: rank 8, a refresh every 20 updates."""
-    from logra.dense_adam import DenseAdam
+    from logra.optim.dense_adam import DenseAdam
 
     g = torch.Generator().manual_seed(seed)
     net = Bare([(64, 128)])
@@ -700,7 +701,7 @@ def test_non_finite_step_is_skipped_without_touching_weights_or_moments(tiny_dir
     weights, the moments, t and the refresh schedule as they were: the run then continues
     exactly as a twin that never saw those batches (one at a plain step, one at the step whose
     range finder builds the next basis). Dense Adam on its own alike."""
-    from logra.dense_adam import DenseAdam
+    from logra.optim.dense_adam import DenseAdam
 
     seed = _seed()
     gen = torch.Generator().manual_seed(seed)
@@ -748,7 +749,7 @@ def test_non_finite_step_is_skipped_without_touching_weights_or_moments(tiny_dir
 
 def test_range_finder_seed_follows_the_run_seed(tiny_dir):
     """Unset, Sketch-Adam's `seed` is drawn from torch's global generator (the harness passes the
-    run's seed, logra.config.run_config): each run seed draws its own Ω; a set seed draws the
+    run's seed, logra.harness.config.run_config): each run seed draws its own Ω; a set seed draws the
     same Ω whatever the run's seed."""
     def omega_seeds(run_seed, **options):
         torch.manual_seed(run_seed)
@@ -765,8 +766,9 @@ def test_range_finder_seed_follows_the_run_seed(tiny_dir):
 def test_refresh_step_is_profiled_too(tmp_path, tiny_dir):
     """Step 1 (every rule's first refresh; Sketch-Adam holds its range finder's Ys then) is measured
     besides grpo.profile_step, and the run's peak is the larger of the two."""
-    from logra.train import train
     from test_resume import make_run
+
+    from logra.rl.loop import train
 
     cfg, train_jsonl = make_run(tmp_path, "sketch_adam")
     cfg["grpo"].update(steps=3, checkpoint_every=0)

@@ -6,13 +6,21 @@ import math
 import pytest
 import torch
 
-from logra.dense_adam import DenseAdam
-from logra.grpo import token_logprobs
-from logra.modeling import load
-from logra.rollout import HFRolloutEngine
-from logra.sync import (EngineSync, apply_payload, delta_payload, deserialize, payload_bytes,
-                        serialize, serialized_bytes)
-from logra.train import accumulate_gradients, pad_batch
+from logra.optim.dense_adam import DenseAdam
+from logra.rl.loop import pad_batch
+from logra.rl.loss import token_logprobs
+from logra.rl.models import load
+from logra.rl.rollout import HFRolloutEngine
+from logra.rl.step import accumulate_gradients
+from logra.rl.weight_sync import (
+    EngineSync,
+    apply_payload,
+    delta_payload,
+    deserialize,
+    payload_bytes,
+    serialize,
+    serialized_bytes,
+)
 
 PROMPTS = ["Q: 1+2\nA: ", "Q: 33+4\nA: "]
 

@@ -1,4 +1,4 @@
-"""Tests for logra.tasks: splits, rewards, answer extraction, JSONL IO."""
+"""Tests for logra.rl.tasks: splits, rewards, answer extraction, JSONL IO."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logra.tasks import (
+from logra.rl.tasks import (
     TASKS,
     Task,
     check_lengths,
@@ -363,14 +363,14 @@ def test_math_file_answers_and_reward(tmp_path):
     ("\\text{(B)}", "(B)"), ("\\dfrac{3}{4}.", "\\frac34"),
 ])
 def test_math_normalisation_equates(got, gold):
-    from logra.tasks import normalize_math
+    from logra.rl.tasks import normalize_math
     assert normalize_math(got) == normalize_math(gold)
 
 
 @pytest.mark.parametrize("got, gold", [("5", "6"), ("\\frac{3}{4}", "\\frac{4}{3}"),
                                        ("x^2", "x^3"), ("(1,2)", "[1,2]")])
 def test_math_normalisation_keeps_different_answers_apart(got, gold):
-    from logra.tasks import normalize_math
+    from logra.rl.tasks import normalize_math
     assert normalize_math(got) != normalize_math(gold)
 
 
@@ -506,17 +506,17 @@ def test_task_files_register_their_tasks_here_and_in_every_process_started_later
     import subprocess
     import sys
 
-    from logra.tasks import TASK_FILES_ENV, TASKS, load_task_files
+    from logra.rl.tasks import TASK_FILES_ENV, TASKS, load_task_files
     monkeypatch.delenv(TASK_FILES_ENV, raising=False)  # restored when the test ends
     (tmp_path / "mine.py").write_text(
-        "from logra.tasks import SyntheticTask, register_task\n\n\n@register_task\n"
+        "from logra.rl.tasks import SyntheticTask, register_task\n\n\n@register_task\n"
         "class Echo(SyntheticTask):\n    name = 'echo_file_test'\n\n"
         "    def generate(self, rng):\n        n = rng.randint(0, 99)\n"
         "        return {'question': str(n), 'answer': str(n)}\n")
     load_task_files([tmp_path / "mine.py"])
     load_task_files([tmp_path / "mine.py"])  # once only: no second registration
     assert TASKS["echo_file_test"]().splits(0, 3, 2)["train"][0]["prompt"].startswith("Q: ")
-    child = subprocess.run([sys.executable, "-c", "from logra.tasks import TASKS; "
+    child = subprocess.run([sys.executable, "-c", "from logra.rl.tasks import TASKS; "
                             "print('echo_file_test' in TASKS)"], capture_output=True, text=True)
     assert child.stdout.strip() == "True", child.stderr
     with pytest.raises(FileNotFoundError, match="task_files: .*missing.py is not a file"):

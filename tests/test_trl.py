@@ -1,4 +1,4 @@
-"""LoGRA as a torch optimizer (logra/optimizer.py) and in TRL's GRPOTrainer (logra/trl_grpo.py).
+"""LoGRA as a torch optimizer (logra/optim/optimizer.py) and in TRL's GRPOTrainer (logra/harness/trl_grpo.py).
 
 Invariants, one test each:
 1. A few GRPOTrainer steps with LoGRA on the CPU: every step's loss is finite; each target
@@ -38,10 +38,10 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from logra.memory import tensor_bytes
-from logra.modeling import load, n_params
-from logra.optimizer import LoGRAOptimizer, logra_optimizer
-from logra.tasks import ArithmeticTask
+from logra.optim.optimizer import LoGRAOptimizer, logra_optimizer
+from logra.optim.rule import tensor_bytes
+from logra.rl.models import load, n_params
+from logra.rl.tasks import ArithmeticTask
 
 TARGET_NAME = re.compile(r"\.(q|k|v|o|gate|up|down)_proj\.weight$")  # independent of the code
 RANK, RATIO, STEPS = 2, 1e-2, 4
@@ -90,7 +90,7 @@ def task_rows():
 
 @pytest.fixture(scope="module")
 def runs(tiny_dir, task_rows):
-    from logra.trl_grpo import train_grpo
+    from logra.harness.trl_grpo import train_grpo
     task, rows = task_rows
     out = {}
     for method in ("logra", "adamw"):
@@ -171,7 +171,7 @@ def test_sketch_is_the_dense_gradient_times_the_projection(tiny_dir):
 def test_trainer_without_the_mixin_stops_naming_it(tiny_dir, task_rows):
     from trl import GRPOTrainer
 
-    from logra.trl_grpo import grpo_config, prompt_dataset, reward_function
+    from logra.harness.trl_grpo import grpo_config, prompt_dataset, reward_function
     task, rows = task_rows
     model, tokenizer = load(tiny_dir)
     opt = LoGRAOptimizer(model, rank=RANK)

@@ -1,4 +1,4 @@
-"""Verdicts (logra/verdict.py): intervals that cover at the default design, the right call on
+"""Verdicts (logra/analysis/verdict.py): intervals that cover at the default design, the right call on
 constructed cases, and errors that name what is missing."""
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from logra import verdict
+from logra.analysis import verdict
 
 
 @pytest.mark.parametrize("seed_sd", [0.02, 0.04])

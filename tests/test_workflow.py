@@ -7,13 +7,15 @@ import sys
 
 import pandas as pd
 import pytest
+from conftest import CONSOLE, ROOT, SNAKEMAKE
 
 from logra import repro
-from logra.config import job_resources, validate_file
-from logra.verdict import CALLS
-from logra.tasks import get_task, read_jsonl
+from logra.analysis.verdict import CALLS
+from logra.harness import fingerprints
+from logra.harness.config import job_resources, validate_file
+from logra.rl.tasks import get_task, read_jsonl
 
-from conftest import CONSOLE, ROOT, SNAKEMAKE
+pytestmark = pytest.mark.e2e  # README: `pytest -m "not e2e"` leaves these out
 
 
 def test_lint_is_clean(tmp_path):
@@ -292,7 +294,7 @@ def test_smoke_run_repeats_the_reference_fingerprints(smoke_run):
     guarantee); elsewhere a difference skips, naming the first stage that differs.
     `make fingerprints` rewrites this machine's reference when the numerics change on purpose."""
     fresh = pd.read_csv(smoke_run / "results/fingerprints.csv")
-    assert set(fresh["stage"]) == set(repro.STAGES) and fresh["sha256"].notna().all()
+    assert set(fresh["stage"]) == set(fingerprints.STAGES) and fresh["sha256"].notna().all()
     runs = sorted((smoke_run / "results/runs").glob("*/*/*/summary.json"))
     machine = json.loads(runs[0].read_text())["machine"]
     assert machine["reproducible"], machine["pinned"]  # every job ran on the pinned path
@@ -310,7 +312,7 @@ def test_smoke_run_repeats_the_reference_fingerprints(smoke_run):
         pytest.skip(f"no reference in {REFERENCE}: `make fingerprints` writes one")
     with open(references[0]) as f:
         made_on = json.loads(f.readline().removeprefix("# made on: "))
-    diff = repro.first_difference(fresh, pd.read_csv(references[0], comment="#"))
+    diff = fingerprints.first_difference(fresh, pd.read_csv(references[0], comment="#"))
     if diff is None:
         return
     made_on["reproducible"] = True  # references are made on the pinned path
@@ -386,7 +388,7 @@ def test_own_task_and_local_gsm8k_each_in_one_config_line(tmp_path):
     import yaml
 
     (tmp_path / "my_tasks.py").write_text(
-        "from logra.tasks import SyntheticTask, register_task\n\n\n@register_task\n"
+        "from logra.rl.tasks import SyntheticTask, register_task\n\n\n@register_task\n"
         "class Successor(SyntheticTask):\n    name = 'successor'\n\n"
         "    def generate(self, rng):\n        n = rng.randint(0, 999)\n"
         "        return {'question': f'after {n}', 'answer': str(n + 1)}\n")

@@ -1,5 +1,5 @@
 # Each method against the reference (config `verdict`): paired differences with 95% intervals
-# and a non-inferiority call (logra/verdict.py), whatever they say.
+# and a non-inferiority call (logra/analysis/verdict.py), whatever they say.
 rule verdicts:
     input:
         evals=expand("results/eval/{run}.json", run=RUNS),

@@ -3,8 +3,8 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import torch
 
-from logra.evaluate import evaluate
-from logra.io import progress
+from logra.files import progress
+from logra.harness.evaluate import evaluate
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     torch.set_num_threads(snakemake.threads)

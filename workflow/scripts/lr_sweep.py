@@ -2,7 +2,7 @@
 with the best validation accuracy per task and method is `chosen`."""
 from contextlib import redirect_stderr, redirect_stdout
 
-from logra.report import lr_sweep_table, write_csv
+from logra.analysis.report import lr_sweep_table, write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     table = lr_sweep_table(snakemake.input.runs, snakemake.input.evals, snakemake.params.sweep)

@@ -5,9 +5,9 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoTokenizer
 
-from logra.evaluate import write_lmeval_task
-from logra.modeling import check_context, context_needed
-from logra.tasks import check_lengths, get_task, write_jsonl
+from logra.harness.evaluate import write_lmeval_task
+from logra.rl.models import check_context, context_needed
+from logra.rl.tasks import check_lengths, get_task, write_jsonl
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     spec, data, out = snakemake.params.task, snakemake.params.data, snakemake.output

@@ -3,8 +3,8 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import torch
 
-from logra.io import mib, progress, write_json
-from logra.memory_sweep import measure
+from logra.files import mib, progress, write_json
+from logra.harness.memory_point import measure
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     torch.set_num_threads(snakemake.threads)

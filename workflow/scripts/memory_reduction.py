@@ -3,7 +3,7 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import pandas as pd
 
-from logra.figures import memory_reduction
+from logra.analysis.figures import memory_reduction
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     memory_reduction(pd.read_csv(snakemake.input.summary), pd.read_csv(snakemake.input.sweep),

@@ -5,9 +5,9 @@ from contextlib import redirect_stderr, redirect_stdout
 import pandas as pd
 from transformers import AutoConfig
 
-from logra.methods import rule_class
-from logra.planner import plan, sync_columns
-from logra.report import write_csv
+from logra.analysis.report import write_csv
+from logra.measure.planner import plan, sync_columns
+from logra.rules import rule_class
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     p = snakemake.params.planner
@@ -30,7 +30,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
                          "sharding": p["sharding"], **bytes_,
                          "fits": bytes_["total"] <= p["gpu_gb"] * 1e9,
                          # the rule's own transport, full, low_rank, and the trained
-                         # words: delta at any changed fraction (logra.planner.delta_bytes)
+                         # words: delta at any changed fraction (logra.common.delta_bytes)
                          **sync_columns(hf_config, spec["rule"], spec.get("options", {}),
                                         p["policy"]),
                          "kind": "prediction"})

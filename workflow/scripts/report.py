@@ -1,13 +1,13 @@
-"""results/REPORT.md: the default target's tables and time ledger (logra.report.report_markdown)."""
+"""results/REPORT.md: the default target's tables and time ledger (logra.analysis.report.report_markdown)."""
 import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pandas as pd
 
-from logra.figures import long_run_tables
-from logra.io import atomic_path, progress
-from logra.report import report_markdown, time_ledger
+from logra.analysis.report import report_markdown, time_ledger
+from logra.analysis.verdict import long_run_tables
+from logra.files import atomic_path, progress
 
 
 def table(paths):

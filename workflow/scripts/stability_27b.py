@@ -3,7 +3,8 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import pandas as pd
 
-from logra.figures import long_run_tables, stability_27b
+from logra.analysis.figures import stability_27b
+from logra.analysis.verdict import long_run_tables
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     runs, long_summary = long_run_tables(snakemake.input.metrics, snakemake.input.summaries,

@@ -4,7 +4,7 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import pandas as pd
 
-from logra.figures import sync_bytes
+from logra.analysis.figures import sync_bytes
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     sync_bytes(pd.read_csv(snakemake.input.summary), pd.read_csv(snakemake.input.planner),

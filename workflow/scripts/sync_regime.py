@@ -1,7 +1,7 @@
-"""results/sync_regime.csv: the sync regime runs' sync means (logra.report.sync_regime_table)."""
+"""results/sync_regime.csv: the sync regime runs' sync means (logra.analysis.report.sync_regime_table)."""
 from contextlib import redirect_stderr, redirect_stdout
 
-from logra.report import sync_regime_table, write_csv
+from logra.analysis.report import sync_regime_table, write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     table = sync_regime_table(snakemake.input.runs, snakemake.params.regimes)

@@ -6,8 +6,8 @@ import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from logra.io import mib, progress, write_json
-from logra.train import oom_result, train
+from logra.files import mib, progress, write_json
+from logra.rl.loop import oom_result, train
 
 nproc = snakemake.params.run["grpo"]["nproc_per_node"]
 # the job's threads are shared by its ranks
@@ -22,7 +22,7 @@ with open(snakemake.log[0], "a") as log, redirect_stdout(log), redirect_stderr(l
             stale.unlink()
         log.flush()
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                               f"--nproc-per-node={nproc}", "-m", "logra.train",
+                               f"--nproc-per-node={nproc}", "-m", "logra.rl.loop",
                                str(out / "run_config.json"), *args],
                               stdout=log, stderr=subprocess.STDOUT)
         ooms = sorted(out.glob("oom.rank*.json"))

@@ -1,12 +1,12 @@
 """results/trl/{task}.json: TRL's GRPOTrainer with LoGRA and with AdamW from the task's seed-0
-SFT base (logra.trl_grpo.compare, with the config's options)."""
+SFT base (logra.harness.trl_grpo.compare, with the config's options)."""
 from contextlib import redirect_stderr, redirect_stdout
 
 import torch
 
-from logra.io import progress, write_json
-from logra.tasks import get_task, read_jsonl
-from logra.trl_grpo import compare, config_options
+from logra.files import progress, write_json
+from logra.harness.trl_grpo import compare, config_options
+from logra.rl.tasks import get_task, read_jsonl
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     torch.set_num_threads(snakemake.threads)

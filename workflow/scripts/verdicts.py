@@ -1,8 +1,8 @@
 """results/verdicts.csv: every method against the reference, paired, with intervals."""
 from contextlib import redirect_stderr, redirect_stdout
 
-from logra.report import base_evals, write_csv
-from logra.verdict import verdicts
+from logra.analysis.report import base_evals, write_csv
+from logra.analysis.verdict import verdicts
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     evals = {}

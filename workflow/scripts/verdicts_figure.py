@@ -3,7 +3,7 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import pandas as pd
 
-from logra.figures import verdicts
+from logra.analysis.figures import verdicts
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     verdicts(pd.read_csv(snakemake.input.verdicts), pd.read_csv(snakemake.input.summary),

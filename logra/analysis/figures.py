@@ -1,0 +1,276 @@
+"""Figures (matplotlib). Every figure says what it was made with: device, model size, steps.
+
+`reward_curves`: mean training reward per GRPO step for each task (one panel each) and method
+(one line each, mean over seeds, smoothed with a moving average whose window is stated in the
+legend title; with at most `BAND_METHODS` methods, a band of ± one sd over seeds).
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from logra.analysis.report import scale_label, sync_table  # noqa: E402
+from logra.analysis.verdict import factor_effects  # noqa: E402
+from logra.common import PHASES, POLICIES, REPORTED_CHANGED_FRACTION, delta_bytes  # noqa: E402
+from logra.files import atomic_path  # noqa: E402
+
+
+def _save(fig, outputs) -> None:
+    for out in outputs:
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, format=Path(out).suffix[1:], bbox_inches="tight", dpi=150)
+    plt.close(fig)
+
+
+BAND_METHODS = 4
+
+
+def reward_curves(summary: pd.DataFrame, metrics_paths: list[str | Path], outputs: list[str],
+                  window: int = 5) -> None:
+    """Metrics files live at results/runs/{task}/{method}/seed{seed}/metrics.csv. One colour per
+    method up to 20 (tab20's ten dark shades first, then its light ones); the ± sd band over
+    seeds only for up to `BAND_METHODS` methods (more bands hide one another); the legend beside
+    the panels."""
+    frames = []
+    for p in map(Path, metrics_paths):
+        df = pd.read_csv(p)
+        df["task"], df["method"], df["seed"] = p.parts[-4], p.parts[-3], p.parts[-2]
+        frames.append(df)
+    data = pd.concat(frames)
+    data["reward"] = data.groupby(["task", "method", "seed"])["reward_mean"].transform(
+        lambda r: r.rolling(window, min_periods=1).mean())
+    tasks, methods = sorted(data["task"].unique()), sorted(data["method"].unique())
+    shades = plt.get_cmap("tab20").colors
+    shades = shades[0::2] + shades[1::2]  # tab20 pairs each hue (dark, light): tab10's darks first
+    color = {m: shades[i % len(shades)] for i, m in enumerate(methods)}
+    bands = len(methods) <= BAND_METHODS
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False,
+                             sharey=True)
+    for ax, task in zip(axes[0], tasks):
+        for method, d in data[data["task"] == task].groupby("method"):
+            stats = d.groupby("step")["reward"].agg(["mean", "std"]).fillna(0)
+            ax.plot(stats.index, stats["mean"], label=method, color=color[method])
+            if bands:
+                ax.fill_between(stats.index, stats["mean"] - stats["std"],
+                                stats["mean"] + stats["std"], color=color[method], alpha=0.2)
+        ax.set_title(task)
+        ax.set_xlabel("GRPO step")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("training reward (mean of group)")
+    axes[0][-1].legend(title=f"moving avg {window}" + (", band ± sd" if bands else ""),
+                       fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.suptitle(f"Training reward — measured on {scale_label(summary)}", fontsize=10)
+    _save(fig, outputs)
+
+
+PAPER_REDUCTION = 0.457  # the paper's reported LoGRA peak-memory reduction vs dense Adam
+MB, GB = 2**20, 1e9
+
+
+def _ok(df: pd.DataFrame, what: str) -> pd.DataFrame:
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        raise ValueError(f"{what}: no row with status ok to draw (statuses: "
+                         f"{sorted(set(df['status']))})")
+    return ok
+
+
+def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[str],
+                     reference: str) -> None:
+    """(a) measured peak training memory per task and method (the run grid, mean over seeds),
+    each method's change vs the `reference` method on its bar; (b) peak / the reference's per
+    model size (the sweep), with the paper's LoGRA -45.7% as a reference line."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2))
+    runs = _ok(summary, "summary.csv")
+    grid = runs.groupby(["task", "method"])["peak_mem_bytes"].mean().unstack() / MB
+    grid.plot.bar(ax=ax, rot=0)
+    if reference in grid.columns:
+        for bars, method in zip(ax.containers, grid.columns):
+            if method != reference:
+                ratio = grid[method] / grid[reference]
+                ax.bar_label(bars, [f"{r - 1:+.0%}" for r in ratio], fontsize=7)
+    ax.set_ylabel("measured peak training memory (MB)")
+    ax.set_xlabel("")
+    ax.set_title(f"(a) GRPO runs, measured: {scale_label(summary)}", fontsize=9)
+    ax.legend(fontsize=7)
+    points = _ok(sweep, "memory sweep")
+    for method, d in points.groupby("method"):
+        bx.plot(d["n_params"], d["peak_mem_bytes_vs_reference"], marker="o", label=method)
+    bx.axhline(1 - PAPER_REDUCTION, color="gray", ls="--", label="paper: LoGRA -45.7%")
+    bx.set_xscale("log")
+    bx.set_xlabel("parameters")
+    bx.set_ylabel(f"peak memory / {reference}'s (measured)")
+    shape = points.iloc[0]
+    bx.set_title(f"(b) one GRPO step per size, measured: {shape['device']}, batch "
+                 f"{shape['batch']} x {shape['seq_len']} tokens", fontsize=9)
+    bx.legend(fontsize=7)
+    bx.grid(alpha=0.3)
+    fig.tight_layout()
+    _save(fig, outputs)
+
+
+PHASE_COLUMNS = [f"phase_{p}" for p in PHASES]
+
+
+def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: pd.DataFrame,
+                  sweep: pd.DataFrame, outputs: list[str], window: int = 25) -> None:
+    """(a) planner: per-GPU memory at ~27B by method and phase (PREDICTION) with the GPU line;
+    (b) long runs, {dense Adam, LoGRA} x {KL control, none} at one lr: reward and realized KL
+    per step, the mean over seeds and each seed (measured), titled with the factor the run-mean
+    rewards credit (`factor_effects`); (c) planner vs measured peak at every sweep point."""
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    axes = axes.ravel()
+    model = planner["model"].iloc[0]
+    p = planner[planner["model"] == model].set_index("method")
+    phases = [c for c in PHASE_COLUMNS if c in p and p[c].notna().any()]
+    (p[phases].rename(columns=lambda c: c.removeprefix("phase_")) / GB).plot.bar(
+        ax=axes[0], rot=30)
+    plt.setp(axes[0].get_xticklabels(), ha="right", fontsize=8)
+    gpu = p["gpu_bytes"].iloc[0] / GB
+    axes[0].axhline(gpu, color="red", ls="--", label=f"{gpu:.0f} GB GPU")
+    axes[0].set_ylabel("GB per GPU (PREDICTION)")
+    axes[0].set_title(f"(a) PREDICTION (planner) by phase: {model}, {p['gpus'].iloc[0]} GPUs x "
+                      f"{gpu:.0f} GB,\n{p['sharding'].iloc[0]}, {p['policy'].iloc[0]} weights + "
+                      "fp32 master and moments", fontsize=9)
+    axes[0].legend(fontsize=6)
+    data = long_runs.copy()
+    data["reward"] = data.groupby(["method", "seed"])["reward_mean"].transform(
+        lambda r: r.rolling(window, min_periods=1).mean())
+    cells = long_summary.drop_duplicates("method").set_index("method")
+    for method, d in data.groupby("method"):
+        style = dict(color="tab:gray" if cells.loc[method, "reference"] else "tab:blue",
+                     ls="-" if cells.loc[method, "kl_control"] else "--", lw=1)
+        for ax, col in ((axes[1], "reward"), (axes[2], "kl_real")):
+            ax.plot(*zip(*d.groupby("step")[col].mean().items()), label=method, **style)
+        if d["seed"].nunique() > 1:  # few seeds, outcomes far apart: each one, not a ± sd band
+            for _, run in d.groupby("seed"):
+                axes[1].plot(run["step"], run["reward"], alpha=0.35, **(style | {"lw": 0.6}))
+    s = long_summary.iloc[0]
+    scale = (f"{s['device']}, {s['n_params'] / 1e6:.2f}M params, {long_summary['steps'].max()} "
+             f"steps, {long_summary['seed'].nunique()} seed(s) per cell, step size "
+             f"{'/'.join(sorted(set(long_summary['lr'].astype(str))))}")
+    axes[1].set_title(f"(b) training reward (moving avg {window}; mean over seeds, thin: each "
+                      "seed), measured:"
+                      f"\n{scale}\n" + "\n".join(textwrap.wrap(
+                          factor_effects(long_runs, long_summary)["caption"], 90)), fontsize=8)
+    axes[1].set_xlabel("GRPO step")
+    axes[1].legend(fontsize=7, title="gray: the reference rule; solid: KL control",
+                   title_fontsize=6)
+    axes[2].set_yscale("symlog", linthresh=1e-4)
+    axes[2].set_title("(b) realized KL(π_old ‖ π_new) per update on the held-out probe half, "
+                      "mean over seeds,\nmeasured (same runs)", fontsize=9)
+    axes[2].set_xlabel("GRPO step")
+    axes[2].legend(fontsize=7)
+    points = _ok(sweep, "memory sweep")
+    axes[3].scatter(points["peak_mem_bytes"] / MB, points["planned_total"] / MB, s=12)
+    lim = [points["peak_mem_bytes"].min() / MB / 1.5, points["peak_mem_bytes"].max() / MB * 1.5]
+    axes[3].plot(lim, lim, color="gray")
+    axes[3].fill_between(lim, [v * 0.9 for v in lim], [v * 1.1 for v in lim], alpha=0.15,
+                         color="gray", label="±10%")
+    axes[3].set(xscale="log", yscale="log", xlabel="measured peak (MB)",
+                ylabel="planner PREDICTION (MB)")
+    worst = points["planned_error"].abs().max()
+    axes[3].set_title(f"(c) planner PREDICTION vs measured peak, memory sweep\n"
+                      f"({points['device'].iloc[0]}, fp32, {len(points)} points, worst |error| "
+                      f"{worst:.1%})", fontsize=9)
+    axes[3].legend(fontsize=7)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    _save(fig, outputs)
+
+
+def sync_bytes(summary: pd.DataFrame, planner: pd.DataFrame, outputs: list[str]) -> None:
+    """(a) measured: bytes per step of every transport per method (`logra.analysis.report.sync_table`,
+    the applied one hatched); (b) measured: each run's trainer-vs-engine log-prob mismatch
+    against the bytes its applied transport sent; (c) PREDICTION, planner: bytes per sync by
+    each method's own transport and in full at scale; (d) PREDICTION: delta bytes at the
+    planner's first model against the changed fraction (`logra.common.delta_bytes`), at the
+    fractions the runs measured and the 1-3% reported elsewhere for production runs, beside
+    each method's own and full bytes."""
+    ok = _ok(summary, "runs")
+    fig, axes = plt.subplots(1, 4, figsize=(22, 4.6))
+    t = sync_table(ok)
+    pivot = t.pivot(index="method", columns="transport", values="bytes_per_step") / MB
+    pivot.plot.bar(ax=axes[0], rot=0, logy=True)
+    for bars, transport in zip(axes[0].containers, pivot.columns):
+        for bar, method in zip(bars, pivot.index):
+            if ((t["method"] == method) & (t["transport"] == transport) & t["applied"]).any():
+                bar.set_hatch("//")
+    dtype = "/".join(sorted(set(ok["rollout_dtype"])))
+    axes[0].set(ylabel="MB per step (measured)", xlabel="")
+    axes[0].set_title(f"(a) measured, every transport (hatched: applied), {dtype} engine\n"
+                      f"{scale_label(ok)}", fontsize=9)
+    for method, d in ok.groupby("method"):
+        axes[1].scatter(d["sync_bytes_per_step"] / MB, d["logp_mismatch_mean"], label=method)
+    axes[1].set(xlabel="MB per step, applied transport (measured)",
+                ylabel="mean |log π_trainer − log π_engine| (measured)")
+    axes[1].set_title(f"(b) measured, one point per run: mismatch vs bytes ({dtype} engine)",
+                      fontsize=9)
+    table = planner.pivot(index="method", columns="model", values="sync_bytes") / GB
+    table.plot.bar(ax=axes[2], rot=60, logy=True)
+    axes[2].set_ylabel("GB per sync, own transport (PREDICTION)")
+    axes[2].set_title(f"(c) PREDICTION, planner: {planner['policy'].iloc[0]} weights",
+                      fontsize=9)
+    model = planner["model"].iloc[0]
+    p = planner[planner["model"] == model].set_index("method")
+    b = POLICIES[p["policy"].iloc[0]]
+    fractions = [f / 1000 for f in range(1, 1001)]
+    for method in [m for m in p.index if m in set(ok["method"])] or list(p.index[:1]):
+        line, = axes[3].plot(fractions, [delta_bytes(p.loc[method, "sync_trained_words"], f, b)
+                                         / GB for f in fractions], label=f"{method}: delta")
+        axes[3].axhline(p.loc[method, "sync_bytes"] / GB, color=line.get_color(), ls="--",
+                        label=f"{method}: own transport")
+        measured = ok.loc[ok["method"] == method, "sync_changed_fraction_per_step"].mean()
+        if pd.notna(measured):
+            axes[3].axvline(measured, color=line.get_color(), ls=":",
+                            label=f"{method}: fraction measured here ({measured:.1%}, {dtype})")
+    axes[3].axhline(p["sync_bytes_full"].max() / GB, color="k", ls="-.", label="full")
+    axes[3].axvspan(*REPORTED_CHANGED_FRACTION, color="grey", alpha=0.25,
+                    label="1-3% changed: reported elsewhere (7B-355B), not measured here")
+    axes[3].set(xscale="log", yscale="log", xlabel="changed fraction of engine words per step",
+                ylabel="GB per sync (PREDICTION)")
+    axes[3].set_title(f"(d) PREDICTION, {model}: delta vs changed fraction", fontsize=9)
+    for ax in axes[:3]:
+        ax.legend(fontsize=6)
+    axes[3].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    _save(fig, outputs)
+
+
+def verdicts(table: pd.DataFrame, summary: pd.DataFrame, outputs: list[str]) -> None:
+    """Each method's accuracy difference from the reference (logra/analysis/verdict.py) with its 95%
+    interval, per task (one panel each, the IQM across tasks last), and the margin."""
+    tasks = [t for t in table["task"].unique() if t != "all"] + (
+        ["all"] if (table["task"] == "all").any() else [])
+    fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks), 0.5 * table["method"]
+                                                     .nunique() + 1.8), squeeze=False,
+                             sharey=True)
+    margin, reference = table["margin"].iloc[0], table["reference"].iloc[0]
+    colors = {"non-inferior": "tab:green", "inconclusive": "tab:orange", "inferior": "tab:red"}
+    for ax, task in zip(axes[0], tasks):
+        d = table[table["task"] == task].reset_index(drop=True)
+        for i, r in d.iterrows():
+            ax.errorbar(r["diff_mean"], i, xerr=[[r["diff_mean"] - r["diff_lo"]],
+                                                 [r["diff_hi"] - r["diff_mean"]]],
+                        fmt="o", color=colors.get(r["call"], "gray"), capsize=3)
+        ax.set_yticks(range(len(d)), d["method"])
+        ax.axvline(0, color="k", lw=0.8)
+        ax.axvline(-margin, color="gray", ls="--", lw=0.8)
+        ax.set_title("across tasks (IQM, no call)" if task == "all" else task)
+        ax.set_xlabel(f"accuracy − {reference}")
+        ax.grid(alpha=0.3)
+    problems = "/".join(str(int(p)) for p in sorted(table["problems"].dropna().unique()))
+    fig.suptitle(f"{scale_label(summary)}, {problems} test problems; 95% intervals, margin "
+                 f"{margin} (dashed); green non-inferior, orange inconclusive, red inferior",
+                 fontsize=8)
+    fig.tight_layout()
+    _save(fig, outputs)

@@ -1,0 +1,562 @@
+"""Aggregation: per-run summaries and lm-eval results -> tidy tables (pandas).
+
+`results/summary.csv` has one row per run: the scalar fields of its summary.json, the measured
+memory by category (`mem_<category>`), the analytic prediction (`pred_<category>`), and the
+lm-eval accuracy of its final checkpoint beside its seed's SFT base (`eval_accuracy`,
+`base_accuracy`). summary.json keeps `eval_accuracy: null`: evaluation runs after training, so
+the table is where the two meet. `results/accuracy.csv` has one row per (task, method): the
+bases' mean accuracy and the mean ± sd over the seeds whose run finished with status ok.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from logra.analysis.verdict import factor_effects
+from logra.common import SYNC_METRICS, TRANSPORTS
+from logra.files import atomic_path
+
+SCALARS = ["status", "diverged_at_step", "oom_needed_bytes", "memory_budget_bytes", "task",
+           "method", "seed", "model", "n_params", "device", "dtype", "steps", "wall_s",
+           "peak_mem_bytes", "mem_rss_peak_bytes", "optimizer_state_bytes", "final_reward",
+           "mem_measure"]
+
+# a run's sync means (summary.json, logra/rl/loop.py): the applied transport, the engine's dtype,
+# every transport's bytes, sync seconds, changed fraction and trainer-vs-engine mismatch
+SYNC_FIELDS = ("sync_transport", "rollout_dtype", *(f"{k}_per_step" for k in SYNC_METRICS[1:]),
+               "logp_mismatch_mean", "logp_mismatch_max")
+
+
+def base_evals(paths: list[str | Path]) -> dict[tuple[str, int], str | Path]:
+    """(task, seed) -> evaluation JSON of that seed's SFT base, from the workflow's paths
+    `results/eval/{task}/base_seed{seed}.json`."""
+    return {(Path(p).parent.name, int(Path(p).stem.removeprefix("base_seed"))): p for p in paths}
+
+
+def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
+                  base_jsons: dict[tuple[str, int], str | Path]) -> pd.DataFrame:
+    """One row per run; `eval_jsons[i]` belongs to `run_jsons[i]`; `base_jsons` by (task, seed):
+    a run's base is its seed's."""
+    base = {key: json.loads(Path(p).read_text())["accuracy"] for key, p in base_jsons.items()}
+    rows = []
+    for run_path, eval_path in zip(run_jsons, eval_jsons, strict=True):
+        s = json.loads(Path(run_path).read_text())
+        row = {k: s.get(k) for k in SCALARS}
+        row.update({f"mem_{k}": v for k, v in (s.get("mem_breakdown") or {}).items()})
+        row.update({f"pred_{k}": v for k, v in (s.get("mem_analytic") or {}).items()})
+        row["mean_step_time_s"] = s.get("mean_step_time_s")
+        for key in ("sync_bytes_per_step", "sync_full_bytes", "sync_lowrank_fraction",
+                    *SYNC_FIELDS):
+            row[key] = s.get(key)
+        for eta, stats in ((s.get("kl") or {}).get("calibration") or {}).items():
+            row.update({f"kl_{eta}_{k}": v for k, v in stats.items()})  # realized / predicted
+        control = s.get("control") or {}  # the step's control, if any (logra/rl/loop.py)
+        row.update({"control": control.get("kind"),
+                    "steps_at_cap_share": control.get("steps_at_cap_share"),
+                    "control_seconds": control.get("mean_seconds")})
+        cosine = s.get("update_cosine") or {}  # grpo.cosine_step's diagnostic, if it ran
+        row.update({"cosine_step": cosine.get("step"), "update_cosine": cosine.get("cosine")})
+        row["eval_accuracy"] = json.loads(Path(eval_path).read_text())["accuracy"]
+        row["base_accuracy"] = base.get((s["task"], s["seed"]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Base vs after-GRPO lm-eval accuracy per (task, method), mean ± sd over seeds."""
+    g = summary[summary["status"] == "ok"].groupby(["task", "method"])
+    out = g.agg(base_accuracy=("base_accuracy", "mean"), accuracy_mean=("eval_accuracy", "mean"),
+                accuracy_sd=("eval_accuracy", "std"), n_seeds=("seed", "nunique"),
+                peak_mem_bytes_mean=("peak_mem_bytes", "mean"),
+                step_time_s_mean=("mean_step_time_s", "mean"),
+                sync_bytes_per_step_mean=("sync_bytes_per_step", "mean")).reset_index()
+    out["gain_mean"] = out["accuracy_mean"] - out["base_accuracy"]
+    return out
+
+
+def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
+                   sweep: dict[str, tuple[str, float]]) -> pd.DataFrame:
+    """One row per (task, method, lr): lm-eval accuracy on the task's validation split and final
+    training reward (mean of the last 10 steps), mean ± sd over the seeds whose run finished ok,
+    `chosen`: per task and method, the one lr with the best mean validation accuracy among
+    the lrs whose every seed finished ok (the smaller lr on a tie; none if no lr qualifies),
+    `budget`: the method's number of lrs, and `on_edge`: the choice is its grid's smallest or
+    largest lr (the optimum may lie outside; the grid is not extended for one method).
+    `val_jsons[i]` evaluates the run of `run_jsons[i]`. The test split is never used."""
+    rows = []
+    for run, val in zip(run_jsons, val_jsons, strict=True):
+        s, v = json.loads(Path(run).read_text()), json.loads(Path(val).read_text())
+        if Path(v["model_dir"]) != Path(run).parent / "model":
+            raise ValueError(f"{val} evaluates {v['model_dir']}, not the model of {run}")
+        method, lr = sweep[s["method"]]
+        ok = s["status"] == "ok"
+        rows.append({"task": s["task"], "method": method, "lr": lr, "seed": s["seed"],
+                     "status": s["status"], "val_accuracy": v["accuracy"] if ok else float("nan"),
+                     "final_reward": s["final_reward"] if ok else float("nan")})
+    out = pd.DataFrame(rows).groupby(["task", "method", "lr"]).agg(
+        val_accuracy_mean=("val_accuracy", "mean"), val_accuracy_sd=("val_accuracy", "std"),
+        final_reward_mean=("final_reward", "mean"), final_reward_sd=("final_reward", "std"),
+        n_ok=("val_accuracy", "count"), n_seeds=("seed", "nunique")).reset_index()
+    complete = out[out["n_ok"] == out["n_seeds"]]
+    best = complete.groupby(["task", "method"])["val_accuracy_mean"].idxmax()
+    out["chosen"] = out.index.isin(best)
+    grids = pd.DataFrame(sweep.values(), columns=["method", "lr"]).groupby("method")["lr"]
+    out["budget"] = out["method"].map(grids.size())
+    out["on_edge"] = out["chosen"] & (out["lr"].eq(out["method"].map(grids.min()))
+                                      | out["lr"].eq(out["method"].map(grids.max())))
+    return out
+
+
+def memory_sweep_table(points: dict[tuple[str, str], dict], reference: str) -> pd.DataFrame:
+    """One row per (size, method) sweep point (logra/harness/memory_point.py): measured peak, planner
+    prediction and error, times, state and sync bytes, and ratios vs the `reference` method at
+    that size (NaN where it has no point)."""
+    rows = []
+    for (size, method), p in points.items():
+        rows.append({
+            "size": size, "method": method, "rule": p["rule"], "n_params": p["n_params"],
+            "vocab_size": p.get("vocab_size"), "peak_phase": p.get("peak_phase"),
+            "device": p["device"], "threads": p.get("threads"), "batch": p["batch"],
+            "micro_batch": p["micro_batch"], "seq_len": p["seq_len"], "status": p["status"],
+            "peak_mem_bytes": p["peak_mem_bytes"],
+            **{f"mem_{k}": v for k, v in (p.get("mem_breakdown") or {}).items()},
+            **{f"phase_{k}": v for k, v in (p.get("phase_peaks") or {}).items()},
+            "planned_total": p["planned"]["total"],
+            **{f"planned_{k}": v for k, v in p["planned"].items() if k != "total"},
+            "planned_error": p.get("planned_error"),
+            "optimizer_state_bytes": p.get("optimizer_state_bytes"),
+            "update_time_s": p.get("update_time_s"), "rollout_time_s": p.get("rollout_time_s"),
+            "sync_bytes_per_step": p.get("sync_bytes_per_step"),
+            "oom_needed_bytes": p.get("oom_needed_bytes")})
+    df = pd.DataFrame(rows).sort_values(["n_params", "method"], kind="stable")
+    dense = df[df["method"] == reference].set_index("size")
+    for col in ("peak_mem_bytes", "update_time_s", "sync_bytes_per_step"):
+        df[col] = pd.to_numeric(df[col])  # None (an oom point) -> NaN
+        df[f"{col}_vs_reference"] = (df[col] / df["size"].map(pd.to_numeric(dense[col]))
+                                 if len(dense) else float("nan"))
+    return df.reset_index(drop=True)
+
+
+def sync_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per method and transport that applies to it, over the method's runs that
+    finished ok: `bytes_per_step` (mean of the runs' per-step means), `applied` (the runs' own
+    transport), and of the applied transport only (the engine it synced): `sync_seconds`,
+    `logp_mismatch_mean`, `logp_mismatch_max`; `changed_fraction` (engine words changed per
+    step: the trajectory's, whatever the transport), `engine_dtype`, `runs`."""
+    rows = []
+    for method, d in summary[summary["status"] == "ok"].groupby("method", sort=False):
+        for t in TRANSPORTS:
+            sent = pd.to_numeric(d[f"sync_bytes_{t}_per_step"])
+            if sent.isna().all():
+                continue  # the transport does not apply to the method's rule
+            applied = bool((d["sync_transport"] == t).all())
+
+            def of_applied(col):
+                return pd.to_numeric(d[col]).mean() if applied else float("nan")
+            rows.append({"method": method, "transport": t, "applied": applied,
+                         "engine_dtype": "/".join(sorted(set(d["rollout_dtype"]))),
+                         "bytes_per_step": sent.mean(),
+                         "sync_seconds": of_applied("sync_seconds_per_step"),
+                         "changed_fraction": pd.to_numeric(
+                             d["sync_changed_fraction_per_step"]).mean(),
+                         "logp_mismatch_mean": of_applied("logp_mismatch_mean"),
+                         "logp_mismatch_max": of_applied("logp_mismatch_max"), "runs": len(d)})
+    return pd.DataFrame(rows)
+
+
+def low_rank_vs_delta(summary: pd.DataFrame, reference: str | None) -> pd.DataFrame:
+    """Per method whose runs apply `low_rank`: its bytes per step over the delta bytes of the
+    `reference` method's run of the same task and seed (`vs`: the reference), and over the
+    delta bytes of its own updates in the same run (`vs`: "own updates"); `ratio` the mean over
+    the (task, seed) pairs, `lo`, `hi` their min and max, `n` their count (runs that finished
+    ok on both sides)."""
+    ok = summary[summary["status"] == "ok"]
+    ref = (ok[ok["method"] == reference].set_index(["task", "seed"])["sync_bytes_delta_per_step"]
+           if reference else pd.Series(dtype=float))
+    rows = []
+    for method, d in ok[ok["sync_transport"] == "low_rank"].groupby("method", sort=False):
+        d = d.set_index(["task", "seed"])
+        low = pd.to_numeric(d["sync_bytes_low_rank_per_step"])
+        for vs, delta in ((reference, ref.reindex(d.index)),
+                          ("own updates", d["sync_bytes_delta_per_step"])):
+            ratio = (low / pd.to_numeric(delta)).dropna()
+            if len(ratio):
+                rows.append({"method": method, "vs": vs, "ratio": ratio.mean(),
+                             "lo": ratio.min(), "hi": ratio.max(), "n": len(ratio),
+                             "engine_dtype": "/".join(sorted(set(d["rollout_dtype"])))})
+    return pd.DataFrame(rows, columns=["method", "vs", "ratio", "lo", "hi", "n", "engine_dtype"])
+
+
+def low_rank_sentence(summary: pd.DataFrame, reference: str | None) -> str:
+    """Where low-rank sync stands against delta sync, from `low_rank_vs_delta`, whatever it is."""
+    parts = []
+    for r in low_rank_vs_delta(summary, reference).itertuples(index=False):
+        rival = ("the delta sync of its own updates" if r.vs == "own updates"
+                 else f"{r.vs}'s delta sync (same task and seed)")
+        spread = (f"{r.lo:.3g}-{r.hi:.3g}x over {r.n} (task, seed) pairs" if r.n > 1
+                  else "one (task, seed) pair")
+        parts.append(f"{r.method}'s low-rank sync sends {r.ratio:.3g}x the bytes per step of "
+                     f"{rival}, {spread}, {r.engine_dtype} engine: "
+                     f"{_fewer_or_more(r.lo, r.hi)}")
+    return ("; ".join(parts) + ".") if parts else "No run applied a low-rank sync."
+
+
+def _fewer_or_more(lo: float, hi: float) -> str:
+    return ("fewer bytes in every pair" if hi < 1 else "more bytes in every pair" if lo > 1
+            else "fewer in some pairs, more in others")
+
+
+def sync_regime_table(run_jsons: list[str | Path], regimes: dict[str, list[str]]) -> pd.DataFrame:
+    """results/sync_regime.csv: one row per run of `snakemake sync_regime` (`regimes`: regime
+    -> its methods): regime, status, task, method, seed, its step size (`step_size_option`:
+    lr, or LoGRA's update_ratio, already relative to |W|; `step_size`; `dense_lr`), the median
+    |w| of the weights it started from and lr / that median (lr-based rules), and its sync
+    means (`SYNC_FIELDS`)."""
+    regime_of = {m: r for r, ms in regimes.items() for m in ms}
+    rows = []
+    for path in run_jsons:
+        s = json.loads(Path(path).read_text())
+        options, size = s["config"]["method"]["options"], s["step_size"]
+        lr = size["value"] if size["option"] == "lr" else None
+        rows.append({"regime": regime_of[s["method"]],
+                     **{k: s.get(k) for k in ("status", "task", "method", "seed")},
+                     "step_size_option": size["option"], "step_size": size["value"],
+                     "dense_lr": options.get("dense_lr"),
+                     "base_median_abs_weight": s.get("base_median_abs_weight"),
+                     "lr_over_w": (lr / s["base_median_abs_weight"]
+                                   if lr and s.get("base_median_abs_weight") else None),
+                     **{k: s.get(k) for k in SYNC_FIELDS}})
+    return pd.DataFrame(rows)
+
+
+def _sync_section(summary: pd.DataFrame, reference: str | None, title: str, source: str,
+                  intro: str) -> list[str]:
+    t = sync_table(summary)
+    return _section(title, source, intro, {
+        "method": t["method"], "transport": t["transport"],
+        "applied": t["applied"].map({True: "yes", False: ""}), "engine": t["engine_dtype"],
+        "MiB per step": _fmt(t["bytes_per_step"], ".4f", 2**20),
+        "sync s": _fmt(t["sync_seconds"], ".4f"),
+        "changed fraction": _fmt(t["changed_fraction"], ".2%"),
+        "mismatch mean": _fmt(t["logp_mismatch_mean"], ".2e"),
+        "mismatch max": _fmt(t["logp_mismatch_max"], ".2e"), "runs": t["runs"]}) + [
+        "", low_rank_sentence(summary, reference)]
+
+
+def scale_label(summary: pd.DataFrame) -> str:
+    """'cpu, 1.36M params (tiny), 50 GRPO steps, 3 seeds' from the runs in `summary`."""
+    def join(values, fmt=str):
+        return "/".join(fmt(v) for v in sorted(set(values)))
+    return (f"{join(summary['device'])}, {join(summary['n_params'], lambda n: f'{n / 1e6:.2f}M')}"
+            f" params ({join(summary['model'])}), {join(summary['steps'])} GRPO steps, "
+            f"{summary['seed'].nunique()} seeds")
+
+
+def time_ledger(benchmarks: list[str | Path]) -> pd.DataFrame:
+    """Wall seconds per stage from Snakemake benchmark files `.../benchmarks/{stage}/...tsv`
+    (column `s`, one row per repeat): stage, jobs, seconds, share of the total; stages in the
+    order they first appear."""
+    rows = [{"stage": Path(b).parts[Path(b).parts.index("benchmarks") + 1],
+             "seconds": pd.read_csv(b, sep="\t")["s"].sum()} for b in benchmarks]
+    if not rows:
+        raise ValueError("time ledger: no benchmark files")
+    df = pd.DataFrame(rows)
+    out = df.groupby("stage", sort=False).agg(jobs=("seconds", "size"),
+                                              seconds=("seconds", "sum")).reset_index()
+    out["share"] = out["seconds"] / out["seconds"].sum()
+    return out
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    """A GitHub-markdown table of `df`'s cells as they are (format them first)."""
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |",
+             "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _fmt(values, spec: str = ".3f", scale: float = 1.0) -> list[str]:
+    """Each value / scale formatted with `spec`; a missing value as "n/a"."""
+    return ["n/a" if v is None or pd.isna(v) else format(v / scale, spec) for v in values]
+
+
+def _pm(means, sds) -> list[str]:
+    return [f"{m} ± {s}" for m, s in zip(_fmt(means), _fmt(sds))]
+
+
+def _section(title: str, source: str, intro: str, table: dict) -> list[str]:
+    return ["", f"## {title} (`{source}`)", "", intro, "", markdown_table(pd.DataFrame(table))]
+
+
+def _accuracy_section(accuracy: pd.DataFrame, title: str, source: str) -> list[str]:
+    return _section(title, source, "lm-eval accuracy after GRPO per task and method: mean ± sd "
+                    "over the seeds whose run finished ok.",
+                    {"task": accuracy["task"], "method": accuracy["method"],
+                     "accuracy": _pm(accuracy["accuracy_mean"], accuracy["accuracy_sd"]),
+                     "gain over base": _fmt(accuracy["gain_mean"], "+.3f"),
+                     "seeds": accuracy["n_seeds"]})
+
+
+def _verdicts_section(v: pd.DataFrame, title: str, source: str) -> list[str]:
+    return _section(title, source, "Accuracy minus the reference's, paired by task and seed, "
+                    "with its 95% interval (logra/analysis/verdict.py says how each row is computed).",
+                    {"task": v["task"], "method": v["method"], "reference": v["reference"],
+                     "statistic": v["statistic"],
+                     "difference [95% interval]": [
+                         f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
+                             *(_fmt(v[c], "+.3f") for c in ("diff_mean", "diff_lo", "diff_hi")))],
+                     "margin": v["margin"], "call": v["call"]})
+
+
+def cost_table(summary: pd.DataFrame, reference: str | None) -> pd.DataFrame:
+    """Per task and method, means over the runs that finished ok: measured peak memory of the
+    update (`peak_mem_bytes`) and its ratio to `reference`'s on the same task, optimizer state
+    bytes, seconds per step (the unprofiled steps) and sync bytes per step (the applied
+    transport)."""
+    ok = summary[summary["status"] == "ok"]
+    t = ok.groupby(["task", "method"], sort=False).agg(
+        peak=("peak_mem_bytes", "mean"), state=("optimizer_state_bytes", "mean"),
+        step_s=("mean_step_time_s", "mean"), sync=("sync_bytes_per_step", "mean"),
+        runs=("seed", "size")).reset_index()
+    ref = t[t["method"] == reference].set_index("task")["peak"]
+    return t.assign(peak_vs_reference=t["peak"] / t["task"].map(ref))
+
+
+def _cost_section(summary: pd.DataFrame, reference: str | None, title: str,
+                  source: str) -> list[str]:
+    t, ref = cost_table(summary, reference), reference or "the reference"
+    return _section(title, source, "Per task and method, means over the runs that finished ok: "
+                    "the update's peak memory as measured in the run (CUDA allocator on GPUs, "
+                    f"torch's memory profiler on CPU) and its ratio to {ref}'s, the optimizer "
+                    "state, seconds per step and sync bytes per step (the applied transport, "
+                    "periodic full resyncs included). A run's peak is at the sequence lengths it "
+                    "sampled in its profiled steps; the memory sweep compares methods at one "
+                    "fixed shape.",
+                    {"task": t["task"], "method": t["method"],
+                     "peak (MiB)": _fmt(t["peak"], ".2f", 2**20),
+                     "vs reference": _fmt(t["peak_vs_reference"]),
+                     "optimizer state (MiB)": _fmt(t["state"], ".3f", 2**20),
+                     "s per step": _fmt(t["step_s"], ".3f"),
+                     "sync MiB per step": _fmt(t["sync"], ".4f", 2**20), "runs": t["runs"]})
+
+
+def _memory_sweep_section(sweep: pd.DataFrame, title: str, source: str) -> list[str]:
+    return _section(title, source, "One GRPO step per method and model size, measured; the "
+                    "planner's prediction beside it (error = predicted / measured - 1).",
+                    {"size": sweep["size"], "parameters": sweep["n_params"],
+                     "method": sweep["method"], "status": sweep["status"],
+                     "peak (MiB)": _fmt(sweep["peak_mem_bytes"], ".1f", 2**20),
+                     "vs reference": _fmt(sweep["peak_mem_bytes_vs_reference"]),
+                     "peak phase": sweep["peak_phase"],
+                     "planner error": _fmt(sweep["planned_error"], "+.1%"),
+                     "planner's peak phase": sweep["planned_peak_phase"]})
+
+
+SYNC_INTRO = ("Per method and transport, means over the runs that finished ok of their per-step "
+              "means: the serialized bytes each transport would send (measured in every run, "
+              "whichever it applied); of the applied transport only, its seconds (pack + "
+              "hand-over + apply; on CPU the hand-over is a local pipe to the engine's process) "
+              "and the trainer-vs-engine |log-prob| mismatch over the sampled tokens; the engine "
+              "words changed per step (logra/rl/weight_sync.py).")
+
+
+def _machines(runs: list[dict]) -> str:
+    seen = dict.fromkeys(
+        f"{m['cpu_model']} ({m['cpu_vendor']}; torch {m['torch']} at {m['torch_capability']}, "
+        f"transformers {m['transformers']}; pinned CPU path: "
+        f"{'yes' if m['reproducible'] else 'no'})"
+        for m in (r.get("machine") for r in runs) if m)
+    return "; ".join(seen) or "not recorded"
+
+
+def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[dict],
+                    long_runs: list[dict], ledger: pd.DataFrame,
+                    verdicts: pd.DataFrame | None = None, sweep: pd.DataFrame | None = None,
+                    planner: pd.DataFrame | None = None,
+                    lr_sweep: pd.DataFrame | None = None,
+                    stability: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+                    trl: list[dict] | None = None, reference: str | None = None,
+                    sync_regime: pd.DataFrame | None = None,
+                    ablations: dict[str, pd.DataFrame | None] | None = None) -> str:
+    """results/REPORT.md from the workflow's tables; `runs` and `long_runs` are the summary.json
+    contents of the grid's runs and of the stability runs, `stability` their metrics and
+    summary as `logra.analysis.verdict.factor_effects` takes them; `reference` the method low-rank
+    sync and measured peaks are compared with; `ablations` the tables of `snakemake ablations`
+    (results/ablations/: summary, accuracy, verdicts, sweep). A table that is None (its stage
+    is not in the config, or the lr sweep, `snakemake sync_regime` or `snakemake ablations`
+    has not run) is left out."""
+    ok = summary[summary["status"] == "ok"]
+    seeds = ", ".join(map(str, sorted(set(summary["seed"]))))
+    out = ["# Results", "",
+           "Written by the workflow (rule `report`) from the files named in each section; "
+           "every number is formatted from them.", "",
+           f"- Runs: {scale_label(summary)} ({seeds}); {len(ok)} of {len(summary)} runs "
+           "finished ok.",
+           f"- Machine: {_machines(runs + long_runs)}."]
+    if long_runs:
+        steps = "/".join(str(s) for s in sorted({r["steps"] for r in long_runs}))
+        out.append(f"- Stability runs: {len(long_runs)} runs of "
+                   f"{', '.join(sorted({r['method'] for r in long_runs}))}, {steps} steps.")
+    bases = accuracy.groupby("task", as_index=False)["base_accuracy"].first()
+    out += _section("SFT bases", "results/accuracy.csv", "lm-eval accuracy of each task's SFT "
+                    "base, mean over seeds.",
+                    {"task": bases["task"], "base accuracy": _fmt(bases["base_accuracy"])})
+    out += _accuracy_section(accuracy, "Accuracy", "results/accuracy.csv")
+    if verdicts is not None:
+        out += _verdicts_section(verdicts, "Verdicts", "results/verdicts.csv")
+    out += _cost_section(summary, reference, "Measured cost", "results/summary.csv")
+    if sweep is not None:
+        out += _memory_sweep_section(sweep, "Memory sweep", "results/memory/sweep.csv")
+    if planner is not None:
+        out += _section("Planner predictions", "results/memory/planner.csv", "Predicted, not "
+                        "measured: bytes per GPU by the planner (logra/measure/planner.py).",
+                        {"model": planner["model"], "method": planner["method"],
+                         "GPUs": planner["gpus"], "policy": planner["policy"],
+                         "GB per GPU": _fmt(planner["total"], ".1f", 1e9),
+                         "peak phase": planner["peak_phase"],
+                         "GPU GB": _fmt(planner["gpu_bytes"], ".0f", 1e9),
+                         "fits": planner["fits"],
+                         "sync GB": _fmt(planner["sync_bytes"], ".3g", 1e9)})
+    etas = (("eta_1", "η = 1"), ("eta_below_1", "η < 1"), ("eta_above_1", "η > 1"))
+    columns = [f"kl_{eta}_{k}" for eta, _ in etas for k in ("steps", "median", "p10", "p90")]
+    steps = ok.reindex(columns=[c for c in columns if c.endswith("_steps")]).apply(pd.to_numeric)
+    calibrated = ok[(steps.fillna(0) > 0).any(axis=1)]  # runs with KL control
+    if len(calibrated):
+        cal = calibrated[["task", "method"]].join(
+            calibrated.reindex(columns=columns).apply(pd.to_numeric)).groupby(
+            ["task", "method"], as_index=False).median()
+        out += _section("KL calibration", "results/summary.csv", "Realized KL on the probe's "
+                        "held-out half / the KL predicted on its other half (logra/optim/kl_control.py)"
+                        ", at steps with η = 1 (the prediction is K₁), η < 1 and η > 1 (η²·K₁; "
+                        "LoGRA's α reaches alpha_max): per run the median [p10, p90] over its "
+                        "steps; shown, the median over seeds.",
+                        {"task": cal["task"], "method": cal["method"], **{
+                            f"{label}: steps": cal[f"kl_{eta}_steps"].fillna(0).astype(int)
+                            for eta, label in etas},
+                         **{f"{label}: ratio": [f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
+                             *(_fmt(cal[f"kl_{eta}_{k}"], ".2f") for k in ("median", "p10",
+                                                                          "p90")))]
+                            for eta, label in etas}})
+    controlled = ok[ok.reindex(columns=["control"])["control"].notna()]
+    if len(controlled):  # the step's control: how often at its cap, and what it costs
+        c = controlled.groupby(["task", "method", "control"], as_index=False).agg(
+            at_cap=("steps_at_cap_share", "mean"), seconds=("control_seconds", "mean"),
+            step=("mean_step_time_s", "mean"))
+        out += _section("Step control", "results/summary.csv", "Per method with a control of "
+                        "its step (LoGRA's BudgetControl, the config's KLControl): the share of "
+                        "steps whose scale it set at its cap (LoGRA: alpha_max), and its mean "
+                        "seconds per step beside the mean step time (both without the profiled "
+                        "steps); means over seeds.",
+                        {"task": c["task"], "method": c["method"], "control": c["control"],
+                         "at cap": _fmt(c["at_cap"], ".0%"),
+                         "control s/step": _fmt(c["seconds"], ".3f"),
+                         "step s": _fmt(c["step"], ".3f"),
+                         "control share": _fmt(c["seconds"] / c["step"], ".0%")})
+    cosines = ok[ok.reindex(columns=["update_cosine"])["update_cosine"].notna()]
+    if len(cosines):
+        c = cosines.groupby(["task", "method"], as_index=False).agg(
+            step=("cosine_step", "first"), mean=("update_cosine", "mean"),
+            lo=("update_cosine", "min"), hi=("update_cosine", "max"), n=("seed", "nunique"))
+        out += _section("Update vs gradient", "results/summary.csv", "At one step "
+                        "(`grpo.cosine_step`), the cosine between the applied change of the "
+                        "trained weights and the negative dense gradient of the same batch: "
+                        "mean [min, max] over seeds.",
+                        {"task": c["task"], "method": c["method"],
+                         "step": _fmt(c["step"], ".0f"),
+                         "cosine": [f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
+                             _fmt(c["mean"]), _fmt(c["lo"]), _fmt(c["hi"]))], "seeds": c["n"]})
+    if stability is not None:
+        out += ["", "## Stability (`figures/stability_27b`)", "",
+                factor_effects(*stability)["caption"] + "."]
+    out += _sync_section(ok, reference, "Sync", "results/summary.csv", SYNC_INTRO)
+    if sync_regime is not None:
+        for regime, d in sync_regime.groupby("regime", sort=False):
+            delta = d.loc[d["sync_transport"] == "delta", "method"]
+            per_method = d.groupby("method", sort=False).agg(
+                option=("step_size_option", "first"), value=("step_size", "first"),
+                ratio=("lr_over_w", "mean"))
+            lrs = ", ".join(f"{m} {r.option} {r.value:g}" + (
+                f" (lr/median|w| {r.ratio:.3g})" if pd.notna(r.ratio) else "")
+                for m, r in per_method.iterrows())
+            medians = "/".join(_fmt(d["base_median_abs_weight"].unique(), ".4g"))
+            dtype = "/".join(sorted(set(d["rollout_dtype"])))
+            out += _sync_section(
+                d, delta.iloc[0] if len(delta) else None, f"Sync regime: {regime}",
+                "results/sync_regime.csv", f"`snakemake sync_regime`, {d['task'].iloc[0]}, "
+                f"{d['seed'].nunique()} seed(s), a {dtype} engine; median |w| of the base, "
+                f"measured: {medians}; {lrs}. Columns as in Sync.")
+    else:
+        out += ["", "The sync regime runs have not run (`snakemake sync_regime` writes "
+                "`results/sync_regime.csv`; the next report includes it)."]
+    if lr_sweep is not None:
+        chosen = lr_sweep[lr_sweep["chosen"]]
+        out += _section("lr sweep", "results/lr_sweep.csv", "The lr with the best mean "
+                        "validation accuracy per task and method, out of `budget` lrs (the "
+                        "method's grid); `edge`: the choice is the grid's smallest or largest lr.",
+                        {"task": chosen["task"], "method": chosen["method"],
+                         "lr": _fmt(chosen["lr"], "g"), "budget": chosen["budget"],
+                         "edge": chosen["on_edge"].map({True: "yes", False: ""}),
+                         "validation accuracy": _pm(chosen["val_accuracy_mean"],
+                                                    chosen["val_accuracy_sd"]),
+                         "seeds": chosen["n_seeds"]})
+    else:
+        out += ["", "The lr sweep has not run (`snakemake lr_sweep` writes "
+                "`results/lr_sweep.csv`; the next report includes it)."]
+    if ablations is not None:
+        a, where = ablations, "results/ablations"
+        out += _accuracy_section(a["accuracy"], "Ablations: accuracy", f"{where}/accuracy.csv")
+        if a.get("verdicts") is not None:
+            out += _verdicts_section(a["verdicts"], "Ablations: verdicts",
+                                     f"{where}/verdicts.csv")
+        out += _cost_section(a["summary"], reference, "Ablations: measured cost",
+                             f"{where}/summary.csv")
+        if a.get("sweep") is not None:
+            out += _memory_sweep_section(a["sweep"], "Ablations: memory sweep",
+                                         f"{where}/memory_sweep.csv")
+        out += _sync_section(a["summary"][a["summary"]["status"] == "ok"], reference,
+                             "Ablations: sync", f"{where}/summary.csv", SYNC_INTRO)
+    else:
+        out += ["", "The ablations have not run (`snakemake ablations` writes "
+                "`results/ablations/`; the next report includes them)."]
+    if trl:
+        rows = [(r, m) for r in trl for m in ("logra", "adamw")]
+        out += _section("LoGRA in TRL", "results/trl/", "TRL's GRPOTrainer (generation by the "
+                        "training model, no vLLM) from each task's seed-0 SFT base, with "
+                        "`logra.LoGRAOptimizer` and with TRL's default AdamW (logra/harness/trl_grpo.py)"
+                        ": the measured peak of one update step (a step without generation), "
+                        "and the mean reward of the rollouts of the first and the last steps.",
+                        {"task": [r["task"] for r, _ in rows], "method": [m for _, m in rows],
+                         "device": [r["device"] for r, _ in rows],
+                         "parameters": [r["model"]["n_params"] for r, _ in rows],
+                         "steps": [r["steps"] for r, _ in rows],
+                         "peak (MiB)": _fmt([r[m]["peak_mem_bytes"] for r, m in rows], ".2f",
+                                            2**20),
+                         "vs AdamW": _fmt([r[m]["peak_mem_bytes"] / r["adamw"]["peak_mem_bytes"]
+                                           for r, m in rows]),
+                         "optimizer state (MiB)": _fmt([r[m]["optimizer_state_bytes"]
+                                                        for r, m in rows], ".3f", 2**20),
+                         "reward, first / last steps": [
+                             f"{a} / {b} ({r['reward_window_steps']})" for (r, m), a, b in zip(
+                                 rows, _fmt([r[m]["reward_first"] for r, m in rows]),
+                                 _fmt([r[m]["reward_last"] for r, m in rows]))]})
+    else:
+        out += ["", "LoGRA in TRL has not run (`snakemake trl` writes `results/trl/*.json`; the "
+                "next report includes them)."]
+    total = pd.concat([ledger, pd.DataFrame([{"stage": "total", "jobs": ledger["jobs"].sum(),
+                                              "seconds": ledger["seconds"].sum(),
+                                              "share": 1.0}])])
+    out += _section("Time ledger", "results/benchmarks/", "Wall seconds of every job of the "
+                    "default target (Snakemake's `benchmark:` files), summed per stage; jobs that "
+                    "ran side by side each count in full, and this report's own job is not in it.",
+                    {"stage": total["stage"], "jobs": total["jobs"],
+                     "seconds": _fmt(total["seconds"], ".1f"),
+                     "share": _fmt(total["share"], ".1%")})
+    return "\n".join(out) + "\n"
+
+
+def write_csv(df: pd.DataFrame, path: str | Path) -> None:
+    """Atomic CSV write (temp file + rename)."""
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)

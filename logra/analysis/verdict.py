@@ -1,0 +1,287 @@
+"""Verdicts: does a method keep the reference's accuracy? Paired comparisons with intervals.
+
+The design is paired twice: a method's run and the reference's run of the same (task, seed)
+share their prompts, seeds and evaluation problems, so each seed gives one paired difference
+d_s = acc(method, s) − acc(reference, s), computed over the problems both evaluated (matched by
+lm-eval's doc_id; a seed or problem missing on either side is an error that names it).
+
+Per task and method:
+- `diff_mean`, its 95% interval `diff_lo`/`diff_hi`: a t-interval on the per-seed differences
+  (df = seeds − 1). The seed is the unit that is replicated, so the interval carries what
+  varies between seeds (the base, rollout sampling, the range finder's draws). Every seed is
+  scored on the same test problems, so the interval is conditional on that test set: it does
+  not carry the variance of drawing another one. It is the interval that covers at 3 seeds: a
+  percentile bootstrap over 3 seeds under-covers, since it can only rearrange three values
+  (`coverage` simulates the design; tests/test_verdict.py holds both to it).
+- Every run counts, whatever its status: a diverged or out-of-memory run is scored on the
+  model it saved (its last good checkpoint or its base), as that seed's outcome of the method
+  (intent to treat; `results/accuracy.csv` averages finished runs only).
+- `p_better`: the share of seed pairs where the method is ahead (ties count half).
+- `call` at the declared margin δ (`verdict.margin`): `non-inferior` if the interval's lower
+  end is above −δ, `inferior` if its upper end is below −δ, else `inconclusive`.
+- `gain_mean` and its interval: the method's accuracy minus its SFT base's, per seed; where that
+  interval contains 0 the task taught the method nothing measurable and the comparison is
+  `informative: False`.
+- Power, reported, not acted on: `half_width` of the interval, and `seeds_to_halve` it (the
+  smallest seed count whose t-interval, at the observed spread, is half as wide).
+Across tasks (`task == "all"`, `statistic == "IQM"`): the interquartile mean of the
+per-(task, seed) paired differences, with a stratified bootstrap interval that resamples seeds
+within each task (rliable's convention; 2,000 resamples, seeded). Being a bootstrap over a few
+seeds per task, that interval is descriptive: no non-inferiority call is made from it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+CALLS = ("non-inferior", "inconclusive", "inferior")
+
+
+def per_problem(eval_json: str | Path) -> dict[int, float]:
+    """doc_id -> score of one evaluation JSON (logra.harness.evaluate)."""
+    samples = json.loads(Path(eval_json).read_text())["samples"]
+    if not samples:
+        raise ValueError(f"{eval_json}: no per-problem samples to pair on")
+    return {s["doc_id"]: float(s["acc"]) for s in samples}
+
+
+def paired_difference(a: dict[int, float], b: dict[int, float], what: str) -> float:
+    """Mean of a − b over the same problems; a problem missing on either side is an error."""
+    if a.keys() != b.keys():
+        raise ValueError(f"{what}: problems {sorted(b.keys() - a.keys())[:5]} missing on the "
+                         f"first side, {sorted(a.keys() - b.keys())[:5]} on the second")
+    return float(np.mean([a[k] - b[k] for k in a]))
+
+
+def t_interval(x, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, lo, hi): the t-interval of the mean of `x` (df = len(x) − 1)."""
+    x = np.asarray(x, dtype=float)
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, math.nan, math.nan
+    half = stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    return mean, mean - half, mean + half
+
+
+def seeds_to_halve(x) -> float:
+    """The smallest seed count whose t-interval is half as wide as that of `x`, at its spread."""
+    n = len(x)
+    if n < 2:
+        return math.nan
+    width = stats.t.ppf(0.975, n - 1) / math.sqrt(n)
+    return next(k for k in range(n + 1, 10_000) if stats.t.ppf(0.975, k - 1) / math.sqrt(k)
+                <= width / 2)
+
+
+def call(lo: float, hi: float, margin: float) -> str:
+    """Non-inferiority at `margin`: the whole interval above −margin, wholly below, or neither."""
+    if lo > -margin:
+        return "non-inferior"
+    if hi < -margin:
+        return "inferior"
+    return "inconclusive"
+
+
+def iqm(x) -> float:
+    """Interquartile mean: the mean after cutting int(n/4) values from each end (rliable's
+    and scipy's `trim_mean(x, 0.25)` convention)."""
+    x = np.sort(np.asarray(x, dtype=float))
+    k = int(0.25 * len(x))
+    return float(x[k:len(x) - k].mean())
+
+
+def stratified_iqm_interval(diffs: dict[str, list[float]], resamples: int = 2000,
+                            seed: int = 0) -> tuple[float, float, float]:
+    """IQM of all per-(task, seed) differences and its percentile interval, resampling seeds
+    with replacement within each task."""
+    rng = np.random.default_rng(seed)
+    groups = [np.asarray(v, dtype=float) for v in diffs.values()]
+    boot = [iqm(np.concatenate([g[rng.integers(0, len(g), len(g))] for g in groups]))
+            for _ in range(resamples)]
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return iqm(np.concatenate(groups)), float(lo), float(hi)
+
+
+def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, reference: str,
+             margin: float) -> pd.DataFrame:
+    """One row per (task, method other than `reference`), plus one per method across tasks.
+
+    `evals`: (task, method, seed) -> evaluation JSON; `bases`: task -> the SFT base's
+    evaluation JSON, or (task, seed) -> one per seed."""
+    scores = {key: per_problem(path) for key, path in evals.items()}
+    base_scores = {key: per_problem(path) for key, path in bases.items()}
+    tasks = sorted({t for t, _, _ in scores})
+    methods = sorted({m for _, m, _ in scores} - {reference})
+    rows, across = [], {}
+    for method in methods:
+        for task in tasks:
+            seeds = sorted(s for t, m, s in scores if (t, m) == (task, method))
+            ref_seeds = sorted(s for t, m, s in scores if (t, m) == (task, reference))
+            if not seeds and not ref_seeds:
+                raise ValueError(f"{task}: no evaluation of {method} or {reference}")
+            if seeds != ref_seeds:
+                raise ValueError(f"{task}: {method} has seeds {seeds}, {reference} has "
+                                 f"{ref_seeds}: every seed needs both runs")
+            d = [paired_difference(scores[task, method, s], scores[task, reference, s],
+                                   f"{task}/seed{s}: {method} vs {reference}") for s in seeds]
+            base = [base_scores.get((task, s), base_scores.get(task)) for s in seeds]
+            if any(b is None for b in base):
+                raise ValueError(f"{task}: no SFT base evaluation for seeds "
+                                 f"{[s for s, b in zip(seeds, base) if b is None]}")
+            gain = [paired_difference(scores[task, method, s], b, f"{task}/seed{s}: {method} "
+                                      "vs its base") for s, b in zip(seeds, base)]
+            mean, lo, hi = t_interval(d)
+            g_mean, g_lo, g_hi = t_interval(gain)
+            across.setdefault(method, {})[task] = d
+            rows.append({
+                "task": task, "method": method, "reference": reference, "statistic": "mean",
+                "seeds": len(seeds),
+                "problems": len(scores[task, method, seeds[0]]),
+                "diff_mean": mean, "diff_lo": lo, "diff_hi": hi,
+                "p_better": float(np.mean([1.0 if x > 0 else 0.5 if x == 0 else 0.0
+                                           for x in d])),
+                "margin": margin, "call": call(lo, hi, margin) if len(d) > 1 else "inconclusive",
+                "gain_mean": g_mean, "gain_lo": g_lo, "gain_hi": g_hi,
+                "informative": bool(len(d) > 1 and (g_lo > 0 or g_hi < 0)),
+                "half_width": (hi - lo) / 2, "seeds_to_halve": seeds_to_halve(d),
+                "interval": "t (df = seeds - 1) on per-seed paired differences"})
+        if len(tasks) > 1:
+            mean, lo, hi = stratified_iqm_interval(across[method])
+            rows.append({"task": "all", "method": method, "reference": reference,
+                         "statistic": "IQM",
+                         "seeds": sum(len(v) for v in across[method].values()),
+                         "diff_mean": mean, "diff_lo": lo, "diff_hi": hi, "margin": margin,
+                         "call": "none (descriptive interval)", "half_width": (hi - lo) / 2,
+                         "interval": "IQM over tasks x seeds, stratified bootstrap over seeds"})
+    return pd.DataFrame(rows)
+
+
+def coverage(interval: str, seeds: int = 3, problems: int = 1000, seed_sd: float = 0.02,
+             accuracy: float = 0.45, effect: float = -0.01, sims: int = 2000,
+             seed: int = 0) -> float:
+    """Share of `sims` simulated default designs whose 95% interval (`"t"`: the t-interval on
+    per-seed differences; `"bootstrap"`: a percentile bootstrap resampling seeds, then problems
+    within them) contains the true mean difference `effect`. Each seed draws its own true
+    effect (sd `seed_sd`) and its own reference accuracy (sd `seed_sd`); problems are scored
+    0/1 with those rates, the method's and the reference's correct answers drawn independently
+    given the rates."""
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(sims):
+        p_ref = np.clip(accuracy + rng.normal(0, seed_sd, seeds), 0.01, 0.99)
+        p_m = np.clip(p_ref + effect + rng.normal(0, seed_sd, seeds), 0.01, 0.99)
+        ref = rng.random((seeds, problems)) < p_ref[:, None]
+        m = rng.random((seeds, problems)) < p_m[:, None]
+        per_problem_d = m.astype(float) - ref
+        if interval == "t":
+            _, lo, hi = t_interval(per_problem_d.mean(1))
+        elif interval == "bootstrap":
+            boot = []
+            for _ in range(200):
+                s = rng.integers(0, seeds, seeds)
+                rows = per_problem_d[s]
+                cols = rng.integers(0, problems, (seeds, problems))
+                boot.append(np.take_along_axis(rows, cols, 1).mean())
+            lo, hi = np.percentile(boot, [2.5, 97.5])
+        else:
+            raise ValueError(f"interval: unknown {interval!r}; known: t, bootstrap")
+        hits += lo <= effect <= hi
+    return hits / sims
+
+
+def long_run_tables(metrics_paths, summary_paths,
+                    reference_rule: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The stability runs as `stability_27b` and `factor_effects` take them: their metrics, one
+    row per step with method and seed, and one row per run (method, seed, rule, whether it is
+    `reference_rule`, KL control, lr, device, size, steps, status)."""
+    runs, summaries = [], []
+    for metrics, summary in zip(metrics_paths, summary_paths, strict=True):
+        s = json.loads(Path(summary).read_text())
+        runs.append(pd.read_csv(metrics).assign(method=s["method"], seed=s["seed"]))
+        m = s["config"]["method"]
+        summaries.append({k: s[k] for k in ("method", "seed", "device", "n_params", "steps",
+                                            "status")}
+                         | {"lr": s["step_size"]["value"], "rule": m["rule"],
+                            "reference": m["rule"] == reference_rule,
+                            "kl_control": s["control"] is not None})
+    return pd.concat(runs), pd.DataFrame(summaries)
+
+
+def factor_effects(long_runs: pd.DataFrame, long_summary: pd.DataFrame,
+                   last: int = 100) -> dict:
+    """Main effects of the 2 x 2 {reference rule, other rule} x {KL control, none} (the paper's:
+    dense Adam and LoGRA) on each run's mean reward over all its logged steps (the area under
+    its reward curve: a collapse counts from when it happens) and, beside it, over its last
+    `last` steps; each averaged over its cell's seeds. `kl` = mean over rules of (with −
+    without), `rule` = mean over KL settings of (other rule − reference rule), for the run
+    mean; `kl_final`, `rule_final` for the last steps. The caption credits the factor with the
+    larger run-mean effect (a comparison of point estimates, not a test) and names divergences.
+
+    When every cell ran the same two or more seeds, a seed is one replicate of the whole 2 x 2
+    (the four runs share its prompts and base), so each seed gives each effect once and
+    `kl_ci`, `rule_ci` are the 95% t-intervals of the run-mean effects over seeds
+    (`logra.analysis.verdict.t_interval`); the caption says whether the credited one excludes 0. With
+    one seed, or cells with different seeds, the effects are descriptive (no interval)."""
+    cells = long_summary.drop_duplicates("method").set_index("method")
+    runs = long_runs.groupby(["method", "seed"])["reward_mean"]
+    diverged = ", ".join(f"{m} seed {s}" for m, s in long_summary.loc[
+        long_summary["status"] == "diverged", ["method", "seed"]].itertuples(index=False))
+    tail = f"; diverged: {diverged}" if diverged else "; none diverged"
+    none = {"kl": None, "rule": None, "kl_final": None, "rule_final": None, "kl_ci": None,
+            "rule_ci": None}
+    rules = {ref: sorted(set(cells.loc[cells["reference"] == ref, "rule"]))
+             for ref in (True, False)}
+    if not all(len(r) == 1 for r in rules.values()):
+        return none | {"caption": "not a 2 x 2 of two rules: no factor credited" + tail}
+    reference, other = rules[True][0], rules[False][0]
+
+    def effects(per_run: pd.Series):
+        """(kl, rule) from the cell means, and per seed where every cell has every seed."""
+        by_cell = {(bool(cells.loc[m, "reference"]), bool(cells.loc[m, "kl_control"])): v
+                   for m, v in per_run.groupby("method")}
+        if len(by_cell) < 4:
+            return None
+
+        def contrast(c):
+            return (((c[True, True] - c[True, False]) + (c[False, True] - c[False, False])) / 2,
+                    ((c[False, True] - c[True, True]) + (c[False, False] - c[True, False])) / 2)
+
+        means = contrast({k: v.mean() for k, v in by_cell.items()})
+        seeds = [set(v.index.get_level_values("seed")) for v in by_cell.values()]
+        paired = all(s == seeds[0] for s in seeds) and len(seeds[0]) >= 2
+        per_seed = contrast({k: v.droplevel("method") for k, v in by_cell.items()}) if paired \
+            else None
+        return means, per_seed, sorted({len(s) for s in seeds})
+
+    run_mean, final = effects(runs.mean()), effects(runs.apply(lambda r: r.tail(last).mean()))
+    if run_mean is None:
+        return none | {"caption": "not a 2 x 2: no factor credited" + tail}
+    (kl, rule), per_seed, counts = run_mean
+    kl_ci, rule_ci = ((None, None) if per_seed is None else
+                      (t_interval(per_seed[0])[1:], t_interval(per_seed[1])[1:]))
+    if kl_ci is not None and not all(pd.notna([*kl_ci, *rule_ci])):
+        kl_ci = rule_ci = None  # a run without rewards: no interval
+    kl_final, rule_final = final[0]
+    credit_kl = abs(kl) >= abs(rule)
+    credit = "KL control" if credit_kl else f"the {other} update"
+    if kl_ci is None:
+        basis = f"the larger effect; descriptive, {'-'.join(map(str, counts))} seed(s) per cell"
+    else:
+        lo, hi = kl_ci if credit_kl else rule_ci
+        basis = (f"the larger effect; {counts[0]} paired seeds per cell; its 95% interval "
+                 f"{'excludes' if lo > 0 or hi < 0 else 'includes'} 0")
+
+    def ci(interval):
+        return "" if interval is None else f" [{interval[0]:+.3f}, {interval[1]:+.3f}]"
+
+    return {"kl": kl, "rule": rule, "kl_final": kl_final, "rule_final": rule_final,
+            "kl_ci": kl_ci, "rule_ci": rule_ci,
+            "caption": (
+                f"main effects on the mean reward over the run: KL control {kl:+.3f}{ci(kl_ci)}, "
+                f"{other} vs {reference} {rule:+.3f}{ci(rule_ci)} (over the last {last} steps: "
+                f"{kl_final:+.3f}, {rule_final:+.3f}): the data credit {credit} ({basis}){tail}")}

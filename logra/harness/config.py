@@ -1,0 +1,598 @@
+"""Configuration: how config files combine, the checks a JSON schema cannot express, and one
+run's resolved config.
+
+`resolve` is what the Snakefile calls. It reads `config/config.yaml`, then every
+`--configfile` in order, then `--config key=value`: each merged over what came before as
+Snakemake merges configs (nested maps merge key by key; any other value, a list too,
+replaces), except that a file with `complete: true` replaces everything before it (the
+default included): a config written whole, such as `config/paper.yaml`. Files are read
+strictly (a key given twice is an error naming the file and line). The merged config is then
+validated by the schema (`workflow/schemas/config.schema.yaml`, which fills defaults) and by
+`check`, so a bad key or value stops the workflow before any job starts, naming the key and the
+file that set it. `validate_file` does the same for one complete file, outside Snakemake.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from logra import rules
+from logra.rl import weight_sync
+from logra.rl.tasks import TASKS, HubTask, get_task, load_task_files
+
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+
+DEFAULT = SCHEMA.parents[2] / "config" / "config.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot work; the message names the key."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader that refuses a mapping key written twice, checked as the document is
+    composed, before merge keys (`<<`, whose keys may be overridden, as they are meant to be)
+    are flattened into it."""
+
+    def compose_mapping_node(self, anchor):
+        node = super().compose_mapping_node(anchor)
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node,
+                                                                           yaml.ScalarNode):
+                continue
+            key, line = (key_node.tag, key_node.value), key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"{self.name}:{line}: key {key_node.value!r} is given twice "
+                                  f"in one mapping (first on line {seen[key]}); keep one")
+            seen[key] = line
+        return node
+
+
+def read_yaml(path: str | Path) -> dict:
+    """One config file, read strictly (`_StrictLoader`); it must hold a mapping."""
+    path = Path(path)
+    with open(path, encoding="utf-8") as f:
+        loader = _StrictLoader(f)
+        loader.name = str(path)
+        try:
+            data = loader.get_single_data()
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({e})") from None
+        finally:
+            loader.dispose()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file holds a mapping of keys at its top level")
+    return data
+
+
+def merge(config: dict, sources: dict, overlay: Mapping, source: str, prefix=()) -> None:
+    """Merge `overlay` into `config` in place, as Snakemake's `update_config` does (maps key by
+    key, anything else replaced), recording in `sources` which `source` set each key."""
+    for key, value in overlay.items():
+        path = (*prefix, key)
+        if isinstance(value, Mapping) and isinstance(config.get(key), dict):
+            merge(config[key], sources, value, source, path)
+        else:
+            config[key] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
+            for known in [k for k in sources if k[:len(path)] == path]:
+                del sources[known]
+            sources[path] = source
+
+
+def resolve(files: list[str | Path], overrides: Mapping | None = None,
+            default: str | Path | None = DEFAULT) -> dict:
+    """The config the workflow runs: `default`, then `files` in order, then `overrides`
+    (`--config`), merged as the module docstring says, validated (defaults filled) and
+    checked; an error names the key, the file that set it and how files combine."""
+    config: dict = {}
+    sources: dict[tuple, str] = {}
+    order = []
+    for path in ([default] if default else []) + list(files):
+        data = read_yaml(path)
+        if data.get("complete"):  # a config written whole: what came before is dropped
+            config, sources, order = {}, {}, []
+        order.append(str(path) + (" (complete)" if data.get("complete") else ""))
+        merge(config, sources, data, str(path))
+    if overrides:
+        order.append("--config")
+        merge(config, sources, _typed(overrides), "--config")
+    how = ("" if default is None and len(files) == 1 and not overrides else
+           f"config merged from {' < '.join(order)}: later files override the keys they name, "
+           "nested maps merge, and a file with `complete: true` replaces all before it")
+    validate(config, sources, how)
+    try:
+        check(config)
+    except ConfigError as e:  # "key: message": say who set the key, and how files combine
+        key = re.split(r"[:= ]", str(e), maxsplit=1)[0]
+        path = tuple(re.sub(r"\[\d+\]$", "", key).split("."))
+        raise ConfigError(f"{e}{_set_by(sources, path)}{'; ' + how if how else ''}") from None
+    return config
+
+
+def _typed(value):
+    """`--config` values as a YAML file would hold them: Snakemake reads a nested value
+    (`grpo={steps: 2}`) with YAML's base loader, every scalar a string; numbers, booleans and
+    null are restored here (a number in Python's syntax, `1e-3` too)."""
+    if isinstance(value, Mapping):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if isinstance(value, str):
+        for parse in (int, float):
+            with contextlib.suppress(ValueError):
+                return parse(value)
+        if value.lower() in ("true", "false", "null", "~"):
+            return yaml.safe_load(value)
+    return value
+
+
+def _set_by(sources: dict, path: tuple) -> str:
+    """Which config file set the key at `path` (or the nearest map holding it)."""
+    for n in range(len(path), 0, -1):
+        if path[:n] in sources:
+            return f" (set by {sources[path[:n]]})"
+    return ""
+
+
+def _number_hint(value) -> str:
+    """For a string YAML 1.1 reads where a number was meant (`1e-3`), how to write it."""
+    hit = (re.fullmatch(r"([+-]?)(\d+)(?:\.(\d*))?[eE]([+-]?)(\d+)", value.strip())
+           if isinstance(value, str) else None)
+    if not hit:
+        return ""
+    sign, whole, frac, exp_sign, exp = hit.groups()
+    return (f" ({value!r} was read as a string: YAML 1.1 reads an exponent only after a dot "
+            f"and with a sign; write {sign}{whole}.{frac or '0'}e{exp_sign or '+'}{exp})")
+
+
+def validate(config: dict, sources: dict | None = None, how: str = "") -> None:
+    """Validate `config` against the schema, filling defaults in place, then refuse any
+    non-finite number. An error names the key, the value, the file that set it and `how` the
+    files combined, without the schema dump."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+    from snakemake.utils import validate as fill_defaults
+
+    sources = sources or {}
+    error = best_match(Draft202012Validator(yaml.safe_load(SCHEMA.read_text()))
+                       .iter_errors(config))
+    if error is not None:
+        path = tuple(error.absolute_path)
+        by = _set_by(sources, path)
+        missing = re.match(r"'(.+)' is a required property", error.message)
+        if missing:
+            key = ".".join(map(str, (*path, missing.group(1))))
+            raise ConfigError(f"config: {key} is required and no file sets it{by}; "
+                              f"{how or 'a config read alone must be complete'}")
+        raise ConfigError(f"config: {'.'.join(map(str, path)) or '(top level)'}: "
+                          f"{error.message}{_number_hint(error.instance)}{by}"
+                          f"{'; ' + how if how else ''}")
+    fill_defaults(config, str(SCHEMA))
+    for path, value in _numbers(config):
+        if not math.isfinite(value):
+            raise ConfigError(f"config: {'.'.join(map(str, path))}: {value} is not a finite "
+                              f"number{_set_by(sources, path)}")
+
+
+def _numbers(value, path=()):
+    """(path, number) of every float in a config."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _numbers(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _numbers(v, (*path, i))
+    elif isinstance(value, float):
+        yield path, value
+
+
+def check(config: dict) -> None:
+    """Cross-key checks: references between sections, options accepted by the code, data
+    sizes against batch sizes. The `task_files` are imported first, so the tasks they register
+    are checked like the others."""
+    load_task_files(config.get("task_files", []))
+    _check_rule_options(config)
+    _check_data_sizes(config)
+    if config["device"] == "cpu" and config["reproducible"] and config["threads"] != 1:
+        raise ConfigError(f"threads: {config['threads']}; reproducible CPU runs use one thread "
+                          "per job (set threads: 1, or reproducible: false)")
+    sweep = config.get("lr_sweep") or {"anchors": {}}
+    for key, names in [("run_methods", config["run_methods"]),
+                       ("ablation_methods", config.get("ablation_methods", [])),
+                       ("lr_sweep.anchors", list(sweep["anchors"])),
+                       *[(f"{k}.methods", config[k]["methods"])
+                         for k in ("memory_sweep", "planner", "stability") if k in config],
+                       ("memory_sweep.ablation_methods",
+                        (config.get("memory_sweep") or {}).get("ablation_methods", [])),
+                       ("sync_regime.methods",
+                        (config.get("sync_regime") or {}).get("methods", []))]:
+        for i, name in enumerate(names):
+            if name not in config["methods"]:
+                raise ConfigError(f"{key}[{i}]: {name!r} is not defined under methods "
+                                  f"(defined: {sorted(config['methods'])})")
+    # verdicts compare run_methods with the reference: a name that matches no method is a typo
+    if len(config["run_methods"]) > 1 and config["verdict"]["reference"] not in config["methods"]:
+        raise ConfigError(f"verdict.reference: {config['verdict']['reference']!r} is not "
+                          f"defined under methods (defined: {sorted(config['methods'])})")
+    for key, tasks in [("stability.task", [(config.get("stability") or {}).get("task")]),
+                       ("sync_regime.task", [(config.get("sync_regime") or {}).get("task")]),
+                       ("lr_sweep.tasks", sweep.get("tasks", []))]:
+        for task in tasks:
+            if task is not None and task not in config["tasks"]:
+                raise ConfigError(f"{key}: {task!r} is not defined under tasks "
+                                  f"(defined: {sorted(config['tasks'])})")
+    unscaled = [r for r, scale in (config.get("sync_regime") or {}).get("lr_scales", {}).items()
+                if scale == 1]
+    if len(unscaled) > 1:
+        raise ConfigError(f"sync_regime.lr_scales: regimes {unscaled} all run the methods as "
+                          "they are (scale 1), the same runs; keep one")
+    per_task = [(f"methods.{name}.options.{key}", value)
+                for name, m in config["methods"].items()
+                for key, value in m.get("options", {}).items()]
+    for key, value in [*per_task, ("sft.steps", config["sft"]["steps"])]:
+        missing = (sorted(set(config["tasks"]) - set(value))
+                   if isinstance(value, dict) and "default" not in value else [])
+        if missing:
+            raise ConfigError(f"{key}: no value for task {missing[0]!r} (given for: "
+                              f"{sorted(value)}; add it, or a `default`)")
+    _check_rules_fit_model(config)
+    for name, t in config["tasks"].items():
+        if t["type"] not in TASKS:
+            raise ConfigError(f"tasks.{name}.type: {t['type']!r} is not a registered task "
+                              f"(registered: {sorted(TASKS)}; see logra.rl.tasks.register_task)")
+        try:
+            task = get_task(t["type"], **t.get("options", {}))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"tasks.{name}.options: {e}") from None
+        if (name in sweep.get("tasks", []) and isinstance(task, HubTask)
+                and config.get("data", {}).get("n_train") is None):
+            raise ConfigError(f"lr_sweep.n_val: the validation split of dataset task {name!r} is "
+                              "the train rows after the first data.n_train; set data.n_train "
+                              "(it is null: every row trains)")
+    trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["anchors"],
+               *(config.get("stability") or {}).get("methods", []),
+               *(config.get("stability") or {}).get("opt_in_methods", []),
+               *(config.get("sync_regime") or {}).get("methods", [])}
+    for name, m in config["methods"].items():
+        unknown = sorted(set(m.get("grpo", {})) - set(config["grpo"]))
+        if unknown:
+            raise ConfigError(f"methods.{name}.grpo: unknown key {unknown[0]!r} "
+                              f"(grpo keys: {sorted(config['grpo'])})")
+        g = config["grpo"] | m.get("grpo", {})
+        def key(k: str, name=name, m=m) -> str:  # the method's own grpo key, else the global
+            return f"methods.{name}.grpo.{k}" if k in m.get("grpo", {}) else f"grpo.{k}"
+        if g["cosine_step"] in (1, min(g["profile_step"], g["steps"])):
+            raise ConfigError(f"{key('cosine_step')}={g['cosine_step']} is a memory-profiled "
+                              f"step (step 1 and grpo.profile_step, method {name}): the "
+                              "diagnostic's copies would count in the measured peak")
+        if g["cosine_step"] and g["nproc_per_node"] > 1 and name in trained:
+            raise ConfigError(f"{key('cosine_step')}={g['cosine_step']}: the diagnostic runs in "
+                              f"one process only; set 0 with grpo.nproc_per_node > 1 ({name})")
+        world = g["nproc_per_node"]
+        if world > 1 and name in trained:
+            if not rules.rule_class(m["rule"]).shardable:
+                can = [r for r in rules.RULES if rules.rule_class(r).shardable]
+                raise ConfigError(f"methods.{name}.rule: {m['rule']!r} cannot run sharded "
+                                  f"(grpo.nproc_per_node={world}); rules that can: {can}")
+            batch = g["prompts_per_step"] * g["group_size"]
+            if batch % (g["micro_batch_size"] * world):
+                raise ConfigError(
+                    f"grpo: a batch of prompts_per_step x group_size = {batch} sequences does "
+                    f"not split into global micro-batches of micro_batch_size x nproc_per_node "
+                    f"= {g['micro_batch_size']} x {world} (method {name})")
+            if g["checkpoint_every"]:
+                raise ConfigError(f"grpo.checkpoint_every={g['checkpoint_every']}: resume "
+                                  "checkpoints are single-process; set 0 when "
+                                  f"grpo.nproc_per_node={world} (method {name})")
+
+
+def _check_rule_options(config: dict) -> None:
+    """Each method's `rule` names a rule, its `options` are those the rule declares
+    (`UpdateRule.options`, validated as JSON schema), its sync transport (`sync`, else
+    `rollout.sync`) applies to the rule, and KL control asks for a rule whose step can be
+    scaled."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+    defs = yaml.safe_load(SCHEMA.read_text())["$defs"]
+    for name, m in config["methods"].items():
+        try:
+            rule = rules.rule_class(m["rule"])
+        except ValueError as e:
+            raise ConfigError(f"methods.{name}.rule: {e}") from None
+        schema = {"$defs": defs, "type": "object", "additionalProperties": False,
+                  "properties": rule.options}
+        error = best_match(Draft202012Validator(schema).iter_errors(m.get("options", {})))
+        if error is not None:
+            key = ".".join(map(str, error.absolute_path))
+            raise ConfigError(f"methods.{name}.options{'.' + key if key else ''}: "
+                              f"{error.message}{_number_hint(error.instance)} (rule "
+                              f"{m['rule']!r} takes "
+                              f"{sorted(rule.options)})")
+        key = f"methods.{name}.sync" if "sync" in m else "rollout.sync"
+        try:
+            weight_sync.transport(m.get("sync", (config.get("rollout") or {}).get("sync", "auto")),
+                           rule)
+        except ValueError as e:
+            raise ConfigError(f"{key}: {e} (method {name})") from None
+        if m.get("kl_control") and not rule.scalable:
+            raise ConfigError(f"methods.{name}.kl_control: rule {m['rule']!r} cannot scale its "
+                              "step (it applies the update inside propose)")
+
+
+def _check_rules_fit_model(config: dict) -> None:
+    """Build each update rule on the configured architecture (meta tensors: no memory, no
+    weights), so options that cannot work on this model, e.g. a rank above a weight's smaller
+    side, stop the workflow here with the rule's own message naming the module."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from logra.rl.models import model_config
+    try:
+        hf_config = model_config(config["model"])
+    except OSError:  # a hub name while offline: the rule is checked when the run starts
+        return
+    task = next(iter(config["tasks"]))  # only lrs differ per task: they fit any model
+    for name, m in config["methods"].items():
+        with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA adapters)
+            model = AutoModelForCausalLM.from_config(hf_config)
+        try:
+            rule = rules.build(m["rule"], model, task_options(m.get("options", {}), task))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"methods.{name}.options: {e}") from None
+        if rule.control is not None and m.get("kl_control"):
+            raise ConfigError(f"methods.{name}.kl_control: rule {m['rule']!r} controls its own "
+                              "step (its options); remove kl_control, or switch its own off")
+        half = (config["grpo"] | m.get("grpo", {}))["probe_size"] // 2
+        if getattr(rule.control, "probe_responses", 0) > half:
+            raise ConfigError(f"methods.{name}.options.probe_responses: "
+                              f"{rule.control.probe_responses} sequences exceed the probe's "
+                              f"prediction half (grpo.probe_size // 2 = {half}; the other half "
+                              "measures the realized KL)")
+
+
+def generation_room(config: dict) -> int:
+    """Tokens a model must have room to generate after a prompt: the longest of lm-eval's
+    `eval.max_gen_toks` and every method's `grpo.max_new_tokens`."""
+    return max(config["eval"]["max_gen_toks"], config["grpo"]["max_new_tokens"],
+               *(m.get("grpo", {}).get("max_new_tokens", 0) for m in config["methods"].values()))
+
+
+def hub_models(config: dict) -> list[str]:
+    """The hub models (names or directories) runs of this config load: `model.name` unless it
+    is `tiny`, and every method's own `model`."""
+    names = [config["model"]["name"]] + [m["model"]["name"] for m in config["methods"].values()
+                                         if m.get("model")]
+    return [n for n in dict.fromkeys(names) if n != "tiny"]
+
+
+def task_options(options: dict, task: str) -> dict:
+    """A method's (or SFT's) options on one task: a value given per task ({task: value}, e.g.
+    the lr `lr_sweep` chose on each task's validation split, or SFT's steps) takes that task's
+    value, or its `default` for a task it does not name."""
+    return {k: v.get(task, v.get("default")) if isinstance(v, dict) else v
+            for k, v in options.items()}
+
+
+def lr_grid(anchor: float, points: int, factor: float) -> list[float]:
+    """The lr sweep's grid rule, the same for every method (an equal tuning budget): `points`
+    lrs spaced by `factor` around the method's declared `anchor`, anchor·factor^k for
+    k = -((points - 1) // 2) ... points // 2 (6 points, factor 2: anchor/4 ... anchor·8)."""
+    ks = range(-((points - 1) // 2), points // 2 + 1)
+    return [float(f"{anchor * factor ** k if k >= 0 else anchor / factor ** -k:.12g}") for k in ks]
+
+
+def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
+    """Add one method per (method, lr) of `lr_sweep` (each anchor's `lr_grid`) to
+    config["methods"], a copy with its step size replaced (the rule's `step_size_option`: `lr`,
+    LoGRA's `update_ratio`), named `<method>_lr<lr>` (`dense_adam_lr0p0001`,
+    `dense_adam_lr2p5em05`), the configured one too: adopting the sweep's choice in the config
+    renames no sweep run. Returns {name: (method, lr)}."""
+    sweep, spec = {}, config.get("lr_sweep") or {"anchors": {}}
+    for method, anchor in spec["anchors"].items():
+        base = config["methods"][method]
+        for lr in lr_grid(anchor, spec.get("points", 6), spec.get("factor", 2.0)):
+            name = f"{method}_lr{lr:g}".replace("-", "m").replace("+", "").replace(".", "p")
+            if name in config["methods"]:
+                raise ConfigError(f"lr_sweep.anchors.{method}: the run name {name!r} for "
+                                  f"lr={lr} is already a method")
+            knob = rules.rule_class(base["rule"]).step_size_option
+            config["methods"][name] = {**copy.deepcopy(base),
+                                       "options": {**base.get("options", {}), knob: lr}}
+            sweep[name] = (method, lr)
+    return sweep
+
+
+def validate_file(path: str | Path) -> dict:
+    """One complete config file, read, validated (filling defaults) and checked (`resolve`
+    without the default config under it)."""
+    return resolve([path], default=None)
+
+
+def _check_data_sizes(config: dict) -> None:
+    """The train split must fill SFT's held-out slice plus one batch, and every method's GRPO
+    step (each draws its prompts without replacement)."""
+    n = (config.get("data") or {}).get("n_train")
+    if n is None:  # every row of a dataset: its size is known to the data job
+        return
+    sft = config["sft"]
+    steps = sft["steps"].values() if isinstance(sft["steps"], dict) else [sft["steps"]]
+    if any(steps) and n < sft["eval_examples"] + sft["batch_size"]:
+        raise ConfigError(f"data.n_train: {n} train examples cannot hold SFT's held-out slice "
+                          f"(sft.eval_examples: {sft['eval_examples']}) plus one batch "
+                          f"(sft.batch_size: {sft['batch_size']})")
+    for name, m in config["methods"].items():
+        prompts = (config["grpo"] | m.get("grpo", {}))["prompts_per_step"]
+        if prompts > n:
+            key = (f"methods.{name}.grpo.prompts_per_step" if "prompts_per_step" in
+                   m.get("grpo", {}) else "grpo.prompts_per_step")
+            raise ConfigError(f"{key}: {prompts} prompts per step are drawn from the train "
+                              f"split without replacement, which holds data.n_train: {n}")
+
+
+def stability_runs(config: dict, opt_in: bool = False) -> list[str]:
+    """The long runs of figures/stability_27b as "task/method/seedN": `stability.methods` on its
+    task over `stability.seeds`, or `opt_in_methods` over `opt_in_seeds` (defaults: methods,
+    every seed)."""
+    st = config.get("stability") or {}
+    if not st:
+        return []
+    methods = (st.get("opt_in_methods") if opt_in else None) or st["methods"]
+    seeds = st.get("opt_in_seeds" if opt_in else "seeds") or config["seeds"]
+    return [f"{st['task']}/{m}/seed{s}" for m in methods for s in seeds]
+
+
+def lr_scaled(method: dict, scale: float) -> dict:
+    """A copy of a `methods` entry with every step-size option (the rule's
+    `step_size_option`, `lr` or LoGRA's `update_ratio`, and each `*_lr`, per task where given
+    per task) multiplied by `scale`, rounded to 12 significant digits (so 5e-5 x 0.02 is 1e-6,
+    not 1.0000000000000002e-06)."""
+    def times(value):
+        return ({k: times(v) for k, v in value.items()} if isinstance(value, dict)
+                else float(f"{value * scale:.12g}"))
+    cls = rules.rule_class(method["rule"])
+    options = dict(method.get("options", {}))
+    if cls.step_size_option not in options and rules.step_size(cls, options) is not None:
+        options[cls.step_size_option] = rules.step_size(cls, options)  # its default, scaled
+    return {**copy.deepcopy(method), "options": {**options, **{
+        k: times(v) for k, v in options.items()
+        if k == cls.step_size_option or k.endswith("_lr")}}}
+
+
+def sync_regimes(config: dict) -> dict[str, list[str]]:
+    """`snakemake sync_regime`'s regimes, {regime: its method names}: each of
+    `sync_regime.methods` with its lrs times the regime's `lr_scales` value, named
+    `<method>_<regime>` (the method itself at scale 1; `add_sync_regime_methods` defines them)."""
+    st = config.get("sync_regime") or {}
+    return {regime: [m if scale == 1 else f"{m}_{regime}" for m in st["methods"]]
+            for regime, scale in st.get("lr_scales", {}).items()}
+
+
+def add_sync_regime_methods(config: dict) -> dict[str, list[str]]:
+    """Define the lr-scaled methods of `sync_regimes` in config["methods"]; returns them."""
+    regimes = sync_regimes(config)
+    st = config.get("sync_regime") or {}
+    for regime, names in regimes.items():
+        for method, name in zip(st["methods"], names):
+            if name == method:
+                continue
+            if name in config["methods"]:
+                raise ConfigError(f"sync_regime.lr_scales.{regime}: the run name {name!r} is "
+                                  "already a method")
+            config["methods"][name] = lr_scaled(config["methods"][method],
+                                                st["lr_scales"][regime])
+    return regimes
+
+
+def sync_regime_methods(config: dict) -> list[str]:
+    """The methods of `snakemake sync_regime`, every regime's."""
+    return list(dict.fromkeys(m for names in sync_regimes(config).values() for m in names))
+
+
+def sync_regime_runs(config: dict) -> list[str]:
+    """The runs of `snakemake sync_regime` as "task/method/seedN": every regime's methods on
+    its task over `sync_regime.seeds` (default: every seed)."""
+    st = config.get("sync_regime") or {}
+    return [f"{st['task']}/{m}/seed{s}" for m in sync_regime_methods(config)
+            for s in st.get("seeds") or config["seeds"]] if st else []
+
+
+def start_model(config: dict, method: str | None = None) -> str | None:
+    """The hub model (name or directory) a run of `method` (None: the task's base model) starts
+    from as it is, or None when it starts from its seed's SFT base
+    `results/base/{task}/seed{seed}/model`: a method's own `model`, or the configured hub model
+    when `sft.steps` is 0."""
+    own = config["methods"][method].get("model") if method else None
+    if own:
+        return own["name"]
+    steps = config["sft"]["steps"]
+    if config["model"]["name"] != "tiny" and not any(
+            steps.values() if isinstance(steps, dict) else [steps]):
+        return config["model"]["name"]
+    return None
+
+
+def base_input(config: dict, wildcards) -> dict[str, str]:
+    """Snakemake input {"base": SFT base directory} of a run (`wildcards.method`) or of a base
+    evaluation (no method), or {} when it starts from a hub model. Each seed has its own base,
+    shared by every method of that seed: a seed replicates the whole pipeline."""
+    if start_model(config, getattr(wildcards, "method", None)):
+        return {}
+    return {"base": f"results/base/{wildcards.task}/seed{wildcards.seed}/model"}
+
+
+# the stages (rule files) whose jobs compute on `device`: on CUDA each takes one GPU, a GRPO run
+# grpo.nproc_per_node of them
+DEVICE_STAGES = ("base", "train", "eval", "memory")
+
+
+def gpus_per_run(config: dict, method: str) -> int:
+    """GPUs one run of `method` needs: 0 on CPU."""
+    grpo = config["grpo"] | config["methods"][method].get("grpo", {})
+    return grpo["nproc_per_node"] if config["device"].startswith("cuda") else 0
+
+
+def job_resources(config: dict, stage: str) -> dict:
+    """Snakemake resources of one job of `stage` (its rule file), what a cluster scheduler is
+    asked for (workflow/profiles/slurm): `mem_mb` and `runtime` (minutes) from the config's
+    `cluster.mem_gb` and `cluster.runtime_min` (the stage's value, or `default`), and `gpu`,
+    which follows `device`: none on CPU; on CUDA one per job of a DEVICE_STAGES stage, and for
+    a GRPO run its method's grpo.nproc_per_node."""
+    cluster = {key: values.get(stage, values["default"])
+               for key, values in config["cluster"].items()}
+    resources = {"mem_mb": round(cluster["mem_gb"] * 1024),
+                 "runtime": round(cluster["runtime_min"])}
+    if stage == "train":
+        resources["gpu"] = lambda wildcards: gpus_per_run(config, wildcards.method)
+    elif stage in DEVICE_STAGES:
+        resources["gpu"] = int(config["device"].startswith("cuda"))
+    return resources
+
+
+def run_config(config: dict, task: str, method: str, seed: int) -> dict:
+    """Everything one (task, method, seed) run needs, as stored in its summary.json."""
+    return {
+        "run_id": f"{task}/{method}/seed{seed}", "task_name": task, "method_name": method,
+        "seed": int(seed), "device": config["device"], "threads": config["threads"],
+        "memory_budget_bytes": (int(config["memory_budget_gb"] * 2**30)
+                                if config.get("memory_budget_gb") else None),
+        "task": {"type": config["tasks"][task]["type"],
+                 "options": config["tasks"][task].get("options", {})},
+        "method": {"rule": config["methods"][method]["rule"],
+                   "options": _seeded(config["methods"][method], task, int(seed)),
+                   "kl_control": config["methods"][method].get("kl_control")},
+        "model_name": (config["methods"][method].get("model") or config["model"])["name"],
+        "grpo": _run_grpo(config["grpo"] | config["methods"][method].get("grpo", {})),
+        "rollout": (dict(config["rollout"]) | config["methods"][method].get("rollout", {})
+                    | {"sync": sync_transport(config, method)}),
+    }
+
+
+def _seeded(method: dict, task: str, seed: int) -> dict:
+    """A method's options on `task`; a rule with a `seed` option (LoGRA's projections) gets
+    the run's seed unless the method sets one, as the LoGRA authors' configs do."""
+    options = task_options(method.get("options", {}), task)
+    if "seed" in rules.rule_class(method["rule"]).options and "seed" not in options:
+        options["seed"] = seed
+    return options
+
+
+def _run_grpo(g: dict) -> dict:
+    """A run's grpo keys: a run shorter than `profile_step` profiles its last step."""
+    return g | {"profile_step": min(g["profile_step"], g["steps"])}
+
+
+def sync_transport(config: dict, method: str) -> str:
+    """The sync transport of `method`'s runs: its own `sync`, else `rollout.sync`, `auto`
+    resolved to the rule's own (`logra.rl.weight_sync.transport`)."""
+    m = config["methods"][method]
+    return weight_sync.transport(m.get("sync", config["rollout"].get("sync", "auto")),
+                          rules.rule_class(m["rule"]))

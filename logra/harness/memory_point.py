@@ -1,0 +1,126 @@
+"""One point of the memory and speed sweep: the same GRPO step, one method, one model size.
+
+`measure(size_options, method, shape)` builds a randomly initialised tiny-config decoder of the
+given size (character vocabulary), a fixed batch of `batch` sequences (prompt_len prompt tokens
++ completion_len completion tokens, random advantages) and runs the GRPO step as the trainer
+does: a rollout (`generate` of completion_len tokens for the batch's prompts, timed; on CPU the
+engine lives in another process, so its memory is not part of the trainer's peak) and the update
+(`logra.rl.step.update_step`: forward/backward over micro-batches, propose, KL control when
+configured, apply, realized KL on the probe), then the sync payload. Step 1 warms up (LoGRA
+builds its bases, GaLore its projections), step 2 is measured with `MemoryMeter` (peak and
+breakdown), steps 3.. are timed (median). Beside the measurement: the planner's prediction
+(`logra.measure.planner.plan`, fp32, one device) and its relative error.
+
+With a memory budget the point records `status: oom` and what it needed instead of failing:
+on CUDA the allocator is capped at the budget (`torch.OutOfMemoryError` is caught); on CPU the
+measured peak is compared with the budget after the fact (labelled `oom_check: measured peak
+vs budget`).
+"""
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from logra import rules
+from logra.measure.memory import MemoryMeter
+from logra.measure.planner import plan
+from logra.optim.kl_control import KLControl
+from logra.rl.models import n_params, tiny_config
+from logra.rl.step import cap_cuda_memory, compute_context, cuda_oom, update_step
+from logra.rl.weight_sync import payload_bytes
+
+
+def fixed_batch(vocab_size: int, n: int, prompt_len: int, completion_len: int,
+                probe_size: int, generator: torch.Generator | None = None,
+                device: str | torch.device = "cpu") -> tuple[tuple, tuple]:
+    """A GRPO batch of fixed shape: (ids, attn, loss mask over the completion, advantages) of
+    `n` random sequences, and the probe (its first `probe_size` sequences)."""
+    gen = generator or torch.Generator().manual_seed(0)
+    ids = torch.randint(3, vocab_size, (n, prompt_len + completion_len), generator=gen).to(device)
+    attn = torch.ones_like(ids)
+    mask = torch.zeros(n, prompt_len + completion_len - 1, dtype=torch.long, device=device)
+    mask[:, prompt_len - 1:] = 1
+    adv = torch.randn(n, generator=gen).to(device)
+    return (ids, attn, mask, adv), (ids[:probe_size], attn[:probe_size], mask[:probe_size])
+
+
+def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4,
+            device: str = "cpu", budget_bytes: int | None = None, seed: int = 0,
+            compute_dtype: str = "float32") -> dict:
+    """`size`: tiny_config options; `method`: {rule, options, kl_control}; `shape`: batch,
+    micro_batch, prompt_len, completion_len; `grpo`: the run config's grpo section (loss
+    settings; batch sizes are taken from `shape`). `compute_dtype: bfloat16` runs the update
+    under autocast, on float32 weights (the planner's prediction stays float32)."""
+    if steps < 3:
+        raise ValueError(f"memory_sweep.steps={steps}: needs >= 3 (warm-up, measured, timed)")
+    torch.manual_seed(seed)
+    dev = torch.device(device)
+    hf_config = tiny_config(**size)
+    model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32).to(dev)
+    g = dict(grpo, micro_batch_size=shape["micro_batch"])
+    n, p_len, c_len = shape["batch"], shape["prompt_len"], shape["completion_len"]
+    batch, probe = fixed_batch(hf_config.vocab_size, n, p_len, c_len, g["probe_size"],
+                               torch.Generator().manual_seed(seed), dev)
+    ids, attn = batch[0], batch[1]
+    cap_cuda_memory(budget_bytes, dev)
+
+    point = {"n_params": n_params(model), "vocab_size": hf_config.vocab_size,
+             "rule": method["rule"], "device": str(dev),
+             "threads": torch.get_num_threads(), "compute_dtype": compute_dtype,
+             "batch": n, "micro_batch": shape["micro_batch"], "seq_len": p_len + c_len,
+             "memory_budget_bytes": budget_bytes, "status": "ok"}
+    point["planned"] = plan(hf_config, method["rule"], method["options"],
+                            micro_batch=shape["micro_batch"], seq_len=p_len + c_len,
+                            probe_size=g["probe_size"], completion_len=c_len,
+                            kl_control=bool(method.get("kl_control")) or rules.rule_class(
+                                method["rule"]).has_control(method["options"]),
+                            attention_mask=False,  # no padding: HF's sdpa then takes no mask
+                            chunk_tokens=g.get("chunk_tokens"))
+    times, rollout_times, sync = [], [], []
+    try:  # building the rule allocates too (its state; 8-bit AdamW compiles on throwaway weights)
+        rule = rules.build(method["rule"], model, method["options"])
+        kl = KLControl(**method["kl_control"]) if method.get("kl_control") else None
+        for step in range(1, steps + 1):
+            if step == 2 and dev.type == "cuda":  # the rollout's own peak
+                torch.cuda.reset_peak_memory_stats(dev)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                model.generate(input_ids=ids[:, :p_len], attention_mask=attn[:, :p_len],
+                               min_new_tokens=c_len, max_new_tokens=c_len, do_sample=True,
+                               top_k=0, top_p=1.0, pad_token_id=0)
+            t1 = time.perf_counter()
+            if step == 2 and dev.type == "cuda":
+                rollout_peak = torch.cuda.max_memory_allocated(dev)
+            meter = (MemoryMeter(dev, labels={"optimizer": rule.state_tensors(),
+                                              "grads": rule.grad_buffers()})
+                     if step == 2 else contextlib.nullcontext())
+            with meter, compute_context(dev, getattr(torch, compute_dtype)):
+                update_step(model, None, rule, kl, batch, probe, g,
+                            phase=getattr(meter, "phase", None))
+            if step == 2:
+                report = meter.report
+            t2 = time.perf_counter()
+            sync.append(payload_bytes(rule.sync_payload()))
+            if step > 2:
+                times.append(t2 - t1)
+                rollout_times.append(t1 - t0)
+    except torch.OutOfMemoryError as e:
+        point.update(status="oom", peak_mem_bytes=None, **cuda_oom(e, dev))
+        return point
+    point.update(
+        peak_mem_bytes=report.peak_bytes, mem_breakdown=report.by_category,
+        # each phase's peak in the measured step (CUDA: the rollout's first)
+        phase_peaks=({"rollout": rollout_peak} if dev.type == "cuda" else {}) | report.phase_peaks,
+        mem_measure=report.method, optimizer_state_bytes=rule.state_bytes(),
+        update_time_s=statistics.median(times), rollout_time_s=statistics.median(rollout_times),
+        sync_bytes_per_step=statistics.mean(sync[1:]),
+        planned_error=point["planned"]["total"] / report.peak_bytes - 1)
+    point["peak_phase"] = max(point["phase_peaks"], key=point["phase_peaks"].get, default=None)
+    if budget_bytes and report.peak_bytes > budget_bytes:
+        point.update(status="oom", oom_check="measured peak vs budget (CPU: after the fact)",
+                     oom_needed_bytes=report.peak_bytes)
+    return point

@@ -1,0 +1,215 @@
+"""Memory planner: predicted per-GPU bytes of one GRPO update, phase by phase, from an HF config.
+
+    plan(hf_config, rule, options, micro_batch=8, seq_len=512, policy="bf16", gpus=8,
+         sharding="fsdp", rollout_share=0.3, gpu_bytes=80e9, kl_control=True)
+
+Everything here is a *prediction*, computed from tensor shapes; the memory sweep measures the
+same update (its peak and each phase's, `MemoryMeter.phase`) and reports the error, and
+`figures/stability_27b` shows the two side by side. The model is built on the meta device (no
+memory, any size), and the weights a rule treats as low rank are chosen by the same `modules`
+regex the rules use (`logra.optim.rule.low_rank_linears`).
+
+Categories (bytes per GPU; `/ gpus` under FSDP, ZeRO-3):
+- weights: every weight in the policy dtype (fp32; or bf16 for `policy="bf16"`);
+- master: fp32 master copy of the trained weights (`policy="bf16"` only);
+- optimizer: the rule's state in fp32;
+- grads: gradients alive at the end of backward, fp32 (FSDP reduces in fp32);
+- activations: saved for backward by one micro-batch (`logra.measure.memory.activation_bytes_estimate`,
+  derived for Llama/Qwen2 decoders; for other architectures, e.g. Gemma-3, an approximation;
+  the loss's log-probs are chunked, `logra.rl.loss.token_logprobs`, so nothing of vocabulary size is
+  saved), plus the loss's chunk in flight: one min(chunk_tokens, micro_batch·seq_len)·vocab
+  fp32 tensor and, under a narrower policy dtype, its cast; and, when the output layer trains,
+  its weight's gradient as backward forms it (vocab·hidden, policy dtype), before it is added
+  to the one accumulated over the earlier micro-batches;
+- probe (logra/optim/kl_control.py): the base kept across the update, the output layer's input per
+  probe token (base_seqs·completion_len·hidden; base_seqs = probe_size with KL control, else
+  the held-out half's ⌈probe_size/2⌉) and a copy of the output layer's weights when
+  trained (vocab·hidden, whole under FSDP too), plus the chunked KL's three
+  min(chunk_tokens, ⌈probe_size/2⌉·completion_len)·vocab fp32 tensors;
+- fsdp: under FSDP, the all-gathered weights of two decoder layers (current + prefetched, policy
+  dtype) and one layer's unsharded gradients before reduce-scatter;
+- rollout: a colocated rollout engine's share of the GPU (vLLM's gpu_memory_utilization),
+  rollout_share·gpu_bytes, held through every phase.
+
+Phases (`PHASES`, as `logra.rl.step.update_step` runs them; each alive with weights, master,
+optimizer, rollout and, but in rollout, fsdp):
+- rollout: nothing else (the engine's share is its whole cost);
+- forward_backward: grads + activations;
+- propose: grads + the base probe + the rule's step beyond the gradient buffers + the larger
+  of what the rule forms and frees inside propose and the base forward's largest transient (a
+  no-grad forward: one MLP's gate activation, up and product, 3·base_seqs·seq_len·intermediate);
+- kl_control (methods with KL control): propose's tensors + the saved copy that `perturbed`
+  restores, in fp32 + the larger of the probe forward's transient and the chunked KL; for a
+  rule that predicts by a forward-mode JVP (LoGRA's `jvp_control`): the dual forward of the
+  probe sequences that share one (their kept logits within chunk_tokens), or their kept
+  logits and tangents (fp32) and the float64 work on 64 completion positions (4 (64, vocab)
+  tensors), whichever is larger, without the base;
+- apply: the larger of what is alive when it starts (propose's tensors) and what survives it
+  + the base probe + the realized KL's forward or chunks.
+`total` is the largest phase and `peak_phase` names it.
+
+What each category holds for a given update rule (its weights, master copy, gradients, state,
+step, perturbed copy, what survives apply) is that rule's own prediction, `planned` in its
+module (`logra.optim.rule.UpdateRule.planned`); `sync_bytes` is its `planned_sync` for its own
+transport, and the generic `full` and `delta` transports from its trained words.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+
+from logra import rules
+from logra.common import POLICIES, delta_bytes
+from logra.measure.memory import activation_bytes_estimate
+from logra.optim.chunked import CHUNK_TOKENS
+from logra.optim.rule import DEFAULT_MODULES, Geometry, low_rank_linears
+
+SHARDINGS = ("none", "fsdp")
+
+
+def shapes(hf_config, modules: str = DEFAULT_MODULES):
+    """(all parameter shapes, low-rank weight shapes, largest decoder-layer parameter count)
+    of the model `hf_config` describes, built on the meta device."""
+    from transformers import AutoModelForCausalLM
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    params = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    low_rank = [tuple(m.weight.shape) for _, m in low_rank_linears(model, modules)]
+    layer = re.compile(r"\.layers\.(\d+)\.")
+    per_layer: dict[str, int] = {}
+    for n, s in params.items():
+        if (hit := layer.search(n)):
+            per_layer[hit.group(1)] = per_layer.get(hit.group(1), 0) + math.prod(s)
+    return params, low_rank, max(per_layer.values(), default=0)
+
+
+def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int, seq_len: int,
+         policy: str = "fp32", gpus: int = 1, sharding: str = "none", probe_size: int = 8,
+         completion_len: int | None = None, kl_control: bool = False,
+         chunk_tokens: int | None = None, rollout_share: float = 0.0,
+         gpu_bytes: float | None = None, checkpointing: bool = False,
+         attention_mask: bool = True, attn_implementation: str = "sdpa") -> dict:
+    """Predicted per-GPU bytes by category and by phase (see the module docstring): the
+    categories, `phase_<name>` for each phase that runs, `total` (the largest) and
+    `peak_phase`. `completion_len` (default `seq_len`) sizes the probe's tokens."""
+    options = dict(options or {})
+    if policy not in POLICIES:
+        raise ValueError(f"policy: unknown {policy!r}; known: {sorted(POLICIES)}")
+    if sharding not in SHARDINGS:
+        raise ValueError(f"sharding: unknown {sharding!r}; known: {SHARDINGS}")
+    if rollout_share and not gpu_bytes:
+        raise ValueError("rollout_share needs gpu_bytes (the GPU's memory)")
+    geo, layer_numel = geometry(hf_config, options, rule)
+    b, f = POLICIES[policy], 4
+    shard = gpus if sharding == "fsdp" else 1
+    vocab, hidden = hf_config.vocab_size, hf_config.hidden_size
+    rule_plan = rules.rule_class(rule).planned(geo, options, b)
+    # LoGRA's own control predicts by a forward-mode JVP (`jvp_control`), without the base
+    jvp = kl_control and rule_plan.get("jvp_control", False)
+    # the base covers the whole probe with KL control, else its held-out half only
+    base_seqs = probe_size if kl_control and not jvp else probe_size - probe_size // 2
+    probe_tokens = base_seqs * (completion_len or seq_len)
+    base = probe_tokens * hidden * b + (0 if rule_plan["frozen_base"] else vocab * hidden * b)
+    chunk = min(chunk_tokens or CHUNK_TOKENS,
+                math.ceil(probe_size / 2) * (completion_len or seq_len))
+    chunks = 3 * chunk * vocab * f
+    loss_chunk = min(chunk_tokens or CHUNK_TOKENS, micro_batch * seq_len) * vocab * (
+        f + (b if b < f else 0))
+    # per GPU: sharded under FSDP, but what the rule keeps whole on every rank (LoGRA's state)
+    per_gpu = {k: rule_plan[k] // (1 if k in rule_plan.get("replicated", ()) else shard)
+               for k in ("weights", "master", "grads", "optimizer", "step", "perturbed_copy",
+                         "after_apply")}
+    out = {k: per_gpu[k] for k in ("weights", "master", "grads", "optimizer")}
+    out |= {
+        "activations": activation_bytes_estimate(
+            hf_config, batch=micro_batch, seq_len=seq_len, dtype_bytes=b,
+            checkpointing=checkpointing, attention_mask=attention_mask,
+            attn_implementation=attn_implementation, frozen=rule_plan["frozen_base"],
+            sketch_rank=rule_plan.get("sketch_rank", 0),
+            loss="chunked")
+        + loss_chunk + (0 if rule_plan["frozen_base"] else vocab * hidden * b),
+        "probe": base + chunks,
+        # two layers' weights all-gathered; one layer's unsharded grads (a frozen base: none)
+        "fsdp": (2 * layer_numel * b + (0 if rule_plan["frozen_base"] else layer_numel * b)
+                 if shard > 1 else 0),
+        "rollout": int(rollout_share * gpu_bytes) if rollout_share else 0,
+    }
+    # a no-grad probe forward's largest transient: one MLP's gate activation, up and their
+    # product over the probe's tokens
+    probe_forward = 3 * base_seqs * seq_len * hf_config.intermediate_size * b
+    kl_pass = max(probe_forward, chunks)  # the chunks are formed after the last MLP has freed
+    if jvp:  # sequences that share a forward (their kept logits within chunk_tokens), dual
+        # (x2): the kept logits and their tangent (fp32), and the float64 work on 64 of one
+        # sequence's positions at a time (4 (64, vocab) tensors)
+        c_len = completion_len or seq_len
+        shared = min(rule_plan["jvp_responses"], max(1, (chunk_tokens or CHUNK_TOKENS) // c_len))
+        jvp_pass = max(2 * shared * probe_forward // base_seqs,
+                       2 * shared * c_len * vocab * f + 4 * min(64, c_len) * vocab * 8)
+    alive = out["weights"] + out["master"] + out["optimizer"] + out["rollout"] + out["fsdp"]
+    proposed = out["grads"] + base + per_gpu["step"]  # from propose until apply
+    phases = {
+        "rollout": alive - out["fsdp"],
+        "forward_backward": alive + out["grads"] + out["activations"],
+        "propose": alive + proposed + max(probe_forward, rule_plan["transient"]),
+        "kl_control": (None if not kl_control else alive + proposed + jvp_pass if jvp else
+                       alive + proposed + per_gpu["perturbed_copy"] + kl_pass),
+        "apply": alive + max(proposed, per_gpu["after_apply"] + base + kl_pass),
+    }
+    out.update({f"phase_{name}": v for name, v in phases.items() if v is not None})
+    out["peak_phase"] = max((v, name) for name, v in phases.items() if v is not None)[1]
+    out["total"] = phases[out["peak_phase"]]
+    return out
+
+
+def geometry(hf_config, options: dict, rule=None) -> tuple[Geometry, int]:
+    """The model's `methods.Geometry` for the rule's low-rank modules
+    (`UpdateRule.modules(options)`), and its largest decoder layer's parameter count."""
+    modules = (rules.rule_class(rule).modules(options) if rule
+               else options.get("modules", DEFAULT_MODULES))
+    params, low_rank, layer_numel = shapes(hf_config, modules)
+    sizes = [math.prod(s) for s in params.values()]
+    head_dim = (getattr(hf_config, "head_dim", None)
+                or hf_config.hidden_size // hf_config.num_attention_heads)
+    return Geometry(sum(sizes), tuple(low_rank), max(sizes), tuple(params.items()),
+                            head_dim), layer_numel
+
+
+def sync_bytes(hf_config, rule: str, options: dict | None = None, policy: str = "fp32",
+               transport: str = "auto", changed_fraction: float | None = None) -> int | None:
+    """Predicted bytes of one policy sync by `transport` (`logra.common.TRANSPORTS`, or `auto`:
+    the rule's own), the engine in the `policy` dtype: the rule's own transport is its
+    `planned_sync`; `full` every trained word (`planned_trained`); `delta` the
+    `changed_fraction` of them (`delta_bytes`; a parameter, required). None where the
+    transport does not apply to the rule."""
+    options = dict(options or {})
+    return _sync_bytes(rules.rule_class(rule), geometry(hf_config, options, rule)[0], options,
+                       POLICIES[policy], transport, changed_fraction)
+
+
+def sync_columns(hf_config, rule: str, options: dict | None = None,
+                 policy: str = "fp32") -> dict:
+    """planner.csv's sync columns (one model built): `sync_bytes` (the rule's own transport),
+    `sync_bytes_full`, `sync_bytes_low_rank` (None where it does not apply) and
+    `sync_trained_words`, from which `delta_bytes` predicts delta at any changed fraction."""
+    options, cls = dict(options or {}), rules.rule_class(rule)
+    geo, b = geometry(hf_config, options, rule)[0], POLICIES[policy]
+    return {"sync_bytes": _sync_bytes(cls, geo, options, b, "auto"),
+            **{f"sync_bytes_{t}": _sync_bytes(cls, geo, options, b, t)
+               for t in ("full", "low_rank")},
+            "sync_trained_words": cls.planned_trained(geo, options)}
+
+
+def _sync_bytes(cls, geo, options: dict, b: int, transport: str,
+                changed_fraction: float | None = None) -> int | None:
+    if transport != "auto" and transport not in cls.transports:
+        return None
+    if transport in ("auto", cls.transports[0]):
+        return cls.planned_sync(geo, options, b)
+    words = cls.planned_trained(geo, options)
+    if transport == "full":
+        return words * b
+    if changed_fraction is None:
+        raise ValueError("sync_bytes: the delta transport needs changed_fraction")
+    return delta_bytes(words, changed_fraction, b)

@@ -1,0 +1,532 @@
+"""The GRPO loop: rollouts -> rewards -> advantages -> loss -> update rule -> sync.
+
+One run = one (task, method, seed). The loop knows nothing about the method: it asks the update
+rule (`logra/optim/rule.py`) to propose a step and applies it, then ships the rule's sync payload
+to the rollout engine, which holds its own copy of the weights in another process.
+
+Per step it writes one row of `metrics.csv` (columns in `METRIC_COLUMNS`). Two steps are
+measured with `logra.measure.memory.MemoryMeter` around the whole update phase (forward, backward,
+propose, apply): step 1, where every rule builds its state and LoGRA and GaLore refresh their
+bases (LoGRA holds its range finder's sketches then), and `grpo.profile_step`, a steady step.
+The larger peak is the run's `peak_mem_bytes`, stored with its step's breakdown and the
+analytic one beside it; `peak_mem_bytes_by_step` keeps both. Rollout memory lives in the
+engine's process and is not part of the trainer's peak on CPU.
+
+Sync (logra/rl/weight_sync.py `EngineSync`): after each step the run's transport (`rollout.sync` or the
+method's `sync`) is applied and every applicable transport's serialized bytes are logged
+(`sync_bytes_full`, `sync_bytes_delta`, `sync_bytes_low_rank`: empty where it does not apply),
+with `sync_seconds` (the applied one: pack + hand-over + apply; here the hand-over is a local
+pipe to the engine's process) and `sync_changed_fraction` (trained words whose engine-dtype
+value changed). `logp_mismatch_mean` / `_max`: |log π_trainer − log π_engine| over the step's
+completion tokens, the engine's log-probs returned with its samples, the trainer's from the
+update's own forward (the old log-probs; no extra pass).
+
+One update per rollout batch (TRL's default `num_iterations=1`): the old log-probs are the
+current ones detached, so the importance ratio is exactly 1 and clipping is inactive, as in
+TRL; the clipped loss is kept so that the objective is GRPO's and rollouts may be reused later.
+
+Reliability: every `grpo.checkpoint_every` steps the run's full state is checkpointed
+(logra/rl/checkpoint.py) into `checkpoint_dir`; a rerun after a crash or `kill -9` resumes from it
+and ends with the same weights and metrics. A checkpoint that fails verification is set aside
+and the run starts from its base, or the run stops (`grpo.on_bad_checkpoint`). After each step
+`divergence` decides whether the run has diverged (non-finite values, a realized KL or weight
+norm past its bound, a gradient stuck at zero while rewards vary); such a run stops with
+`status: diverged`, `diverged_at_step` and `diverged_because`, the saved model is the last good
+checkpoint's (or the base model; `model_step` says which) and the checkpoint is kept. A rollout
+engine that fails or stops answering (logra/rl/rollout.py, `EngineError`) stops the run naming the
+step; the checkpoint stays for the rerun. A finished run removes its checkpoint and the folders
+left empty. Every output is written atomically (logra/files.py).
+
+FSDP (`grpo.nproc_per_node` > 1, started by torchrun; logra/rl/fsdp.py): rank 0 owns the rollout
+engine and broadcasts the rollouts; each global micro-batch of micro_batch_size x world sequences
+is split between the ranks; rank 0 writes metrics, summary and the gathered model. Checkpoints
+(resume) are single-process only for now. `grpo.compute_dtype: bfloat16` computes forwards and
+backwards in bf16 on float32 master weights (FSDP's mixed precision, else autocast).
+
+Out-of-memory is a result: with `memory_budget_gb` set, a run that needs more stops with
+`status: oom` and `oom_needed_bytes` (kept like a divergence). On CUDA the allocator is capped
+at the budget and `torch.OutOfMemoryError` is caught; on CPU, where exceeding memory kills the
+process, the larger measured peak of the profiled steps is compared with the budget after the
+last of them (`oom_check` says which).
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import math
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from logra import repro, rules
+from logra.common import SYNC_METRICS
+from logra.files import atomic_path, save_pretrained, write_json
+from logra.measure.memory import (
+    MemoryMeter,
+    MemoryReport,
+    activation_bytes_estimate,
+    analytic_breakdown,
+)
+from logra.optim import collectives
+from logra.optim.collectives import local
+from logra.optim.kl_control import KLControl
+from logra.optim.kl_control import calibration as kl_calibration
+from logra.optim.rule import tensor_bytes
+from logra.rl import checkpoint, fsdp
+from logra.rl.loss import group_advantages
+from logra.rl.models import load, median_abs_weight, n_params
+from logra.rl.rollout import EngineError, make_engine
+from logra.rl.step import cap_cuda_memory, compute_context, cuda_oom, update_step
+from logra.rl.tasks import get_task, read_jsonl
+from logra.rl.weight_sync import EngineSync, payload_bytes
+
+# Measured peak vs analytic breakdown: the analytic side leaves out gradients of activations
+# and allocator slack during backward (a few percent, see logra/measure/memory.py).
+MEM_TOLERANCE = 0.15
+
+METRIC_COLUMNS = ["step", "reward_mean", "reward_std", "loss", "kl_pred", "kl_real",
+                  "step_scale", "grad_norm", "step_time_s", "sync_bytes", "peak_mem_bytes",
+                  "sync_drift", *SYNC_METRICS[1:], "logp_mismatch_mean", "logp_mismatch_max",
+                  "logp_mismatch_signed", "kl_budget", "mismatch_ema", "control_seconds"]
+
+
+def pad_batch(rollouts, pad_id: int):
+    """Left-pad prompts and right-pad completions into (input_ids, attention_mask, loss_mask,
+    engine_logp), where loss_mask (B, T-1) marks the positions whose *next* token is a
+    completion token and engine_logp (B, T-1, float32) holds there the engine's log-prob of
+    that token (`Rollout.logprobs`), aligned with `token_logprobs`' output; 0 elsewhere."""
+    p_len = max(len(r.prompt_ids) for r in rollouts)
+    c_len = max(max(len(r.completion_ids) for r in rollouts), 1)
+    ids = torch.full((len(rollouts), p_len + c_len), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    engine_logp = torch.zeros(len(rollouts), p_len + c_len - 1)
+    for i, r in enumerate(rollouts):
+        p, c = r.prompt_ids, r.completion_ids
+        ids[i, p_len - len(p):p_len] = torch.tensor(p)
+        ids[i, p_len:p_len + len(c)] = torch.tensor(c, dtype=torch.long)
+        attn[i, p_len - len(p):p_len + len(c)] = 1
+        engine_logp[i, p_len - 1:p_len - 1 + len(c)] = torch.tensor(r.logprobs)
+    loss_mask = attn[:, 1:].clone()
+    loss_mask[:, :p_len - 1] = 0
+    return ids, attn, loss_mask, engine_logp
+
+
+def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str | Path,
+          checkpoint_dir: str | Path | None = None) -> dict:
+    """Run GRPO with the resolved run config `cfg` (see logra/harness/config.py); returns summary.
+    Writes `out_dir/metrics.csv` and `out_dir/model`; resumes from `checkpoint_dir` if it holds
+    a checkpoint of this run."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    g, seed = cfg["grpo"], cfg["seed"]
+    random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(cfg["threads"])
+    mesh, device = fsdp.init(torch.device(cfg["device"]))
+    rank = collectives.rank()
+    compute_dtype = getattr(torch, g["compute_dtype"])
+
+    task = get_task(cfg["task"]["type"], **cfg["task"]["options"])
+    rows = read_jsonl(train_jsonl, required=("prompt", "answer"))
+
+    def load_model():
+        if mesh is None:
+            return load(base_dir, device=str(device))
+        return fsdp.load_sharded(base_dir, mesh, device, compute_dtype)
+
+    model, tokenizer = load_model()
+    # the scale of the weights it starts from (lr / |w| decides how many bf16 words a step
+    # changes: the sync regime); not measured on sharded parameters
+    base_median_w = median_abs_weight(model) if mesh is None else None
+    model.train()
+    if g["gradient_checkpointing"]:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    ref_model = None
+    if g["beta"] > 0:
+        ref_model = load_model()[0]
+        ref_model.eval().requires_grad_(False)
+    autocast = compute_context(device, compute_dtype if mesh is None else torch.float32)
+    # after torch.manual_seed(seed): a rule's random draws (LoGRA's Ω) follow the run's seed
+    rule = rules.build(cfg["method"]["rule"], model, cfg["method"]["options"])
+    kl_control = KLControl(**cfg["method"]["kl_control"]) if cfg["method"]["kl_control"] else None
+    shuffle_gen = torch.Generator().manual_seed(seed)
+    # the ids a response may end with: the tokenizer's eos and the model's generation config's
+    # (a hub model may list several, as vLLM stops on them all)
+    ids = getattr(model.generation_config, "eos_token_id", None)
+    eos = {tokenizer.eos_token_id, *(ids if isinstance(ids, list) else [] if ids is None
+                                     else [ids])}
+    rng = random.Random(seed)
+    n_prompts, group = g["prompts_per_step"], g["group_size"]
+    params = dict(model.named_parameters())
+    param_bytes = tensor_bytes(model.parameters())  # LoRA: adapters included
+    # everything below but the weights and the rule is the loop's state, checkpointed as `run`
+    run = {"step": 0, "metrics": [], "memory": {}, "memory_seq_len": {},  # by profiled step
+           "lowrank_bytes": 0,  # low-rank sync bytes ...
+           "lowrank_full": 0,  # ... and what those weights take in full
+           "wall_s": 0.0, "resumed_from": [],
+           "zero_grad_steps": 0,  # consecutive steps without a gradient while rewards varied
+           "steps_at_cap": 0,  # steps whose scale the control set at its cap
+           "weight_ratio_max": 1.0,  # the largest ‖θ‖ / ‖θ_base‖ after a step
+           "update_cosine": None}  # {step, cosine} of grpo.cosine_step
+    ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir and mesh is None else None
+    engine_weights = None  # the engine's weights at the checkpoint, on resume
+    base_norm = weight_norm(model)  # the divergence bound's reference (LoRA: adapters too)
+    state = resume(ckpt_path, cfg, model, rule, g["on_bad_checkpoint"])
+    discarded = []
+    if isinstance(state, Path):  # corrupt, set aside: the run starts from its base
+        discarded, state = [str(state)], None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        rule.load_state_dict(state["rule"])
+        checkpoint.set_rng_states(state["rng"], rng, shuffle_gen)
+        run, engine_weights = state["run"], state["engine"]
+        run["memory"] = {s: MemoryReport(**r) for s, r in run["memory"].items()}
+        run["resumed_from"].append(run["step"])
+        del state
+        print(f"resumed from {ckpt_path} at step {run['step']}")
+    metrics, status, diverged_at, oom = run["metrics"], "ok", None, {}
+    diverged_why = None
+    budget = cfg.get("memory_budget_bytes")
+    cap_cuda_memory(budget, device)
+    t_start = time.time() - run["wall_s"]
+    full_sync_every = cfg["rollout"]["full_sync_every"]
+    # CPU + FSDP: the profiler's memory timeline cannot follow FSDP's storage resizes (it fails
+    # its own version checks), so sharded CPU runs are not measured; CUDA uses the allocator
+    profiled = set() if mesh is not None and device.type == "cpu" else {1, g["profile_step"]}
+    step, engine = run["step"], None
+    try:
+        engine = (make_engine(cfg["rollout"]["engine"], str(base_dir),
+                              dtype=cfg["rollout"]["dtype"], threads=cfg["threads"],
+                              timeout_s=cfg["rollout"]["timeout_s"],
+                              timeout_factor=cfg["rollout"]["timeout_factor"],
+                              **cfg["rollout"].get("options", {}))
+                  if rank == 0 else None)
+        syncer = EngineSync(rule, cfg["rollout"].get("sync", "auto"),
+                            getattr(torch, cfg["rollout"]["dtype"]),
+                            has_engine=engine is not None)
+        if engine_weights is not None:  # the engine starts from the base weights: restore its own
+            engine.sync({"dense": engine_weights})
+            del engine_weights
+        for step in tqdm(range(run["step"] + 1, g["steps"] + 1), desc=f"grpo {cfg['run_id']}",
+                         mininterval=5):
+            t0 = time.time()
+            examples = rng.sample(rows, n_prompts)
+            rollouts = collectives.broadcast(engine.generate(
+                [ex["prompt"] for ex in examples], group, g["max_new_tokens"], g["temperature"],
+                seed * 1_000_003 + step) if engine else None)
+            rewards = torch.tensor([task.reward(r.text, examples[i // group])
+                                    for i, r in enumerate(rollouts)])
+            adv = group_advantages(rewards, group, scale=g["scale_advantages"])
+            # shuffled, so each micro-batch (and the probe) mixes prompts instead of being one
+            # prompt's group; the loss does not depend on the order
+            perm = torch.randperm(len(rollouts), generator=shuffle_gen)
+            ids, attn, mask, engine_logp = (t[perm].to(device)
+                                            for t in pad_batch(rollouts, tokenizer.pad_token_id))
+            adv = adv[perm].to(device)
+            completed = torch.tensor([bool(r.completion_ids) and r.completion_ids[-1] in eos
+                                      for r in rollouts])[perm]
+            probe = (ids[:g["probe_size"]], attn[:g["probe_size"]], mask[:g["probe_size"]])
+            meter = (MemoryMeter(device, labels={"optimizer": rule.state_tensors(),
+                                                 "grads": rule.grad_buffers()})
+                     if step in profiled else contextlib.nullcontext())
+            try:
+                with meter, autocast:
+                    loss, eta, kl_pred, kl_real, mismatch = update_step(
+                        model, ref_model, rule, kl_control, (ids, attn, mask, adv), probe, g,
+                        max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.,
+                        phase=getattr(meter, "phase", None), engine_logp=engine_logp,
+                        completed=completed, cosine=step == g["cosine_step"])
+            except FloatingPointError as e:  # a control's prediction was not finite
+                status, diverged_at, diverged_why = "diverged", step, str(e)
+                print(f"diverged at step {step}: {diverged_why}")
+                break
+            except torch.OutOfMemoryError as e:
+                status, oom = "oom", {"oom_at_step": step, **cuda_oom(e, device)}
+                if mesh is not None:  # the other ranks wait in a collective: stop them all
+                    write_json(out_dir / f"oom.rank{rank}.json", oom)
+                    raise
+                break
+            if step in profiled:
+                run["memory"][step], run["memory_seq_len"][step] = meter.report, ids.shape[1]
+            if step == max(profiled, default=None):
+                peak = collectives.all_reduce(  # the largest rank's: every rank decides alike
+                    torch.tensor(max(r.peak_bytes for r in run["memory"].values()),
+                                 device=device), op="max").item()
+                if budget and peak > budget:
+                    status, oom = "oom", {"oom_at_step": step, "oom_check": (
+                        "measured peak vs budget, after the step (the larger of the profiled "
+                        "steps' peaks)"), "oom_needed_bytes": peak}
+                    break
+            varied = bool((rewards.view(-1, group).std(dim=1) > 0).any())
+            run["zero_grad_steps"] = (run["zero_grad_steps"] + 1
+                                      if rule.grad_norm == 0 and varied else 0)
+            ratio = weight_norm(model) / base_norm
+            run["weight_ratio_max"] = max(run["weight_ratio_max"], ratio)
+            diverged_why = divergence(loss, rule.grad_norm, kl_real, ratio,
+                                      run["zero_grad_steps"], g)
+            if diverged_why:
+                status, diverged_at = "diverged", step
+                print(f"diverged at step {step}: {diverged_why}")
+                break
+            sync = syncer.step(engine)  # gathered from every rank under FSDP
+            lowrank = syncer.lowrank
+            run["lowrank_bytes"] += payload_bytes({"lowrank": lowrank})
+            run["lowrank_full"] += sum(params[n].numel() * params[n].element_size()
+                                       for n in lowrank)
+            drift = math.nan
+            if full_sync_every and step % full_sync_every == 0:
+                weights = rule.engine_weights()
+                if engine:
+                    drift = sync_drift(engine.state_dict(), weights)
+                    sync["sync_bytes"] += syncer.resync(engine)
+                del weights
+            metrics.append({
+                "step": step, "reward_mean": rewards.mean().item(),
+                "reward_std": rewards.std().item(), "loss": loss, "kl_pred": kl_pred,
+                "kl_real": kl_real, "step_scale": eta, "grad_norm": rule.grad_norm,
+                "step_time_s": time.time() - t0,
+                "peak_mem_bytes": (run["memory"][step].peak_bytes if step in profiled
+                                   else math.nan),
+                "sync_drift": drift, **sync, **mismatch})
+            run["steps_at_cap"] += metrics[-1].pop("step_at_cap")
+            if "update_cosine" in metrics[-1]:  # the diagnostic step's (grpo.cosine_step)
+                run["update_cosine"] = {"step": step,
+                                        "cosine": metrics[-1].pop("update_cosine")}
+            run["step"], run["wall_s"] = step, time.time() - t_start
+            if ckpt_path and g["checkpoint_every"] and step % g["checkpoint_every"] == 0 \
+                    and step < g["steps"]:
+                checkpoint.save(ckpt_path, {
+                    "cfg": cfg, "model": model.state_dict(), "rule": rule.state_dict(),
+                    "engine": engine.state_dict(),
+                    "rng": checkpoint.rng_states(rng, shuffle_gen),
+                    "run": run | {"memory": {s: dataclasses.asdict(r)  # plain data
+                                             for s, r in run["memory"].items()}}})
+    except EngineError as e:  # the checkpoint stays: a rerun resumes from it
+        raise EngineError(f"{cfg['run_id']} at step {step}: {e}; a rerun resumes from the "
+                          f"last checkpoint ({ckpt_path or 'none: checkpoint_every is 0'})") \
+            from None
+    finally:
+        if engine:
+            engine.close()
+    # diverged / oom: keep the last good weights (and the checkpoint holding them), else the base
+    model_step = len(metrics)
+    if status != "ok":
+        model.zero_grad(set_to_none=True)
+        cap_cuda_memory(None, device)  # lift the budget cap: saving must not fail for lack of it
+        model_step = 0
+        if ckpt_path and ckpt_path.exists():  # loaded before unwrap: LoRA's names match then
+            state = checkpoint.load(ckpt_path, cfg, model, rule.checkpoint_classes)
+            model.load_state_dict(state["model"])
+            model_step = state["run"]["step"]
+            del state
+    rule.unwrap()
+    saved = model
+    if model_step == 0 and status != "ok":  # the base model has the unwrapped names
+        saved = load(base_dir)[0] if rank == 0 else None
+    elif mesh is not None:  # gathered on rank 0's CPU, into a plain model
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                     cpu_offload=True))
+        if rank == 0:
+            saved = load(base_dir)[0]
+            saved.load_state_dict(state)
+        del state
+    fingerprint = None
+    if rank == 0:
+        _write_metrics(out_dir / "metrics.csv", metrics)
+        save_pretrained(saved, tokenizer, out_dir / "model")
+        fingerprint = {"weights": repro.model_digest(out_dir / "model"),
+                       "metrics": repro.metrics_digest(metrics)}
+    if ckpt_path and status == "ok":  # and <task>/<method>/seed<k>/<hash>/ when empty
+        checkpoint.remove(ckpt_path)
+    # the profiled step with the larger peak (step 1 or grpo.profile_step) is the run's
+    peak_step = max(run["memory"], key=lambda s: run["memory"][s].peak_bytes, default=None)
+    memory = run["memory"].get(peak_step)
+    memory_seq_len = run["memory_seq_len"].get(peak_step)
+
+    breakdown = mem_check = None
+    if memory and mesh is None:  # sharded runs: the planner models FSDP's categories
+        breakdown = analytic_breakdown(
+            param_bytes=param_bytes,
+            grad_bytes_at_peak=rule.peak_grad_bytes(),
+            optimizer_bytes=rule.state_bytes(),
+            activation_bytes=activation_bytes_estimate(
+                model.config, batch=g["micro_batch_size"], seq_len=memory_seq_len,
+                checkpointing=g["gradient_checkpointing"], attention_mask=True,
+                attn_implementation=model.config._attn_implementation, loss="chunked"))
+        ratio = memory.peak_bytes / breakdown["total"]
+        mem_check = {"measured_over_analytic": ratio, "tolerance": MEM_TOLERANCE,
+                     "agree": abs(ratio - 1) <= MEM_TOLERANCE}
+    def mean(values):  # of the values that are there (None, nan: not measured)
+        values = [v for v in values if v is not None and not math.isnan(v)]
+        return sum(values) / len(values) if values else None
+
+    kl_real = [m["kl_real"] for m in metrics]
+    return {
+        "status": status, "diverged_at_step": diverged_at, "diverged_because": diverged_why,
+        # what the divergence bounds watch (grpo.max_*): the largest weight norm over the base's
+        "weight_norm_ratio_max": run["weight_ratio_max"],
+        "memory_budget_bytes": budget, **oom,
+        # corrupt checkpoints found at the start, set aside (grpo.on_bad_checkpoint)
+        "checkpoints_set_aside": discarded,
+        "model_step": model_step,  # the step whose weights were saved (0 = the base model)
+        "checkpoint": str(ckpt_path) if ckpt_path and ckpt_path.exists() else None,
+        "resumed_from_steps": run["resumed_from"],
+        "task": cfg["task_name"], "method": cfg["method_name"], "seed": seed,
+        "model": cfg["model_name"], "n_params": n_params(model), "device": str(device),
+        "nproc_per_node": collectives.world_size(), "compute_dtype": g["compute_dtype"],
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "steps": len(metrics), "wall_s": time.time() - t_start,
+        "peak_mem_bytes": memory.peak_bytes if memory else None,
+        "peak_mem_step": peak_step,
+        "peak_mem_bytes_by_step": {str(s): r.peak_bytes for s, r in sorted(run["memory"].items())},
+        "mem_breakdown": memory.by_category if memory else None,
+        "mem_measure": (memory.method if memory else
+                        "not measured (FSDP on CPU)" if not profiled else None),
+        "mem_rss_peak_bytes": memory.rss_peak_bytes if memory else None,
+        "mem_analytic": breakdown, "mem_check": mem_check,
+        # the profiled steps run under the profiler (several times slower): left out
+        "mean_step_time_s": mean(m["step_time_s"] for m in metrics
+                                 if m["step"] not in (1, g["profile_step"])),
+        "sync_bytes_per_step": mean(m["sync_bytes"] for m in metrics),
+        # per-step means of the sync metrics (logra/rl/weight_sync.py): the applied transport and the
+        # bytes of each that applies; the engine's dtype; trainer-vs-engine log-prob mismatch
+        "sync_transport": syncer.transport, "rollout_dtype": cfg["rollout"]["dtype"],
+        "base_median_abs_weight": base_median_w,
+        **{f"{k}_per_step": mean(m[k] for m in metrics) for k in SYNC_METRICS[1:]},
+        **{k: mean(m[k] for m in metrics) for k in ("logp_mismatch_mean", "logp_mismatch_max")},
+        # the whole model's bytes (a sharded parameter's numel is its full size); parameters()
+        # lists a tied weight once
+        "sync_full_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+        "sync_lowrank_fraction": (run["lowrank_bytes"] / run["lowrank_full"]
+                                  if run["lowrank_full"] else None),
+        "optimizer_state_bytes": rule.state_bytes(),  # on one rank under FSDP
+        "final_reward": mean(m["reward_mean"] for m in metrics[-10:]),
+        "kl": {"median_real": statistics.median(kl_real) if kl_real else None,
+               "max_real": max(kl_real, default=None),
+               "calibration": kl_calibration(metrics)},
+        # the step's control (the rule's own, else the config's kl_control): the share of steps
+        # at its cap (LoGRA: alpha_max) and its mean seconds per step
+        "control": None if not (rule.control or kl_control) else {
+            "kind": type(rule.control or kl_control).__name__,
+            "steps_at_cap_share": run["steps_at_cap"] / len(metrics) if metrics else None,
+            "mean_seconds": mean(m["control_seconds"] for m in metrics
+                                 if m["step"] not in (1, g["profile_step"]))},
+        # cos(applied step, −dense gradient of its batch) at grpo.cosine_step (nan: the rule
+        # cannot keep the gradient), or None
+        "update_cosine": run["update_cosine"],
+        # the rule's step size: its option (lr; LoGRA's update_ratio) and value
+        "step_size": {"option": rule.step_size_option,
+                      "value": rules.step_size(type(rule), cfg["method"]["options"])},
+        "eval_accuracy": None, "config": cfg,
+        # what the bits depend on, and the bits: weights and metrics without machine columns
+        "machine": repro.machine(), "fingerprint": fingerprint}
+
+
+def resume(ckpt_path: Path | None, cfg: dict, model, rule, on_bad: str) -> dict | Path | None:
+    """The checkpoint of this run at `ckpt_path`, verified (logra/rl/checkpoint.py); None when
+    there is none. A corrupt one is set aside (its new path is returned) with `on_bad`
+    "set_aside", else the error stops the run, naming the file and what to do."""
+    if ckpt_path is None or not ckpt_path.exists():
+        return None
+    try:
+        return checkpoint.load(ckpt_path, cfg, model, rule.checkpoint_classes)
+    except checkpoint.CorruptCheckpoint as e:
+        if on_bad == "stop":
+            raise checkpoint.CorruptCheckpoint(
+                f"{e}. Move it aside (or delete it) to start the run from its base, or set "
+                "grpo.on_bad_checkpoint: set_aside") from None
+        bad = checkpoint.set_aside(ckpt_path)
+        print(f"{e}; set aside as {bad}: the run starts from its base")
+        return bad
+
+
+def weight_norm(model) -> float:
+    """‖θ‖ over every parameter (sharded ones over all ranks), in float64."""
+    sq = sum(torch.linalg.vector_norm(local(p.detach()), dtype=torch.float64) ** 2
+             for p in model.parameters())
+    return math.sqrt(collectives.all_reduce(torch.as_tensor(sq, dtype=torch.float64)).item())
+
+
+def divergence(loss: float, grad_norm: float, kl_real: float, weight_ratio: float,
+               zero_grad_steps: int, g: dict) -> str | None:
+    """Why a run has diverged after this step, or None: a non-finite loss, gradient norm
+    (LoGRA: sketch norm) or realized KL; a realized KL on the probe above
+    `grpo.max_kl_per_step`; ‖θ‖ / ‖θ_base‖ above `grpo.max_weight_norm_ratio`; or
+    `grpo.max_zero_grad_steps` steps in a row with a zero gradient while some group's rewards
+    varied (a step whose groups all have equal rewards has no gradient, rightly)."""
+    if not all(map(math.isfinite, (loss, grad_norm, kl_real, weight_ratio))):
+        return (f"non-finite loss {loss}, gradient norm {grad_norm}, realized KL {kl_real} or "
+                f"weight norm ratio {weight_ratio}")
+    if kl_real > g["max_kl_per_step"]:
+        return (f"realized KL {kl_real:.3g} nats on the probe > grpo.max_kl_per_step "
+                f"{g['max_kl_per_step']:g}")
+    if weight_ratio > g["max_weight_norm_ratio"]:
+        return (f"weight norm {weight_ratio:.3g}x the base's > grpo.max_weight_norm_ratio "
+                f"{g['max_weight_norm_ratio']:g}")
+    if g["max_zero_grad_steps"] and zero_grad_steps >= g["max_zero_grad_steps"]:
+        return (f"zero gradient for {zero_grad_steps} steps in a row while rewards varied "
+                f"within groups (grpo.max_zero_grad_steps {g['max_zero_grad_steps']})")
+    return None
+
+
+def sync_drift(remote: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> float:
+    """max |W_engine - W_trainer| / max |W_trainer| over all weights (0 = in sync), compared
+    on the engine's device."""
+    with torch.no_grad():
+        diff = max((remote[n].float() - p.float().to(remote[n].device)).abs().max().item()
+                   for n, p in params.items())
+        return diff / max(p.abs().max().item() for p in params.values())
+
+
+def _write_metrics(path: Path, rows: list[dict]) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def oom_result(cfg: dict, base_dir, out_dir, oom: dict) -> dict:
+    """Outputs of a sharded run stopped by a rank's out-of-memory error (it raises, so torchrun
+    stops every rank; the rank leaves `oom.rank{r}.json`): the base model saved as the run's
+    model, a metrics.csv header (the steps before it are not kept) and the summary."""
+    out_dir = Path(out_dir)
+    model, tokenizer = load(base_dir)
+    _write_metrics(out_dir / "metrics.csv", [])
+    save_pretrained(model, tokenizer, out_dir / "model")
+    return {"status": "oom", **oom, "model_step": 0, "task": cfg["task_name"],
+            "method": cfg["method_name"], "seed": cfg["seed"], "model": cfg["model_name"],
+            "n_params": n_params(model), "nproc_per_node": cfg["grpo"]["nproc_per_node"],
+            "steps": 0, "peak_mem_bytes": None, "final_reward": None, "eval_accuracy": None,
+            "config": cfg}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m logra.rl.loop RUN_JSON BASE TRAIN_JSONL OUT_DIR [CHECKPOINT_DIR]`, the command
+    torchrun starts on every rank: train with the run config in RUN_JSON; rank 0 writes
+    OUT_DIR/summary.json."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m logra.rl.loop", description=main.__doc__)
+    for name in ("run_json", "base", "train_jsonl", "out_dir"):
+        parser.add_argument(name)
+    parser.add_argument("checkpoint_dir", nargs="?")
+    args = parser.parse_args(argv)
+    cfg = json.loads(Path(args.run_json).read_text())
+    summary = train(cfg, args.base, args.train_jsonl, args.out_dir, args.checkpoint_dir)
+    if collectives.rank() == 0:
+        write_json(Path(args.out_dir) / "summary.json", summary)
+    if torch.distributed.is_initialized():  # every rank waits for rank 0's files, then leaves
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

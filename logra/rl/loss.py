@@ -1,0 +1,153 @@
+"""The GRPO objective: group-normalised advantages, the clipped policy loss and the policy's
+token log-probs (in chunks of tokens).
+
+No loop code (that lives in `logra/rl/loop.py`).
+
+Conventions follow TRL's GRPOTrainer, with these choices stated:
+- Advantages: A_i = (r_i - mean(group)) / (std(group) + eps) with the unbiased std, as TRL;
+  `scale=False` gives the Dr.GRPO variant (no division).
+- Loss: per-token -min(ρA, clip(ρ, 1-ε_low, 1+ε_high)A) with ρ = exp(logp - old_logp).
+  Aggregation "dapo" (default) averages over every completion token of the *whole batch*, so
+  long and short completions weigh per token; "grpo" averages per sequence, then over sequences.
+  Under gradient accumulation pass `normalizer` (total tokens, or total sequences for "grpo")
+  so that the micro-batch losses add up to the full-batch loss exactly.
+- KL to a reference: the k3 estimator exp(ref-logp) - (ref-logp) - 1, used only when beta > 0.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from logra.optim.chunked import CHUNK_TOKENS, output_layer_replaced
+
+AGGREGATIONS = ("dapo", "grpo")
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True,
+                     eps: float = 1e-4) -> torch.Tensor:
+    """Advantages of `rewards` (flat, groups of `group_size` consecutive completions)."""
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    r = rewards.float().view(-1, group_size)
+    adv = r - r.mean(dim=1, keepdim=True)
+    if scale:
+        adv = adv / (r.std(dim=1, keepdim=True) + eps)
+    return adv.flatten()
+
+
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                mask: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.28,
+                aggregation: str = "dapo", *, normalizer: float | None = None) -> torch.Tensor:
+    """Clipped importance-ratio loss over completion tokens.
+
+    logp, old_logp, mask: (batch, T) per-token log-probs and 0/1 completion mask;
+    advantages: (batch,). `normalizer` defaults to this batch's own token count ("dapo") or
+    sequence count ("grpo").
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"grpo.aggregation: unknown {aggregation!r}; known: {AGGREGATIONS}")
+    mask = mask.to(logp.dtype)
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages.to(logp.dtype).unsqueeze(1)
+    per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv)
+    if aggregation == "dapo":
+        return (per_token * mask).sum() / (normalizer if normalizer is not None
+                                           else mask.sum().clamp(min=1))
+    per_seq = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+    return per_seq.sum() / (normalizer if normalizer is not None else per_seq.numel())
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(π ‖ π_ref): exp(ref - logp) - (ref - logp) - 1 (≥ 0)."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1
+
+
+def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor,
+                   attention_mask: torch.Tensor, temperature: float = 1.0,
+                   chunk_tokens: int | None = None) -> torch.Tensor:
+    """Log-prob of each next token under the sampling policy (logits / temperature, as the
+    rollouts were drawn): (batch, T-1), position t scores input_ids[:, t+1].
+
+    No (batch, T, vocabulary) tensor is formed: the output layer's forward is replaced
+    (`logra.optim.chunked.output_layer_replaced`) by `ChunkedTargetLogprobs`, which forms the logits
+    of `chunk_tokens` tokens at a time (None: `logra.optim.chunked.CHUNK_TOKENS`) in forward and again
+    in backward. The last position, which scores no token, is computed against token 0 and
+    dropped, so that the output layer's input is passed on as the view it is.
+    """
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    targets = torch.cat([input_ids[:, 1:], input_ids.new_zeros(input_ids.shape[0], 1)], 1)
+    out = {}
+
+    def head(x, weight, bias):
+        out["logp"] = ChunkedTargetLogprobs.apply(
+            x.reshape(-1, x.shape[-1]), weight, bias, targets.reshape(-1), temperature,
+            chunk_tokens or CHUNK_TOKENS)
+
+    with output_layer_replaced(model, head):
+        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+    return out["logp"].view(input_ids.shape)[:, :-1]
+
+
+def _logits(hidden, weight, bias, temperature):
+    """fp32 logits / temperature of a chunk (a fresh tensor: callers modify it in place)."""
+    logits = F.linear(hidden, weight, bias).float()
+    return logits.div_(temperature) if temperature != 1.0 else logits
+
+
+class ChunkedTargetLogprobs(torch.autograd.Function):
+    """log softmax(hidden·Wᵀ + b / τ) at each row's target, `chunk` rows at a time.
+
+    Saves the rows (the output layer's input, which a trained output layer saves anyway), the
+    targets and each row's logsumexp; backward recomputes each chunk's logits under the forward's
+    autocast state and turns them in place into the gradient (onehot(target) - softmax)·g / τ.
+    At most one (chunk, vocabulary) fp32 tensor is alive, plus its cast to the weight's dtype
+    when that is narrower. The output weight's gradient accumulates across chunks in place, in
+    the weight's dtype (as fused chunked cross-entropy kernels do; under autocast that in-place
+    product runs in fp32, where autograd's would run in the autocast dtype). The textbook graph
+    (full logits, logsumexp, gather) saves one (rows, vocabulary) fp32 tensor and holds about
+    four more at the start of its backward.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk):
+        lse = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        out = torch.empty_like(lse)
+        for i in range(0, hidden.shape[0], chunk):
+            c = slice(i, i + chunk)
+            logits = _logits(hidden[c], weight, bias, temperature)
+            top = logits.amax(-1, keepdim=True)
+            target = logits.gather(1, targets[c, None]).squeeze(1)
+            lse[c] = logits.sub_(top).exp_().sum(-1).log_().add_(top.squeeze(1))
+            out[c] = target - lse[c]
+            del logits
+        device = hidden.device.type
+        ctx.autocast = dict(device_type=device, enabled=torch.is_autocast_enabled(device),
+                            dtype=torch.get_autocast_dtype(device))
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_b = torch.zeros_like(bias) if need_b else None
+        g = grad.float() / ctx.temperature
+        with torch.autocast(**ctx.autocast):
+            for i in range(0, hidden.shape[0], ctx.chunk):
+                c = slice(i, i + ctx.chunk)
+                d = _logits(hidden[c], weight, bias, ctx.temperature)
+                d.sub_(lse[c, None]).exp_().mul_(-g[c, None])  # -softmax·g/τ
+                d.scatter_add_(1, targets[c, None], g[c, None])
+                d = d.to(weight.dtype)
+                if need_h:
+                    grad_h[c] = d @ weight
+                if need_w:  # in place, in the weight's dtype (see the class docstring)
+                    grad_w.addmm_(d.T, hidden[c])
+                if need_b:
+                    grad_b += d.sum(0)
+                del d
+        return grad_h, grad_w, grad_b, None, None, None

@@ -1,0 +1,149 @@
+"""Models and tokenizers: tiny ones built locally, real ones loaded by name.
+
+On this CPU machine nothing is downloaded: `build_tiny` creates a Qwen2- or Llama-architecture
+decoder of a configurable size and a character-level tokenizer (built with `tokenizers`, wrapped
+as a `PreTrainedTokenizerFast`), and saves both in Hugging Face format. Everything downstream
+(SFT, GRPO, the rollout engine, lm-eval) then loads them with `load`, which is the same
+`from_pretrained` path a hub model name takes on a GPU cluster.
+
+The character vocabulary is printable ASCII plus newline; anything else maps to `<unk>`. A
+completion ends with the `<eos>` token, which is also the padding token's neighbour rather than
+the padding token itself, so that padded positions are never mistaken for a stop.
+"""
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+)
+
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
+CHARSET = "\n" + "".join(c for c in string.printable if c.isprintable())  # 95 printable + newline
+
+ARCHITECTURES = {"qwen2": Qwen2Config, "llama": LlamaConfig}
+
+def char_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level tokenizer: one token per character, `<eos>` closes a completion."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(CHARSET))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
+                                   unk_token="<unk>", padding_side="left",
+                                   model_max_length=1024)
+
+
+def tiny_config(*, architecture: str = "llama", hidden_size: int = 256,
+                intermediate_size: int = 512, num_hidden_layers: int = 2,
+                num_attention_heads: int = 4, num_key_value_heads: int | None = None,
+                max_position_embeddings: int = 256, tie_word_embeddings: bool = False,
+                vocab_size: int | None = None):
+    """The HF config of a tiny decoder over the character vocabulary (`vocab_size`: a larger
+    one, for memory measurements at a real model's vocabulary size; token ids beyond the
+    characters mean nothing)."""
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"model.architecture: unknown {architecture!r}; "
+                         f"known: {sorted(ARCHITECTURES)}")
+    if hidden_size % num_attention_heads:
+        raise ValueError(f"model.hidden_size={hidden_size} is not divisible by "
+                         f"model.num_attention_heads={num_attention_heads}")
+    pad, eos = SPECIAL_TOKENS.index("<pad>"), SPECIAL_TOKENS.index("<eos>")
+    return ARCHITECTURES[architecture](
+        vocab_size=vocab_size or len(SPECIAL_TOKENS) + len(CHARSET), hidden_size=hidden_size,
+        intermediate_size=intermediate_size, num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads or num_attention_heads,
+        max_position_embeddings=max_position_embeddings, tie_word_embeddings=tie_word_embeddings,
+        pad_token_id=pad, eos_token_id=eos, bos_token_id=eos)
+
+
+def build_tiny(out_dir: str | Path, *, seed: int = 0, **options) -> Path:
+    """Create a randomly initialised decoder (`tiny_config(**options)`) + char tokenizer and
+    save both to `out_dir`."""
+    config = tiny_config(**options)
+    tokenizer = char_tokenizer()
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def model_config(model: dict):
+    """The HF config the `model` section of the run config describes (no weights loaded)."""
+    if model["name"] == "tiny":
+        return tiny_config(**model.get("tiny", {}))
+    return AutoConfig.from_pretrained(model["name"])
+
+
+def context_needed(tokenizer, task, examples, room: int) -> int:
+    """Positions a model needs for `examples` of `task`: the longest prompt + target + `<eos>` in
+    `tokenizer`'s tokens, plus `room` tokens to generate (`logra.harness.config.generation_room`). lm-eval
+    keeps a prompt's last max_position_embeddings - max_gen_toks tokens, so with this many no
+    prompt of these examples is cut."""
+    return room + max(len(tokenizer(task.prompt(e) + task.target(e)).input_ids) + 1
+                      for e in examples)
+
+
+def check_context(hf_config, needed: int, task: str, model: str) -> None:
+    """Stop, naming the task, when `model` (its HF config) holds fewer than `needed` positions
+    (`context_needed`)."""
+    have = getattr(hf_config.get_text_config(), "max_position_embeddings", None)
+    if have is not None and have < needed:
+        raise ValueError(f"tasks.{task}: its longest prompt + completion plus generation room "
+                         f"needs {needed} positions; model {model} holds "
+                         f"max_position_embeddings={have} (shorten the task's examples, lower "
+                         "grpo.max_new_tokens / eval.max_gen_toks, or choose another model)")
+
+
+def load(name_or_path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
+    """Load (model, tokenizer) from a local directory or a hub name (same code path).
+
+    Errors name what is missing: a local model directory without tokenizer files is reported
+    as such rather than as a hub lookup failure.
+    """
+    path = Path(name_or_path)
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"{path}: not a model directory (no config.json)")
+        if not any((path / f).exists() for f in ("tokenizer.json", "tokenizer.model",
+                                                 "vocab.json")):
+            raise FileNotFoundError(f"{path}: model directory has no tokenizer "
+                                    "(tokenizer.json / tokenizer.model / vocab.json)")
+    # transformers maps some model types (qwen2) to their hub tokenizer class regardless of
+    # tokenizer_config.json; a tokenizer saved as a generic fast tokenizer is loaded as one.
+    tok_cfg = path / "tokenizer_config.json"
+    generic = tok_cfg.exists() and json.loads(tok_cfg.read_text()).get("tokenizer_class") in (
+        "TokenizersBackend", "PreTrainedTokenizerFast")
+    tokenizer = (PreTrainedTokenizerFast if generic else AutoTokenizer).from_pretrained(
+        str(name_or_path))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype).to(device)
+    return model, tokenizer
+
+
+def n_params(model: torch.nn.Module) -> int:
+    """Number of distinct parameters (tied weights counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def median_abs_weight(model: torch.nn.Module) -> float:
+    """Median |w| over every weight of `model` (each parameter once): the scale an lr is
+    compared with (a step of ±lr per weight changes a bf16 word when lr is near |w| / 256)."""
+    return torch.cat([p.detach().abs().flatten().float() for p in model.parameters()]
+                     ).median().item()
