@@ -23,7 +23,7 @@ test: env
 # rewrite this CPU's reference fingerprints of the smoke run (tests/data/fingerprints/), when
 # the numerics change on purpose
 fingerprints: env
-	LOGRA_UPDATE_FINGERPRINTS=1 $(BIN)/python -m pytest -q tests/test_workflow.py \
+	LOGRA_UPDATE_FINGERPRINTS=1 $(BIN)/python -m pytest -q tests/e2e/test_workflow.py \
 		-k "end_to_end or reference_fingerprints"
 
 # the GPU pin set (requirements-gpu.txt: these pins + vLLM) resolves against PyPI (.ci/gpu_pins.py)

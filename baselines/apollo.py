@@ -87,10 +87,10 @@ class APOLLO(TorchOptimizerRule):
     def planned(geo: Geometry, options: dict, b: int) -> dict:
         """Per projected weight (m x n), as APOLLOAdamW keeps them: moments of the projected
         gradient 2·r·max(m, n), the random projection r·min(m, n) (proj_type std projects
-        the larger side away) and the norm-growth limiter's last norm (one scalar); every other weight plain AdamW's two moments; every trained
-        weight's gradient until step(); inside step() two tensors of the largest weight's
-        size (the scaled gradient and its limited copy, or a dense weight's denominator and
-        update)."""
+        the larger side away) and the norm-growth limiter's last norm (one scalar); every other
+        weight plain AdamW's two moments; every trained weight's gradient until step(); inside
+        step() two tensors of the largest weight's size (the scaled gradient and its limited copy,
+        or a dense weight's denominator and update)."""
         f, r = 4, options.get("rank", 8)
         return {"weights": geo.n_all * b, "master": geo.n_all * f if b < f else 0,
                 "grads": geo.n_all * f,

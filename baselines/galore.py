@@ -11,7 +11,7 @@ GaLore's known limits stay visible rather than being worked around:
   `apply()` accepts only scale 1 (`baselines.torch_optimizer.TorchOptimizerRule`):
   predicted-KL step control cannot scale a GaLore step (`perturbed` says so);
 - the rollout engine receives every trained tensor in full;
-- under FSDP (tests/test_distributed.py) it runs and matches the single-process run, but only
+- under FSDP (tests/e2e/test_distributed.py) it runs and matches the single-process run, but only
   because DTensor has no sharded SVD: at every projection refresh, each projected weight's
   whole gradient is all-gathered to every rank and every rank computes the same SVD.
 """

@@ -1,6 +1,6 @@
 """Sketch-Adam: this project's reconstruction of LoGRA from the paper's abstract, before the
-authors published their code (logra/optim/logra_rule.py is theirs). Adam in the space of low-rank gradient
-sketches, with sketch-based policy sync; kept as a rule of its own, for the ablations: a
+authors published their code (logra/optim/logra_rule.py is theirs). Adam in the space of low-rank
+gradient sketches, with sketch-based policy sync; kept as a rule of its own, for the ablations: a
 range-finder basis refreshed every T updates, with projected Adam moments, against the authors'
 per-update random projections with RowAdam.
 
@@ -25,12 +25,12 @@ Deviations from the textbook / galore-torch, stated:
   `step`; a weight gets its first update when it first has a basis.
 - Refresh (`basis="range"`, default): on steps T, 2T, ... (T = `refresh_every`) the hooks
   accumulate the range finder's Y = Σ_i G_iΩ over every micro-batch alongside S (Ω drawn again
-  from a per-refresh seed, never stored), and propose() builds the basis once (logra/optim/sketch.py,
-  single pass) *after* forming the step from S in the old basis, then rotates the moments into
-  the new basis, which serves steps T + 1 ... 2T, and so on: the windows of GaLore's bases,
-  each built from the gradient of the step before its window. Why not the step in the new basis
-  through a co-range sketch ΨG (Tropp et al. 2017): on a GRPO batch of the default config
-  (random-init model, random advantages) its estimate of Q_newᵀG had a median relative error
+  from a per-refresh seed, never stored), and propose() builds the basis once
+  (logra/optim/sketch.py, single pass) *after* forming the step from S in the old basis, then
+  rotates the moments into the new basis, which serves steps T + 1 ... 2T, and so on: the windows of
+  GaLore's bases, each built from the gradient of the step before its window. Why not the step in
+  the new basis through a co-range sketch ΨG (Tropp et al. 2017): on a GRPO batch of the default
+  config (random-init model, random advantages) its estimate of Q_newᵀG had a median relative error
   of 1.2 at l = 2k + 1 (the error scales with the energy outside the basis, and GRPO
   gradients have a flat spectrum), and it needs an l x max(m, n) accumulator per weight; S in
   the old basis is the exact sketch of the step's gradient, one step staler, as every GaLore
@@ -61,7 +61,7 @@ Deviations from the textbook / galore-torch, stated:
   (1 - rowsum_i(R∘R)) · mean(V) (mean over the r coordinates, per row/column of the other
   side). Without it new directions start with V ≈ 0 while the bias correction treats them as
   t steps old, and the step grows refresh after refresh (3.3-3.5x from updates 21-80 to
-  701-1000 of a stationary stream, tests/test_sketch_adam.py). `transfer="none"` reuses M, V
+  701-1000 of a stationary stream, tests/baselines/test_sketch_adam.py). `transfer="none"` reuses M, V
   silently, as GaLore does.
 - A non-finite gradient never reaches the moments, the basis or t: propose() then returns a
   NaN step (KL control's K₁ is then NaN and η = 0), and apply(step, 0) changes nothing. A step
@@ -70,7 +70,8 @@ Deviations from the textbook / galore-torch, stated:
   the rank-r step and the sketch-based sync. Dense parameters use `weight_decay`.
 - `grad_norm` is the norm of the sketches plus dense gradients (full gradients are never kept).
 - `seed` seeds the range finder's Ω. Unset, it is drawn from torch's global generator; the
-  harness passes the run's seed (logra.harness.config.run_config), so every run seed draws its own Ω.
+  harness passes the run's seed (logra.harness.config.run_config), so every run seed draws
+  its own Ω.
 - FSDP (logra/rl/fsdp.py): each rank holds a row block of W and of its gradient. The basis
   then goes on the column side (`side="right"` whatever the shape): the sketch G_i Q, the moments
   and the step C_i Qᵀ are local to the block, and only the basis needs the other ranks: each

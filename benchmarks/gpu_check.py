@@ -9,8 +9,8 @@ bitsandbytes (43 MB, imported by galore_torch's package) with `pip download --no
 galore-torch==1.0 bitsandbytes==0.50.2` and `pip install --no-deps` them there; without them
 GaLore is skipped and the output says so.
 
-1. The same GRPO update step (`logra.harness.memory_point.measure`: rollout, micro-batched forward and
-   backward, propose, LoGRA's KL control, apply, sync payload) for dense Adam, GaLore and
+1. The same GRPO update step (`logra.harness.memory_point.measure`: rollout, micro-batched
+   forward and backward, propose, LoGRA's KL control, apply, sync payload) for dense Adam, GaLore and
    LoGRA on a randomly initialised decoder, bf16 compute on float32 weights and optimizer
    state: CUDA peak memory (allocator, `max_memory_allocated`) of the step and of each of its
    phases, update time, sync bytes, each with its ratio to dense Adam, and the planner's

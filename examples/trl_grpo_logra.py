@@ -2,7 +2,7 @@
 
     python examples/trl_grpo_logra.py                       # countdown, 40 steps each
     python examples/trl_grpo_logra.py --task arithmetic --steps 20 --out results/trl/arithmetic.json
-    python examples/trl_grpo_logra.py --base results/base/countdown/seed0/model   # the workflow's base
+    python examples/trl_grpo_logra.py --base results/base/countdown/seed0/model  # the workflow's base
 
 The model, the task, the SFT warm start, the batch sizes and both methods' lrs come from the
 config (`--config`, config/config.yaml): the tiny model the workflow trains is built locally
@@ -11,12 +11,12 @@ learn from), unless `--base` names a model directory. Then TRL's GRPOTrainer tra
 `--steps` steps twice from the same base: with `logra.LoGRAOptimizer` passed as
 `optimizers=(optimizer, scheduler)` (the trainer class mixes in `LoGRATrainerMixin`, which
 counts the completion tokens LoGRA divides its sketch by; LoGRA's step is its update_ratio at
-α = 1: its controller runs in the harness's loop only), and with TRL's default AdamW. The task's reward is
-TRL's reward function (`logra.harness.trl_grpo.reward_function`). The output JSON holds, per method,
-the measured peak memory of one update step (logra/measure/memory.py, device and model size beside it)
-and the mean reward of the first and the last steps' rollouts; `snakemake trl` writes one per
-task of the config and results/REPORT.md collects them. How the code looks in a TRL script:
-`logra.harness.trl_grpo.train_grpo`.
+α = 1: its controller runs in the harness's loop only), and with TRL's default AdamW. The task's
+reward is TRL's reward function (`logra.harness.trl_grpo.reward_function`). The output JSON holds,
+per method, the measured peak memory of one update step (logra/measure/memory.py, device and model
+size beside it) and the mean reward of the first and the last steps' rollouts; `snakemake trl`
+writes one per task of the config and results/REPORT.md collects them. How the code looks in a TRL
+script: `logra.harness.trl_grpo.train_grpo`.
 """
 from __future__ import annotations
 

@@ -22,8 +22,8 @@ CONSOLE = "console.txt"  # what the smoke run printed, beside its results
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory) -> Path:
-    """The smoke config's default target, run once, locally (tests/test_workflow.py; the slurm
-    run of tests/test_cluster.py is compared with it)."""
+    """The smoke config's default target, run once, locally (tests/e2e/test_workflow.py; the slurm
+    run of tests/e2e/test_cluster.py is compared with it)."""
     tmp_path = tmp_path_factory.mktemp("smoke")
     out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path)],
                          capture_output=True, text=True, timeout=900)

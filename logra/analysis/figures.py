@@ -187,13 +187,13 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
 
 
 def sync_bytes(summary: pd.DataFrame, planner: pd.DataFrame, outputs: list[str]) -> None:
-    """(a) measured: bytes per step of every transport per method (`logra.analysis.report.sync_table`,
-    the applied one hatched); (b) measured: each run's trainer-vs-engine log-prob mismatch
-    against the bytes its applied transport sent; (c) PREDICTION, planner: bytes per sync by
-    each method's own transport and in full at scale; (d) PREDICTION: delta bytes at the
-    planner's first model against the changed fraction (`logra.common.delta_bytes`), at the
-    fractions the runs measured and the 1-3% reported elsewhere for production runs, beside
-    each method's own and full bytes."""
+    """(a) measured: bytes per step of every transport per method
+    (`logra.analysis.report.sync_table`, the applied one hatched); (b) measured: each run's
+    trainer-vs-engine log-prob mismatch against the bytes its applied transport sent; (c)
+    PREDICTION, planner: bytes per sync by each method's own transport and in full at scale; (d)
+    PREDICTION: delta bytes at the planner's first model against the changed fraction
+    (`logra.common.delta_bytes`), at the fractions the runs measured and the 1-3% reported elsewhere
+    for production runs, beside each method's own and full bytes."""
     ok = _ok(summary, "runs")
     fig, axes = plt.subplots(1, 4, figsize=(22, 4.6))
     t = sync_table(ok)

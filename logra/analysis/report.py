@@ -9,6 +9,7 @@ bases' mean accuracy and the mean ± sd over the seeds whose run finished with s
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -110,9 +111,9 @@ def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
 
 
 def memory_sweep_table(points: dict[tuple[str, str], dict], reference: str) -> pd.DataFrame:
-    """One row per (size, method) sweep point (logra/harness/memory_point.py): measured peak, planner
-    prediction and error, times, state and sync bytes, and ratios vs the `reference` method at
-    that size (NaN where it has no point)."""
+    """One row per (size, method) sweep point (logra/harness/memory_point.py): measured peak,
+    planner prediction and error, times, state and sync bytes, and ratios vs the `reference` method
+    at that size (NaN where it has no point)."""
     rows = []
     for (size, method), p in points.items():
         rows.append({
@@ -301,7 +302,8 @@ def _accuracy_section(accuracy: pd.DataFrame, title: str, source: str) -> list[s
 
 def _verdicts_section(v: pd.DataFrame, title: str, source: str) -> list[str]:
     return _section(title, source, "Accuracy minus the reference's, paired by task and seed, "
-                    "with its 95% interval (logra/analysis/verdict.py says how each row is computed).",
+                    "with its 95% interval (logra/analysis/verdict.py says how each row is "
+                    "computed).",
                     {"task": v["task"], "method": v["method"], "reference": v["reference"],
                      "statistic": v["statistic"],
                      "difference [95% interval]": [
@@ -371,54 +373,88 @@ def _machines(runs: list[dict]) -> str:
     return "; ".join(seen) or "not recorded"
 
 
-def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[dict],
-                    long_runs: list[dict], ledger: pd.DataFrame,
-                    verdicts: pd.DataFrame | None = None, sweep: pd.DataFrame | None = None,
-                    planner: pd.DataFrame | None = None,
-                    lr_sweep: pd.DataFrame | None = None,
-                    stability: tuple[pd.DataFrame, pd.DataFrame] | None = None,
-                    trl: list[dict] | None = None, reference: str | None = None,
-                    sync_regime: pd.DataFrame | None = None,
-                    ablations: dict[str, pd.DataFrame | None] | None = None) -> str:
-    """results/REPORT.md from the workflow's tables; `runs` and `long_runs` are the summary.json
-    contents of the grid's runs and of the stability runs, `stability` their metrics and
-    summary as `logra.analysis.verdict.factor_effects` takes them; `reference` the method low-rank
-    sync and measured peaks are compared with; `ablations` the tables of `snakemake ablations`
-    (results/ablations/: summary, accuracy, verdicts, sweep). A table that is None (its stage
-    is not in the config, or the lr sweep, `snakemake sync_regime` or `snakemake ablations`
-    has not run) is left out."""
-    ok = summary[summary["status"] == "ok"]
+@dataclasses.dataclass
+class ReportInputs:
+    """What results/REPORT.md is written from: the workflow's tables; `runs` and `long_runs`
+    are the summary.json contents of the grid's runs and of the stability runs, `stability`
+    their metrics and summary as `logra.analysis.verdict.factor_effects` takes them;
+    `reference` the method low-rank sync and measured peaks are compared with; `ablations` the
+    tables of `snakemake ablations` (results/ablations/: summary, accuracy, verdicts, sweep). A
+    table that is None (its stage is not in the config, or the lr sweep, `snakemake
+    sync_regime` or `snakemake ablations` has not run) is left out, or its section says so."""
+    summary: pd.DataFrame
+    accuracy: pd.DataFrame
+    runs: list[dict]
+    long_runs: list[dict]
+    ledger: pd.DataFrame
+    verdicts: pd.DataFrame | None = None
+    sweep: pd.DataFrame | None = None
+    planner: pd.DataFrame | None = None
+    lr_sweep: pd.DataFrame | None = None
+    stability: tuple[pd.DataFrame, pd.DataFrame] | None = None
+    trl: list[dict] | None = None
+    reference: str | None = None
+    sync_regime: pd.DataFrame | None = None
+    ablations: dict[str, pd.DataFrame | None] | None = None
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        """The runs that finished."""
+        return self.summary[self.summary["status"] == "ok"]
+
+
+def _header(inputs: ReportInputs) -> list[str]:
+    summary, ok = inputs.summary, inputs.ok
     seeds = ", ".join(map(str, sorted(set(summary["seed"]))))
     out = ["# Results", "",
            "Written by the workflow (rule `report`) from the files named in each section; "
            "every number is formatted from them.", "",
            f"- Runs: {scale_label(summary)} ({seeds}); {len(ok)} of {len(summary)} runs "
            "finished ok.",
-           f"- Machine: {_machines(runs + long_runs)}."]
-    if long_runs:
-        steps = "/".join(str(s) for s in sorted({r["steps"] for r in long_runs}))
-        out.append(f"- Stability runs: {len(long_runs)} runs of "
-                   f"{', '.join(sorted({r['method'] for r in long_runs}))}, {steps} steps.")
-    bases = accuracy.groupby("task", as_index=False)["base_accuracy"].first()
-    out += _section("SFT bases", "results/accuracy.csv", "lm-eval accuracy of each task's SFT "
+           f"- Machine: {_machines(inputs.runs + inputs.long_runs)}."]
+    if inputs.long_runs:
+        steps = "/".join(str(s) for s in sorted({x["steps"] for x in inputs.long_runs}))
+        out.append(f"- Stability runs: {len(inputs.long_runs)} runs of "
+                   f"{', '.join(sorted({x['method'] for x in inputs.long_runs}))}, {steps} steps.")
+    return out
+
+
+def _bases(inputs: ReportInputs) -> list[str]:
+    bases = inputs.accuracy.groupby("task", as_index=False)["base_accuracy"].first()
+    return _section("SFT bases", "results/accuracy.csv", "lm-eval accuracy of each task's SFT "
                     "base, mean over seeds.",
                     {"task": bases["task"], "base accuracy": _fmt(bases["base_accuracy"])})
-    out += _accuracy_section(accuracy, "Accuracy", "results/accuracy.csv")
-    if verdicts is not None:
-        out += _verdicts_section(verdicts, "Verdicts", "results/verdicts.csv")
-    out += _cost_section(summary, reference, "Measured cost", "results/summary.csv")
-    if sweep is not None:
-        out += _memory_sweep_section(sweep, "Memory sweep", "results/memory/sweep.csv")
-    if planner is not None:
-        out += _section("Planner predictions", "results/memory/planner.csv", "Predicted, not "
-                        "measured: bytes per GPU by the planner (logra/measure/planner.py).",
-                        {"model": planner["model"], "method": planner["method"],
-                         "GPUs": planner["gpus"], "policy": planner["policy"],
-                         "GB per GPU": _fmt(planner["total"], ".1f", 1e9),
-                         "peak phase": planner["peak_phase"],
-                         "GPU GB": _fmt(planner["gpu_bytes"], ".0f", 1e9),
-                         "fits": planner["fits"],
-                         "sync GB": _fmt(planner["sync_bytes"], ".3g", 1e9)})
+
+
+def _results(inputs: ReportInputs) -> list[str]:
+    """Accuracy, verdicts, measured cost, the memory sweep."""
+    out = _accuracy_section(inputs.accuracy, "Accuracy", "results/accuracy.csv")
+    if inputs.verdicts is not None:
+        out += _verdicts_section(inputs.verdicts, "Verdicts", "results/verdicts.csv")
+    out += _cost_section(inputs.summary, inputs.reference, "Measured cost", "results/summary.csv")
+    if inputs.sweep is not None:
+        out += _memory_sweep_section(inputs.sweep, "Memory sweep", "results/memory/sweep.csv")
+    return out
+
+
+def _planner(inputs: ReportInputs) -> list[str]:
+    planner = inputs.planner
+    if planner is None:
+        return []
+    return _section("Planner predictions", "results/memory/planner.csv", "Predicted, not "
+                    "measured: bytes per GPU by the planner (logra/measure/planner.py).",
+                    {"model": planner["model"], "method": planner["method"],
+                     "GPUs": planner["gpus"], "policy": planner["policy"],
+                     "GB per GPU": _fmt(planner["total"], ".1f", 1e9),
+                     "peak phase": planner["peak_phase"],
+                     "GPU GB": _fmt(planner["gpu_bytes"], ".0f", 1e9),
+                     "fits": planner["fits"],
+                     "sync GB": _fmt(planner["sync_bytes"], ".3g", 1e9)})
+
+
+def _kl_calibration(inputs: ReportInputs) -> list[str]:
+    ok = inputs.ok
+    out = []
     etas = (("eta_1", "η = 1"), ("eta_below_1", "η < 1"), ("eta_above_1", "η > 1"))
     columns = [f"kl_{eta}_{k}" for eta, _ in etas for k in ("steps", "median", "p10", "p90")]
     steps = ok.reindex(columns=[c for c in columns if c.endswith("_steps")]).apply(pd.to_numeric)
@@ -428,8 +464,8 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
             calibrated.reindex(columns=columns).apply(pd.to_numeric)).groupby(
             ["task", "method"], as_index=False).median()
         out += _section("KL calibration", "results/summary.csv", "Realized KL on the probe's "
-                        "held-out half / the KL predicted on its other half (logra/optim/kl_control.py)"
-                        ", at steps with η = 1 (the prediction is K₁), η < 1 and η > 1 (η²·K₁; "
+                        "held-out half / the KL predicted on its other half "
+                        "(logra/optim/kl_control.py), at steps with η = 1 (the prediction is K₁), η < 1 and η > 1 (η²·K₁; "
                         "LoGRA's α reaches alpha_max): per run the median [p10, p90] over its "
                         "steps; shown, the median over seeds.",
                         {"task": cal["task"], "method": cal["method"], **{
@@ -439,8 +475,15 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                              *(_fmt(cal[f"kl_{eta}_{k}"], ".2f") for k in ("median", "p10",
                                                                           "p90")))]
                             for eta, label in etas}})
+    return out
+
+
+def _step_control(inputs: ReportInputs) -> list[str]:
+    """The step's control: how often at its cap, and what it costs."""
+    ok = inputs.ok
+    out = []
     controlled = ok[ok.reindex(columns=["control"])["control"].notna()]
-    if len(controlled):  # the step's control: how often at its cap, and what it costs
+    if len(controlled):
         c = controlled.groupby(["task", "method", "control"], as_index=False).agg(
             at_cap=("steps_at_cap_share", "mean"), seconds=("control_seconds", "mean"),
             step=("mean_step_time_s", "mean"))
@@ -454,6 +497,12 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                          "control s/step": _fmt(c["seconds"], ".3f"),
                          "step s": _fmt(c["step"], ".3f"),
                          "control share": _fmt(c["seconds"] / c["step"], ".0%")})
+    return out
+
+
+def _update_cosine(inputs: ReportInputs) -> list[str]:
+    ok = inputs.ok
+    out = []
     cosines = ok[ok.reindex(columns=["update_cosine"])["update_cosine"].notna()]
     if len(cosines):
         c = cosines.groupby(["task", "method"], as_index=False).agg(
@@ -467,9 +516,21 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                          "step": _fmt(c["step"], ".0f"),
                          "cosine": [f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
                              _fmt(c["mean"]), _fmt(c["lo"]), _fmt(c["hi"]))], "seeds": c["n"]})
+    return out
+
+
+def _stability(inputs: ReportInputs) -> list[str]:
+    stability = inputs.stability
+    out = []
     if stability is not None:
         out += ["", "## Stability (`figures/stability_27b`)", "",
                 factor_effects(*stability)["caption"] + "."]
+    return out
+
+
+def _sync(inputs: ReportInputs) -> list[str]:
+    ok, reference, sync_regime = inputs.ok, inputs.reference, inputs.sync_regime
+    out = []
     out += _sync_section(ok, reference, "Sync", "results/summary.csv", SYNC_INTRO)
     if sync_regime is not None:
         for regime, d in sync_regime.groupby("regime", sort=False):
@@ -490,6 +551,12 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
     else:
         out += ["", "The sync regime runs have not run (`snakemake sync_regime` writes "
                 "`results/sync_regime.csv`; the next report includes it)."]
+    return out
+
+
+def _lr_sweep(inputs: ReportInputs) -> list[str]:
+    lr_sweep = inputs.lr_sweep
+    out = []
     if lr_sweep is not None:
         chosen = lr_sweep[lr_sweep["chosen"]]
         out += _section("lr sweep", "results/lr_sweep.csv", "The lr with the best mean "
@@ -504,6 +571,12 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
     else:
         out += ["", "The lr sweep has not run (`snakemake lr_sweep` writes "
                 "`results/lr_sweep.csv`; the next report includes it)."]
+    return out
+
+
+def _ablations(inputs: ReportInputs) -> list[str]:
+    ablations, reference = inputs.ablations, inputs.reference
+    out = []
     if ablations is not None:
         a, where = ablations, "results/ablations"
         out += _accuracy_section(a["accuracy"], "Ablations: accuracy", f"{where}/accuracy.csv")
@@ -520,12 +593,18 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
     else:
         out += ["", "The ablations have not run (`snakemake ablations` writes "
                 "`results/ablations/`; the next report includes them)."]
+    return out
+
+
+def _trl(inputs: ReportInputs) -> list[str]:
+    trl = inputs.trl
+    out = []
     if trl:
         rows = [(r, m) for r in trl for m in ("logra", "adamw")]
         out += _section("LoGRA in TRL", "results/trl/", "TRL's GRPOTrainer (generation by the "
                         "training model, no vLLM) from each task's seed-0 SFT base, with "
-                        "`logra.LoGRAOptimizer` and with TRL's default AdamW (logra/harness/trl_grpo.py)"
-                        ": the measured peak of one update step (a step without generation), "
+                        "`logra.LoGRAOptimizer` and with TRL's default AdamW "
+                        "(logra/harness/trl_grpo.py): the measured peak of one update step (a step without generation), "
                         "and the mean reward of the rollouts of the first and the last steps.",
                         {"task": [r["task"] for r, _ in rows], "method": [m for _, m in rows],
                          "device": [r["device"] for r, _ in rows],
@@ -544,6 +623,12 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
     else:
         out += ["", "LoGRA in TRL has not run (`snakemake trl` writes `results/trl/*.json`; the "
                 "next report includes them)."]
+    return out
+
+
+def _time_ledger(inputs: ReportInputs) -> list[str]:
+    ledger = inputs.ledger
+    out = []
     total = pd.concat([ledger, pd.DataFrame([{"stage": "total", "jobs": ledger["jobs"].sum(),
                                               "seconds": ledger["seconds"].sum(),
                                               "share": 1.0}])])
@@ -553,7 +638,17 @@ def report_markdown(summary: pd.DataFrame, accuracy: pd.DataFrame, runs: list[di
                     {"stage": total["stage"], "jobs": total["jobs"],
                      "seconds": _fmt(total["seconds"], ".1f"),
                      "share": _fmt(total["share"], ".1%")})
-    return "\n".join(out) + "\n"
+    return out
+
+
+# the report's sections, in order
+SECTIONS = (_header, _bases, _results, _planner, _kl_calibration, _step_control, _update_cosine,
+            _stability, _sync, _lr_sweep, _ablations, _trl, _time_ledger)
+
+
+def report_markdown(inputs: ReportInputs) -> str:
+    """results/REPORT.md: every section of `SECTIONS` over `inputs`."""
+    return "\n".join(line for section in SECTIONS for line in section(inputs)) + "\n"
 
 
 def write_csv(df: pd.DataFrame, path: str | Path) -> None:

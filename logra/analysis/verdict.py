@@ -12,7 +12,7 @@ Per task and method:
   scored on the same test problems, so the interval is conditional on that test set: it does
   not carry the variance of drawing another one. It is the interval that covers at 3 seeds: a
   percentile bootstrap over 3 seeds under-covers, since it can only rearrange three values
-  (`coverage` simulates the design; tests/test_verdict.py holds both to it).
+  (`coverage` simulates the design; tests/analysis/test_verdict.py holds both to it).
 - Every run counts, whatever its status: a diverged or out-of-memory run is scored on the
   model it saved (its last good checkpoint or its base), as that seed's outcome of the method
   (intent to treat; `results/accuracy.csv` averages finished runs only).
@@ -225,8 +225,8 @@ def factor_effects(long_runs: pd.DataFrame, long_summary: pd.DataFrame,
     When every cell ran the same two or more seeds, a seed is one replicate of the whole 2 x 2
     (the four runs share its prompts and base), so each seed gives each effect once and
     `kl_ci`, `rule_ci` are the 95% t-intervals of the run-mean effects over seeds
-    (`logra.analysis.verdict.t_interval`); the caption says whether the credited one excludes 0. With
-    one seed, or cells with different seeds, the effects are descriptive (no interval)."""
+    (`logra.analysis.verdict.t_interval`); the caption says whether the credited one excludes 0.
+    With one seed, or cells with different seeds, the effects are descriptive (no interval)."""
     cells = long_summary.drop_duplicates("method").set_index("method")
     runs = long_runs.groupby(["method", "seed"])["reward_mean"]
     diverged = ", ".join(f"{m} seed {s}" for m, s in long_summary.loc[

@@ -205,6 +205,15 @@ def check(config: dict) -> None:
     if config["device"] == "cpu" and config["reproducible"] and config["threads"] != 1:
         raise ConfigError(f"threads: {config['threads']}; reproducible CPU runs use one thread "
                           "per job (set threads: 1, or reproducible: false)")
+    _check_references(config)
+    _check_per_task_values(config)
+    _check_rules_fit_model(config)
+    _check_tasks(config)
+    _check_method_grpo(config)
+
+
+def _check_references(config: dict) -> None:
+    """Every method and task a section names is defined; sync regimes differ."""
     sweep = config.get("lr_sweep") or {"anchors": {}}
     for key, names in [("run_methods", config["run_methods"]),
                        ("ablation_methods", config.get("ablation_methods", [])),
@@ -235,6 +244,10 @@ def check(config: dict) -> None:
     if len(unscaled) > 1:
         raise ConfigError(f"sync_regime.lr_scales: regimes {unscaled} all run the methods as "
                           "they are (scale 1), the same runs; keep one")
+
+
+def _check_per_task_values(config: dict) -> None:
+    """A value given per task names every task, or has a `default`."""
     per_task = [(f"methods.{name}.options.{key}", value)
                 for name, m in config["methods"].items()
                 for key, value in m.get("options", {}).items()]
@@ -244,7 +257,12 @@ def check(config: dict) -> None:
         if missing:
             raise ConfigError(f"{key}: no value for task {missing[0]!r} (given for: "
                               f"{sorted(value)}; add it, or a `default`)")
-    _check_rules_fit_model(config)
+
+
+def _check_tasks(config: dict) -> None:
+    """Every task's type is registered and takes its options; a dataset task swept for its lr
+    has a validation split."""
+    sweep = config.get("lr_sweep") or {"anchors": {}}
     for name, t in config["tasks"].items():
         if t["type"] not in TASKS:
             raise ConfigError(f"tasks.{name}.type: {t['type']!r} is not a registered task "
@@ -258,6 +276,13 @@ def check(config: dict) -> None:
             raise ConfigError(f"lr_sweep.n_val: the validation split of dataset task {name!r} is "
                               "the train rows after the first data.n_train; set data.n_train "
                               "(it is null: every row trains)")
+
+
+def _check_method_grpo(config: dict) -> None:
+    """Each method's grpo keys (merged over grpo) exist and fit together: the cosine
+    diagnostic off the profiled steps, and sharded runs (grpo.nproc_per_node > 1) with a rule
+    that shards, a batch that splits over the ranks and no checkpoints."""
+    sweep = config.get("lr_sweep") or {"anchors": {}}
     trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["anchors"],
                *(config.get("stability") or {}).get("methods", []),
                *(config.get("stability") or {}).get("opt_in_methods", []),
@@ -267,30 +292,30 @@ def check(config: dict) -> None:
         if unknown:
             raise ConfigError(f"methods.{name}.grpo: unknown key {unknown[0]!r} "
                               f"(grpo keys: {sorted(config['grpo'])})")
-        g = config["grpo"] | m.get("grpo", {})
+        merged = config["grpo"] | m.get("grpo", {})
         def key(k: str, name=name, m=m) -> str:  # the method's own grpo key, else the global
             return f"methods.{name}.grpo.{k}" if k in m.get("grpo", {}) else f"grpo.{k}"
-        if g["cosine_step"] in (1, min(g["profile_step"], g["steps"])):
-            raise ConfigError(f"{key('cosine_step')}={g['cosine_step']} is a memory-profiled "
+        if merged["cosine_step"] in (1, min(merged["profile_step"], merged["steps"])):
+            raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']} is a memory-profiled "
                               f"step (step 1 and grpo.profile_step, method {name}): the "
                               "diagnostic's copies would count in the measured peak")
-        if g["cosine_step"] and g["nproc_per_node"] > 1 and name in trained:
-            raise ConfigError(f"{key('cosine_step')}={g['cosine_step']}: the diagnostic runs in "
-                              f"one process only; set 0 with grpo.nproc_per_node > 1 ({name})")
-        world = g["nproc_per_node"]
+        if merged["cosine_step"] and merged["nproc_per_node"] > 1 and name in trained:
+            raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']}: the diagnostic "
+                              f"runs in one process only; set 0 with grpo.nproc_per_node > 1 ({name})")
+        world = merged["nproc_per_node"]
         if world > 1 and name in trained:
             if not rules.rule_class(m["rule"]).shardable:
                 can = [r for r in rules.RULES if rules.rule_class(r).shardable]
                 raise ConfigError(f"methods.{name}.rule: {m['rule']!r} cannot run sharded "
                                   f"(grpo.nproc_per_node={world}); rules that can: {can}")
-            batch = g["prompts_per_step"] * g["group_size"]
-            if batch % (g["micro_batch_size"] * world):
+            batch = merged["prompts_per_step"] * merged["group_size"]
+            if batch % (merged["micro_batch_size"] * world):
                 raise ConfigError(
                     f"grpo: a batch of prompts_per_step x group_size = {batch} sequences does "
                     f"not split into global micro-batches of micro_batch_size x nproc_per_node "
-                    f"= {g['micro_batch_size']} x {world} (method {name})")
-            if g["checkpoint_every"]:
-                raise ConfigError(f"grpo.checkpoint_every={g['checkpoint_every']}: resume "
+                    f"= {merged['micro_batch_size']} x {world} (method {name})")
+            if merged["checkpoint_every"]:
+                raise ConfigError(f"grpo.checkpoint_every={merged['checkpoint_every']}: resume "
                                   "checkpoints are single-process; set 0 when "
                                   f"grpo.nproc_per_node={world} (method {name})")
 

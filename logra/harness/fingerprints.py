@@ -23,7 +23,7 @@ def canary() -> str:
     from logra.optim.kl_control import KLControl
     from logra.rl.models import tiny_config
     from logra.rl.step import update_step
-    g = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28,
+    grpo = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28,
          "probe_size": 4, "micro_batch_size": 4}
     states = {}
     for rule, options, kl in [("dense_adam", {"lr": 1e-3}, {"target": 1e-3}),
@@ -35,7 +35,7 @@ def canary() -> str:
         update = rules.build(rule, model, options)
         batch, probe = fixed_batch(model.config.vocab_size, 8, 6, 6, 4)
         for _ in range(3):
-            update_step(model, None, update, KLControl(**kl) if kl else None, batch, probe, g)
+            update_step(model, None, update, KLControl(**kl) if kl else None, batch, probe, grpo)
         states |= {f"{rule}.{k}": v for k, v in model.state_dict().items()}
     return tensors_digest(states)
 

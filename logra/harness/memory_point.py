@@ -61,9 +61,9 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
     dev = torch.device(device)
     hf_config = tiny_config(**size)
     model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32).to(dev)
-    g = dict(grpo, micro_batch_size=shape["micro_batch"])
+    grpo = dict(grpo, micro_batch_size=shape["micro_batch"])
     n, p_len, c_len = shape["batch"], shape["prompt_len"], shape["completion_len"]
-    batch, probe = fixed_batch(hf_config.vocab_size, n, p_len, c_len, g["probe_size"],
+    batch, probe = fixed_batch(hf_config.vocab_size, n, p_len, c_len, grpo["probe_size"],
                                torch.Generator().manual_seed(seed), dev)
     ids, attn = batch[0], batch[1]
     cap_cuda_memory(budget_bytes, dev)
@@ -75,11 +75,11 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
              "memory_budget_bytes": budget_bytes, "status": "ok"}
     point["planned"] = plan(hf_config, method["rule"], method["options"],
                             micro_batch=shape["micro_batch"], seq_len=p_len + c_len,
-                            probe_size=g["probe_size"], completion_len=c_len,
+                            probe_size=grpo["probe_size"], completion_len=c_len,
                             kl_control=bool(method.get("kl_control")) or rules.rule_class(
                                 method["rule"]).has_control(method["options"]),
                             attention_mask=False,  # no padding: HF's sdpa then takes no mask
-                            chunk_tokens=g.get("chunk_tokens"))
+                            chunk_tokens=grpo.get("chunk_tokens"))
     times, rollout_times, sync = [], [], []
     try:  # building the rule allocates too (its state; 8-bit AdamW compiles on throwaway weights)
         rule = rules.build(method["rule"], model, method["options"])
@@ -99,7 +99,7 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
                                               "grads": rule.grad_buffers()})
                      if step == 2 else contextlib.nullcontext())
             with meter, compute_context(dev, getattr(torch, compute_dtype)):
-                update_step(model, None, rule, kl, batch, probe, g,
+                update_step(model, None, rule, kl, batch, probe, grpo,
                             phase=getattr(meter, "phase", None))
             if step == 2:
                 report = meter.report

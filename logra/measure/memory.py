@@ -40,7 +40,7 @@ its maximum is the absolute peak:
 
 Each pre-existing tensor is counted exactly once: tensors are keyed by storage (TensorKey id +
 allocation id), so tied weights / views count once.  This was checked (see
-``tests/test_memory.py``) against sizes known independently: at the peak, PARAMETER bytes equal
+``tests/measure/test_memory.py``) against sizes known independently: at the peak, PARAMETER bytes equal
 ``tensor_bytes(model.parameters())`` and OPTIMIZER_STATE bytes equal the AdamW state bytes
 exactly, and ``peak - preexisting`` equals the CPU allocator's own ``total_allocated`` counter
 (reported with every allocation event) maximum minus its value at region start
@@ -257,6 +257,99 @@ def _allocator_net_peak(memory_profile, device: torch.device) -> int | None:
         return None
 
 
+class _TimelineReplay:
+    """The live bytes on one device, replayed event by event from the profiler's memory
+    timeline (`_analyze_memory_profile` says how): the running total by raw category, sampled
+    after all events sharing one timestamp, with the peak, the per-category maxima and the
+    per-phase peaks."""
+
+    def __init__(self, mp, get_category, labels: dict[int, str], phases):
+        self.mp, self.get_category, self.labels = mp, get_category, labels
+        self.raw_to_bucket = {
+            mp.Category.PARAMETER: "weights", mp.Category.GRADIENT: "grads",
+            mp.Category.OPTIMIZER_STATE: "optimizer", mp.Category.ACTIVATION: "activations",
+            mp.Category.TEMPORARY: "other", mp.Category.AUTOGRAD_DETAIL: "other", None: "other"}
+        self.preexisting_keys: set = set()
+        self.live_raw: dict[str, int] = {}
+        self.total = self.preexisting = 0
+        self.peak, self.peak_raw, self.peak_t = -1, {}, None
+        self.cat_max = {k: 0 for k in CATEGORY_KEYS}
+        self.t_first = self.t_last = None
+        self.phase_ends, self.phase_peaks = list(phases), {}
+        self.level = 0  # the live total at the previous sample: where the next phase starts
+
+    def classify(self, key, version) -> str:
+        mp = self.mp
+        if isinstance(key, mp.TensorKey) and key.storage.ptr in self.labels:
+            return "LABEL:" + self.labels[key.storage.ptr]
+        cat = self.get_category(key, version) if isinstance(key, mp.TensorKey) else None
+        if cat == mp.Category.INPUT:
+            return "INPUT" if key in self.preexisting_keys else "INPUT_NEW"
+        return "UNKNOWN" if cat is None else cat.name
+
+    def bucket(self, raw: str) -> str:
+        if raw.startswith("LABEL:"):
+            return raw.removeprefix("LABEL:")
+        if raw in ("INPUT", "UNKNOWN"):
+            return "other"
+        if raw == "INPUT_NEW":
+            return "activations"
+        return self.raw_to_bucket[self.mp.Category[raw]]
+
+    def add(self, raw: str, n: int, *, live: int = 0, preexisting: bool = False) -> None:
+        """`n` bytes more under `raw`; `live` bytes more in the total (pre-existing ones)."""
+        self.live_raw[raw] = self.live_raw.get(raw, 0) + n
+        self.total += live
+        if preexisting:
+            self.preexisting += live
+
+    def event(self, t, action, key, version, nbytes) -> None:
+        A = self.mp.Action
+        if t >= 0:
+            self.t_first = t if self.t_first is None else self.t_first
+            self.t_last = t
+        if action == A.PREEXISTING:
+            self.preexisting_keys.add(key)
+            self.add(self.classify(key, version), nbytes, live=nbytes, preexisting=True)
+        elif action == A.CREATE:
+            self.add(self.classify(key, version), nbytes, live=nbytes)
+        elif action == A.INCREMENT_VERSION:
+            self.add(self.classify(key, version), -nbytes)
+            self.add(self.classify(key, version + 1), nbytes)
+        elif action == A.DESTROY:
+            self.add(self.classify(key, version), -nbytes, live=-nbytes)
+        else:
+            raise MemoryProfilerAPIError(
+                f"torch {torch.__version__}: unknown memory action {action}")
+
+    def sample(self, t) -> None:
+        ends, peaks = self.phase_ends, self.phase_peaks
+        while len(ends) > 1 and t > ends[0][1]:  # the last phase takes the rest
+            ends.pop(0)
+            peaks[ends[0][0]] = max(peaks.get(ends[0][0], 0), self.level)
+        if ends:
+            peaks[ends[0][0]] = max(peaks.get(ends[0][0], 0), self.total)
+        self.level = self.total
+        if self.total > self.peak:
+            self.peak, self.peak_raw, self.peak_t = self.total, dict(self.live_raw), t
+        for b, n in self.by_bucket(self.live_raw).items():
+            self.cat_max[b] = max(self.cat_max[b], n)
+
+    def by_bucket(self, raw_bytes: dict[str, int]) -> dict[str, int]:
+        buckets: dict[str, int] = {}
+        for raw, n in raw_bytes.items():
+            b = self.bucket(raw)
+            buckets[b] = buckets.get(b, 0) + n
+        return buckets
+
+    def peak_time_frac(self) -> float | None:
+        """Where the peak falls between the first and the last event (0 to 1)."""
+        first, last = self.t_first, self.t_last
+        if self.peak_t is None or first is None or last is None or last <= first:
+            return None
+        return min(1.0, max(0.0, (max(self.peak_t, first) - first) / (last - first)))
+
+
 def _analyze_memory_profile(prof, device: torch.device,
                             labels: dict[int, str] | None = None,
                             phases: list[tuple[str, int]] = (),
@@ -277,8 +370,7 @@ def _analyze_memory_profile(prof, device: torch.device,
     """
     mp = _import_memory_profiler()
     try:
-        kineto_results = prof.profiler.kineto_results
-        memory_profile = mp.MemoryProfile(kineto_results)
+        memory_profile = mp.MemoryProfile(prof.profiler.kineto_results)
         timeline = memory_profile.timeline
         get_category = memory_profile._categories.get
     except (AttributeError, TypeError) as e:
@@ -287,132 +379,38 @@ def _analyze_memory_profile(prof, device: torch.device,
             "update logra/measure/memory.py"
         ) from e
 
-    A, C = mp.Action, mp.Category
-    raw_to_bucket = {
-        C.PARAMETER: "weights",
-        C.GRADIENT: "grads",
-        C.OPTIMIZER_STATE: "optimizer",
-        C.ACTIVATION: "activations",
-        C.TEMPORARY: "other",
-        C.AUTOGRAD_DETAIL: "other",
-        None: "other",
-    }
-    preexisting_keys: set = set()
-
     labels = labels or {}
-
-    def classify(key, version) -> str:
-        if isinstance(key, mp.TensorKey) and key.storage.ptr in labels:
-            return "LABEL:" + labels[key.storage.ptr]
-        if isinstance(key, mp.TensorKey):
-            cat = get_category(key, version)
-        else:
-            cat = None
-        if cat == C.INPUT:
-            return "INPUT" if key in preexisting_keys else "INPUT_NEW"
-        return "UNKNOWN" if cat is None else cat.name
-
-    def bucket(raw: str) -> str:
-        if raw.startswith("LABEL:"):
-            return raw.removeprefix("LABEL:")
-        if raw == "INPUT":
-            return "other"
-        if raw == "INPUT_NEW":
-            return "activations"
-        if raw == "UNKNOWN":
-            return "other"
-        return raw_to_bucket[C[raw]]
-
-    live_raw: dict[str, int] = {}
-    total = 0
-    preexisting = 0
-    peak = -1
-    peak_raw: dict[str, int] = {}
-    peak_t = None
-    cat_max: dict[str, int] = {k: 0 for k in CATEGORY_KEYS}
-    t_first = t_last = None
-
-    def add(raw: str, n: int) -> None:
-        live_raw[raw] = live_raw.get(raw, 0) + n
-
-    phase_ends = list(phases)
-    phase_peaks: dict[str, int] = {}
-    level = 0  # the live total at the previous sample: where the next phase starts
-
-    def sample(t) -> None:
-        nonlocal peak, peak_raw, peak_t, level
-        while len(phase_ends) > 1 and t > phase_ends[0][1]:  # the last phase takes the rest
-            phase_ends.pop(0)
-            phase_peaks[phase_ends[0][0]] = max(phase_peaks.get(phase_ends[0][0], 0), level)
-        if phase_ends:
-            name = phase_ends[0][0]
-            phase_peaks[name] = max(phase_peaks.get(name, 0), total)
-        level = total
-        if total > peak:
-            peak, peak_raw, peak_t = total, dict(live_raw), t
-        buckets: dict[str, int] = {}
-        for raw, n in live_raw.items():
-            b = bucket(raw)
-            buckets[b] = buckets.get(b, 0) + n
-        for b, n in buckets.items():
-            if n > cat_max[b]:
-                cat_max[b] = n
-
+    replay = _TimelineReplay(mp, get_category, labels, phases)
     seen = {key.storage.ptr for _, _, (key, _), _ in timeline
             if isinstance(key, mp.TensorKey) and key.device == device}
     for ptr, nbytes in (label_bytes or {}).items():
         if ptr not in seen:
-            add("LABEL:" + labels[ptr], nbytes)
-            total += nbytes
-            preexisting += nbytes
+            replay.add("LABEL:" + labels[ptr], nbytes, live=nbytes, preexisting=True)
     prev_t = None
     for t, action, (key, version), nbytes in timeline:
         if key.device != device:
             continue
         if prev_t is not None and t != prev_t:
-            sample(prev_t)
+            replay.sample(prev_t)
         prev_t = t
-        if t >= 0:
-            t_first = t if t_first is None else t_first
-            t_last = t
-        if action == A.PREEXISTING:
-            preexisting_keys.add(key)
-            add(classify(key, version), nbytes)
-            total += nbytes
-            preexisting += nbytes
-        elif action == A.CREATE:
-            add(classify(key, version), nbytes)
-            total += nbytes
-        elif action == A.INCREMENT_VERSION:
-            add(classify(key, version), -nbytes)
-            add(classify(key, version + 1), nbytes)
-        elif action == A.DESTROY:
-            add(classify(key, version), -nbytes)
-            total -= nbytes
-        else:
-            raise MemoryProfilerAPIError(f"torch {torch.__version__}: unknown memory action {action}")
+        replay.event(t, action, key, version, nbytes)
     if prev_t is not None:
-        sample(prev_t)
-    peak = max(peak, 0)
-
-    by_category = {k: 0 for k in CATEGORY_KEYS}
-    for raw, n in peak_raw.items():
-        by_category[bucket(raw)] += n
-    frac = None
-    if peak_t is not None and t_first is not None and t_last is not None and t_last > t_first:
-        frac = min(1.0, max(0.0, (max(peak_t, t_first) - t_first) / (t_last - t_first)))
+        replay.sample(prev_t)
+    peak = max(replay.peak, 0)
+    by_category = {k: 0 for k in CATEGORY_KEYS} | replay.by_bucket(replay.peak_raw)
     return dict(
         peak_bytes=int(peak),
         by_category={k: int(v) for k, v in by_category.items()},
-        by_profiler_category={k: int(v) for k, v in sorted(peak_raw.items()) if v},
-        category_max={k: int(v) for k, v in cat_max.items()},
-        preexisting_bytes=int(preexisting),
-        net_peak_bytes=int(peak - preexisting),
-        end_bytes=int(total),
-        peak_time_frac=frac,
+        by_profiler_category={k: int(v) for k, v in sorted(replay.peak_raw.items()) if v},
+        category_max={k: int(v) for k, v in replay.cat_max.items()},
+        preexisting_bytes=int(replay.preexisting),
+        net_peak_bytes=int(peak - replay.preexisting),
+        end_bytes=int(replay.total),
+        peak_time_frac=replay.peak_time_frac(),
         allocator_net_peak_bytes=_allocator_net_peak(memory_profile, device),
         # a phase without events holds the level it started at
-        phase_peaks={name: int(phase_peaks.get(name, level)) for name, _ in phases},
+        phase_peaks={name: int(replay.phase_peaks.get(name, replay.level))
+                     for name, _ in phases},
     )
 
 
@@ -586,6 +584,7 @@ def activation_breakdown(
     loss: str = "hf",
 ) -> dict[str, int]:
     """Bytes autograd saves for backward in ONE forward of an HF Llama/Qwen2-style decoder.
+    (Longer than 80 lines for this docstring: the derivation, term by term, beside the code.)
 
     Derived op by op from the eager HF Qwen2 code (transformers 5.x) and verified *exactly* (to
     the byte, fp32 and bf16, eager and sdpa) against the storages captured by
@@ -624,9 +623,9 @@ def activation_breakdown(
     the lm_head input, saved only for those weights' gradients, are not saved (the adapters'
     own rank-r tensors are not counted: N·r per adapted module).
 
-    ``sketch_rank=r`` (LoGRA, logra/optim/logra_rule.py; implies ``frozen``): no weight has a gradient,
-    so the seven projections of each layer save no input (not the norm outputs 2*N*H*b, not
-    o_proj's, not down_proj's: the MLP saves 3*N*I*b) and keep X·Aᵀ instead, N*r*b each
+    ``sketch_rank=r`` (LoGRA, logra/optim/logra_rule.py; implies ``frozen``): no weight has a
+    gradient, so the seven projections of each layer save no input (not the norm outputs 2*N*H*b,
+    not o_proj's, not down_proj's: the MLP saves 3*N*I*b) and keep X·Aᵀ instead, N*r*b each
     (all seven targeted, LoGRA's default).
 
     With ``checkpointing=True`` (HF per-layer gradient checkpointing) only each layer's input

@@ -14,13 +14,14 @@ Categories (bytes per GPU; `/ gpus` under FSDP, ZeRO-3):
 - master: fp32 master copy of the trained weights (`policy="bf16"` only);
 - optimizer: the rule's state in fp32;
 - grads: gradients alive at the end of backward, fp32 (FSDP reduces in fp32);
-- activations: saved for backward by one micro-batch (`logra.measure.memory.activation_bytes_estimate`,
-  derived for Llama/Qwen2 decoders; for other architectures, e.g. Gemma-3, an approximation;
-  the loss's log-probs are chunked, `logra.rl.loss.token_logprobs`, so nothing of vocabulary size is
-  saved), plus the loss's chunk in flight: one min(chunk_tokens, micro_batch·seq_len)·vocab
-  fp32 tensor and, under a narrower policy dtype, its cast; and, when the output layer trains,
-  its weight's gradient as backward forms it (vocab·hidden, policy dtype), before it is added
-  to the one accumulated over the earlier micro-batches;
+- activations: saved for backward by one micro-batch
+  (`logra.measure.memory.activation_bytes_estimate`, derived for Llama/Qwen2 decoders; for other
+  architectures, e.g. Gemma-3, an approximation; the loss's log-probs are chunked,
+  `logra.rl.loss.token_logprobs`, so nothing of vocabulary size is saved), plus the loss's chunk
+  in flight: one min(chunk_tokens, micro_batch·seq_len)·vocab fp32 tensor and, under a narrower
+  policy dtype, its cast; and, when the output layer trains, its weight's gradient as backward
+  forms it (vocab·hidden, policy dtype), before it is added to the one accumulated over the
+  earlier micro-batches;
 - probe (logra/optim/kl_control.py): the base kept across the update, the output layer's input per
   probe token (base_seqs·completion_len·hidden; base_seqs = probe_size with KL control, else
   the held-out half's ⌈probe_size/2⌉) and a copy of the output layer's weights when

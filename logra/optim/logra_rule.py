@@ -450,7 +450,7 @@ class LoGRA(UpdateRule):
         if self.refresh:
             self._draw()
 
-    # -- the planner's analytic model (logra/measure/planner.py) -------------------------------------
+    # -- the planner's analytic model (logra/measure/planner.py) -----------------------------------
     @staticmethod
     def has_control(options: dict) -> bool:
         return options.get("controller", True)

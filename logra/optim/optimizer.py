@@ -3,8 +3,8 @@
     optimizer = LoGRAOptimizer(model, rank=64, update_ratio=1e-3)   # LoGRA's options
     loss.backward(); optimizer.step(); optimizer.zero_grad()
 
-`LoGRAOptimizer(model, **options)` is the update rule of logra/optim/logra_rule.py (`LoGRA`, the object
-the harness's GRPO loop drives) behind torch's optimizer API. Building it freezes the model
+`LoGRAOptimizer(model, **options)` is the update rule of logra/optim/logra_rule.py (`LoGRA`, the
+object the harness's GRPO loop drives) behind torch's optimizer API. Building it freezes the model
 (LoGRA trains only its target weights, and never through `.grad`) and installs the hooks that
 sketch each target's gradient during backward. `param_groups` holds the target weights (its
 `lr` is not used: LoGRA's step size is `update_ratio`).
@@ -56,7 +56,8 @@ class LoGRAOptimizer(torch.optim.Optimizer):
     _step_supports_amp_scaling = True
 
     def __init__(self, model: torch.nn.Module, **options):
-        """Freeze `model` and install LoGRA on it; `options` are `logra.optim.logra_rule.LoGRA`'s."""
+        """Freeze `model` and install LoGRA on it; `options` are
+        `logra.optim.logra_rule.LoGRA`'s."""
         if torch.distributed.is_available() and torch.distributed.is_initialized() \
                 and torch.distributed.get_world_size() > 1:
             raise RuntimeError("LoGRAOptimizer runs in one process (sharded training: the "

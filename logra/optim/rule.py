@@ -2,7 +2,8 @@
 
 A rule is one module that declares everything about itself: its class subclasses `UpdateRule`,
 states its `options` (JSON-schema fragments; the config check validates `methods.*.options`
-against them), whether it can run sharded, whether its step can be scaled, its analytic memory for the planner (`planned`, `planned_sync`), and implements
+against them), whether it can run sharded, whether its step can be scaled, its analytic memory for
+the planner (`planned`, `planned_sync`), and implements
 
     propose() -> step        candidate step from the gradients (or sketches) of this batch;
                              advances the optimizer's moments; gradients are consumed
@@ -18,8 +19,8 @@ against them), whether it can run sharded, whether its step can be scaled, its a
 and, where the defaults below do not hold for it,
 
     sync_payload() -> dict   what the rollout engine needs to match the trainer after the
-                             last apply (see logra/rl/weight_sync.py); default: every trained weight;
-                             a rule whose payload is low-rank lists "low_rank" first in
+                             last apply (see logra/rl/weight_sync.py); default: every trained
+                             weight; a rule whose payload is low-rank lists "low_rank" first in
                              `transports`, and it is called once after every apply
     engine_weights() -> dict every trained weight in full, as the rollout engine names it
                              (full resync, drift check, resume)
@@ -159,7 +160,7 @@ class UpdateRule:
         """Analytic: every trained parameter's gradient is alive at the end of backward."""
         return tensor_bytes(p for _, p in self.named)
 
-    # -- the planner's analytic model (logra/measure/planner.py) ------------------------------------------
+    # -- the planner's analytic model (logra/measure/planner.py) -----------------------------------
     @staticmethod
     def planned(geo: Geometry, options: dict, b: int) -> dict:
         """Predicted bytes on one GPU before sharding, policy dtype `b` bytes, fp32 state:
@@ -199,8 +200,8 @@ def tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
     """Sum of the ``nbytes`` of the *unique* storages behind ``tensors``.
 
     Tensors sharing a storage (tied embeddings, views) are counted once; a view counts its whole
-    storage; a sharded DTensor counts this rank's shard.  ``None`` entries are skipped.  Tensors without a regular storage (sparse, nested,
-    ...) fall back to ``numel * element_size``.
+    storage; a sharded DTensor counts this rank's shard.  ``None`` entries are skipped.  Tensors
+    without a regular storage (sparse, nested, ...) fall back to ``numel * element_size``.
     """
     seen: set[tuple[str, int]] = set()
     total = 0

@@ -4,7 +4,7 @@ One file, `<checkpoint dir>/<config hash>/state.pt` (`path`), written atomically
 every `grpo.checkpoint_every` steps: the trained weights, the update rule's state, the rollout
 engine's weights, the RNG states of the loop, the step, the metrics rows so far and the measured
 memory reports (as plain dicts). With a fixed seed on CPU a resumed run's weights and metrics
-equal an uninterrupted run's (tests/test_resume.py). The directory is keyed by a hash of the run
+equal an uninterrupted run's (tests/e2e/test_resume.py). The directory is keyed by a hash of the run
 config, so a run whose config was edited starts fresh and the old checkpoint stays where it was.
 A checkpoint holds the state the code of its day produced: after a code change, delete it to
 start over.

@@ -2,7 +2,11 @@
 
 One run = one (task, method, seed). The loop knows nothing about the method: it asks the update
 rule (`logra/optim/rule.py`) to propose a step and applies it, then ships the rule's sync payload
-to the rollout engine, which holds its own copy of the weights in another process.
+to the rollout engine, which holds its own copy of the weights in another process. `train` runs
+the phases below, each a function: `setup` (seeds, model, rule) and `restore` (a checkpoint);
+per step `sample` (rollouts, rewards, advantages), `update` (logra/rl/step.py), `stopped`
+(out of memory, divergence), `sync`, `record`, `save_checkpoint`; then `save_model` and
+`summarise`.
 
 Per step it writes one row of `metrics.csv` (columns in `METRIC_COLUMNS`). Two steps are
 measured with `logra.measure.memory.MemoryMeter` around the whole update phase (forward, backward,
@@ -12,8 +16,8 @@ The larger peak is the run's `peak_mem_bytes`, stored with its step's breakdown 
 analytic one beside it; `peak_mem_bytes_by_step` keeps both. Rollout memory lives in the
 engine's process and is not part of the trainer's peak on CPU.
 
-Sync (logra/rl/weight_sync.py `EngineSync`): after each step the run's transport (`rollout.sync` or the
-method's `sync`) is applied and every applicable transport's serialized bytes are logged
+Sync (logra/rl/weight_sync.py `EngineSync`): after each step the run's transport (`rollout.sync` or
+the method's `sync`) is applied and every applicable transport's serialized bytes are logged
 (`sync_bytes_full`, `sync_bytes_delta`, `sync_bytes_low_rank`: empty where it does not apply),
 with `sync_seconds` (the applied one: pack + hand-over + apply; here the hand-over is a local
 pipe to the engine's process) and `sync_changed_fraction` (trained words whose engine-dtype
@@ -116,311 +120,445 @@ def pad_batch(rollouts, pad_id: int):
     return ids, attn, loss_mask, engine_logp
 
 
-def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str | Path,
-          checkpoint_dir: str | Path | None = None) -> dict:
-    """Run GRPO with the resolved run config `cfg` (see logra/harness/config.py); returns summary.
-    Writes `out_dir/metrics.csv` and `out_dir/model`; resumes from `checkpoint_dir` if it holds
-    a checkpoint of this run."""
+@dataclasses.dataclass
+class Run:
+    """What one run is made of, built once by `setup`: its config, device, data, model (and
+    reference model), update rule and control, random generators and checkpoint path. `grpo`
+    is `cfg["grpo"]`; `sharded` says the run is under FSDP (torchrun, `grpo.nproc_per_node`)."""
+    cfg: dict
+    grpo: dict
+    base_dir: Path
+    out_dir: Path
+    device: torch.device
+    mesh: object
+    rank: int
+    task: object
+    rows: list[dict]
+    model: torch.nn.Module
+    tokenizer: object
+    ref_model: torch.nn.Module | None
+    autocast: object
+    rule: object
+    kl_control: KLControl | None
+    rng: random.Random  # the prompts of each step
+    shuffle_gen: torch.Generator  # each step's order of its rollouts
+    eos: set[int]  # the ids a completed response ends with
+    ckpt_path: Path | None
+    base_norm: float  # ‖θ_base‖, the divergence bound's reference (LoRA: adapters too)
+    base_median_w: float | None
+    param_bytes: int
+    profiled: set[int]  # the steps measured with the MemoryMeter
+
+    @property
+    def sharded(self) -> bool:
+        return self.mesh is not None
+
+
+def setup(cfg: dict, base_dir, train_jsonl, out_dir, checkpoint_dir=None) -> Run:
+    """Seeds, device (and the process group under torchrun), data, model, rule. Everything a
+    rule draws at random (LoGRA's first projections) follows `torch.manual_seed(seed)`, in
+    this order, so that a run's bits depend on its seed alone."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    g, seed = cfg["grpo"], cfg["seed"]
+    grpo, seed = cfg["grpo"], cfg["seed"]
     random.seed(seed)
     torch.manual_seed(seed)
     torch.set_num_threads(cfg["threads"])
     mesh, device = fsdp.init(torch.device(cfg["device"]))
-    rank = collectives.rank()
-    compute_dtype = getattr(torch, g["compute_dtype"])
-
+    sharded = mesh is not None
+    compute_dtype = getattr(torch, grpo["compute_dtype"])
     task = get_task(cfg["task"]["type"], **cfg["task"]["options"])
     rows = read_jsonl(train_jsonl, required=("prompt", "answer"))
 
     def load_model():
-        if mesh is None:
+        if not sharded:
             return load(base_dir, device=str(device))
         return fsdp.load_sharded(base_dir, mesh, device, compute_dtype)
 
     model, tokenizer = load_model()
     # the scale of the weights it starts from (lr / |w| decides how many bf16 words a step
     # changes: the sync regime); not measured on sharded parameters
-    base_median_w = median_abs_weight(model) if mesh is None else None
+    base_median_w = median_abs_weight(model) if not sharded else None
     model.train()
-    if g["gradient_checkpointing"]:
+    if grpo["gradient_checkpointing"]:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
     ref_model = None
-    if g["beta"] > 0:
+    if grpo["beta"] > 0:
         ref_model = load_model()[0]
         ref_model.eval().requires_grad_(False)
-    autocast = compute_context(device, compute_dtype if mesh is None else torch.float32)
-    # after torch.manual_seed(seed): a rule's random draws (LoGRA's Ω) follow the run's seed
+    autocast = compute_context(device, compute_dtype if not sharded else torch.float32)
     rule = rules.build(cfg["method"]["rule"], model, cfg["method"]["options"])
     kl_control = KLControl(**cfg["method"]["kl_control"]) if cfg["method"]["kl_control"] else None
     shuffle_gen = torch.Generator().manual_seed(seed)
-    # the ids a response may end with: the tokenizer's eos and the model's generation config's
-    # (a hub model may list several, as vLLM stops on them all)
+    # the tokenizer's eos and the model's generation config's (a hub model may list several,
+    # as vLLM stops on them all)
     ids = getattr(model.generation_config, "eos_token_id", None)
     eos = {tokenizer.eos_token_id, *(ids if isinstance(ids, list) else [] if ids is None
                                      else [ids])}
     rng = random.Random(seed)
-    n_prompts, group = g["prompts_per_step"], g["group_size"]
-    params = dict(model.named_parameters())
     param_bytes = tensor_bytes(model.parameters())  # LoRA: adapters included
-    # everything below but the weights and the rule is the loop's state, checkpointed as `run`
-    run = {"step": 0, "metrics": [], "memory": {}, "memory_seq_len": {},  # by profiled step
-           "lowrank_bytes": 0,  # low-rank sync bytes ...
-           "lowrank_full": 0,  # ... and what those weights take in full
-           "wall_s": 0.0, "resumed_from": [],
-           "zero_grad_steps": 0,  # consecutive steps without a gradient while rewards varied
-           "steps_at_cap": 0,  # steps whose scale the control set at its cap
-           "weight_ratio_max": 1.0,  # the largest ‖θ‖ / ‖θ_base‖ after a step
-           "update_cosine": None}  # {step, cosine} of grpo.cosine_step
-    ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir and mesh is None else None
-    engine_weights = None  # the engine's weights at the checkpoint, on resume
-    base_norm = weight_norm(model)  # the divergence bound's reference (LoRA: adapters too)
-    state = resume(ckpt_path, cfg, model, rule, g["on_bad_checkpoint"])
-    discarded = []
-    if isinstance(state, Path):  # corrupt, set aside: the run starts from its base
-        discarded, state = [str(state)], None
-    if state is not None:
-        model.load_state_dict(state["model"])
-        rule.load_state_dict(state["rule"])
-        checkpoint.set_rng_states(state["rng"], rng, shuffle_gen)
-        run, engine_weights = state["run"], state["engine"]
-        run["memory"] = {s: MemoryReport(**r) for s, r in run["memory"].items()}
-        run["resumed_from"].append(run["step"])
-        del state
-        print(f"resumed from {ckpt_path} at step {run['step']}")
-    metrics, status, diverged_at, oom = run["metrics"], "ok", None, {}
-    diverged_why = None
-    budget = cfg.get("memory_budget_bytes")
-    cap_cuda_memory(budget, device)
-    t_start = time.time() - run["wall_s"]
-    full_sync_every = cfg["rollout"]["full_sync_every"]
+    ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir and not sharded else None
     # CPU + FSDP: the profiler's memory timeline cannot follow FSDP's storage resizes (it fails
     # its own version checks), so sharded CPU runs are not measured; CUDA uses the allocator
-    profiled = set() if mesh is not None and device.type == "cpu" else {1, g["profile_step"]}
-    step, engine = run["step"], None
+    profiled = set() if sharded and device.type == "cpu" else {1, grpo["profile_step"]}
+    return Run(cfg, grpo, Path(base_dir), out_dir, device, mesh, collectives.rank(), task, rows,
+               model, tokenizer, ref_model, autocast, rule, kl_control, rng, shuffle_gen, eos,
+               ckpt_path, weight_norm(model), base_median_w, param_bytes, profiled)
+
+
+def fresh_progress() -> dict:
+    """The loop's state besides the weights and the rule's, checkpointed with them."""
+    return {"step": 0, "metrics": [], "memory": {}, "memory_seq_len": {},  # by profiled step
+            "lowrank_bytes": 0,  # low-rank sync bytes ...
+            "lowrank_full": 0,  # ... and what those weights take in full
+            "wall_s": 0.0, "resumed_from": [],
+            "zero_grad_steps": 0,  # consecutive steps without a gradient while rewards varied
+            "steps_at_cap": 0,  # steps whose scale the control set at its cap
+            "weight_ratio_max": 1.0,  # the largest ‖θ‖ / ‖θ_base‖ after a step
+            "update_cosine": None}  # {step, cosine} of grpo.cosine_step
+
+
+def restore(run: Run) -> tuple[dict, dict | None, list[str]]:
+    """(progress, the engine's weights or None, checkpoints set aside) from this run's
+    checkpoint, the model, rule and generators restored from it; a fresh start without one."""
+    state = resume(run.ckpt_path, run.cfg, run.model, run.rule, run.grpo["on_bad_checkpoint"])
+    if isinstance(state, Path):  # corrupt, set aside: the run starts from its base
+        return fresh_progress(), None, [str(state)]
+    if state is None:
+        return fresh_progress(), None, []
+    run.model.load_state_dict(state["model"])
+    run.rule.load_state_dict(state["rule"])
+    checkpoint.set_rng_states(state["rng"], run.rng, run.shuffle_gen)
+    progress = state["run"]
+    progress["memory"] = {s: MemoryReport(**r) for s, r in progress["memory"].items()}
+    progress["resumed_from"].append(progress["step"])
+    print(f"resumed from {run.ckpt_path} at step {progress['step']}")
+    return progress, state["engine"], []
+
+
+@dataclasses.dataclass
+class Batch:
+    """One step's rollouts as the update takes them: rewards (in the engine's order), the
+    padded tensors and advantages (shuffled), the engine's log-probs, which responses
+    completed, and the probe (the first `grpo.probe_size` sequences)."""
+    rewards: torch.Tensor
+    tensors: tuple[torch.Tensor, ...]  # ids, attention mask, loss mask, advantages
+    engine_logp: torch.Tensor
+    completed: torch.Tensor
+    probe: tuple[torch.Tensor, ...]
+
+
+def sample(run: Run, engine, step: int) -> Batch:
+    """The step's prompts, their rollouts (rank 0's engine, broadcast), rewards and advantages;
+    shuffled, so that each micro-batch (and the probe) mixes prompts instead of being one
+    prompt's group (the loss does not depend on the order)."""
+    grpo, group = run.grpo, run.grpo["group_size"]
+    examples = run.rng.sample(run.rows, grpo["prompts_per_step"])
+    rollouts = collectives.broadcast(engine.generate(
+        [ex["prompt"] for ex in examples], group, grpo["max_new_tokens"], grpo["temperature"],
+        run.cfg["seed"] * 1_000_003 + step) if engine else None)
+    rewards = torch.tensor([run.task.reward(r.text, examples[i // group])
+                            for i, r in enumerate(rollouts)])
+    adv = group_advantages(rewards, group, scale=grpo["scale_advantages"])
+    perm = torch.randperm(len(rollouts), generator=run.shuffle_gen)
+    ids, attn, mask, engine_logp = (t[perm].to(run.device)
+                                    for t in pad_batch(rollouts, run.tokenizer.pad_token_id))
+    completed = torch.tensor([bool(r.completion_ids) and r.completion_ids[-1] in run.eos
+                              for r in rollouts])[perm]
+    n = grpo["probe_size"]
+    return Batch(rewards, (ids, attn, mask, adv[perm].to(run.device)), engine_logp, completed,
+                 (ids[:n], attn[:n], mask[:n]))
+
+
+def update(run: Run, batch: Batch, step: int, progress: dict) -> tuple:
+    """The step's update (logra.rl.step.update_step), measured by the MemoryMeter on the
+    profiled steps (the report kept in `progress`): (loss, η, predicted KL, realized KL,
+    mismatch metrics). Raises FloatingPointError (a control's prediction was not finite) and
+    torch.OutOfMemoryError."""
+    grpo, rule = run.grpo, run.rule
+    meter = (MemoryMeter(run.device, labels={"optimizer": rule.state_tensors(),
+                                             "grads": rule.grad_buffers()})
+             if step in run.profiled else contextlib.nullcontext())
+    with meter, run.autocast:
+        out = update_step(
+            run.model, run.ref_model, rule, run.kl_control, batch.tensors, batch.probe, grpo,
+            max_scale=min(1.0, step / grpo["warmup_steps"]) if grpo["warmup_steps"] else 1.,
+            phase=getattr(meter, "phase", None), engine_logp=batch.engine_logp,
+            completed=batch.completed, cosine=step == grpo["cosine_step"])
+    if step in run.profiled:
+        progress["memory"][step] = meter.report
+        progress["memory_seq_len"][step] = batch.tensors[0].shape[1]
+    return out
+
+
+def stopped(run: Run, batch: Batch, step: int, progress: dict, loss: float,
+            kl_real: float) -> dict | None:
+    """After the update: why the run stops here, as summary fields, or None. Out of memory on
+    CPU (the larger profiled peak above `memory_budget_bytes`, after the last profiled step)
+    or a divergence (`divergence`)."""
+    budget = run.cfg.get("memory_budget_bytes")
+    if step == max(run.profiled, default=None):
+        peak = collectives.all_reduce(  # the largest rank's: every rank decides alike
+            torch.tensor(max(r.peak_bytes for r in progress["memory"].values()),
+                         device=run.device), op="max").item()
+        if budget and peak > budget:
+            return {"status": "oom", "oom_at_step": step, "oom_check": (
+                "measured peak vs budget, after the step (the larger of the profiled "
+                "steps' peaks)"), "oom_needed_bytes": peak}
+    group = run.grpo["group_size"]
+    varied = bool((batch.rewards.view(-1, group).std(dim=1) > 0).any())
+    progress["zero_grad_steps"] = (progress["zero_grad_steps"] + 1
+                                   if run.rule.grad_norm == 0 and varied else 0)
+    ratio = weight_norm(run.model) / run.base_norm
+    progress["weight_ratio_max"] = max(progress["weight_ratio_max"], ratio)
+    why = divergence(loss, run.rule.grad_norm, kl_real, ratio, progress["zero_grad_steps"],
+                     run.grpo)
+    return diverged(step, why) if why else None
+
+
+def diverged(step: int, why: str) -> dict:
+    print(f"diverged at step {step}: {why}")
+    return {"status": "diverged", "diverged_at_step": step, "diverged_because": why}
+
+
+def sync(run: Run, syncer: EngineSync, engine, step: int, progress: dict) -> dict:
+    """Send the step to the engine (the run's transport; every rank takes part under FSDP) and
+    every `rollout.full_sync_every` steps the full weights, with the drift found before it:
+    the step's sync metrics."""
+    metrics = syncer.step(engine)
+    params = dict(run.model.named_parameters())
+    progress["lowrank_bytes"] += payload_bytes({"lowrank": syncer.lowrank})
+    progress["lowrank_full"] += sum(params[n].numel() * params[n].element_size()
+                                    for n in syncer.lowrank)
+    metrics["sync_drift"] = math.nan
+    every = run.cfg["rollout"]["full_sync_every"]
+    if every and step % every == 0:
+        weights = run.rule.engine_weights()
+        if engine:
+            metrics["sync_drift"] = sync_drift(engine.state_dict(), weights)
+            metrics["sync_bytes"] += syncer.resync(engine)
+    return metrics
+
+
+def record(run: Run, progress: dict, step: int, batch: Batch, measured: dict) -> None:
+    """The step's row of metrics.csv (METRIC_COLUMNS) into `progress`, and what the summary
+    keeps of it: the steps at the control's cap and the update-cosine diagnostic."""
+    memory = progress["memory"]
+    row = {"step": step, "reward_mean": batch.rewards.mean().item(),
+           "reward_std": batch.rewards.std().item(), "grad_norm": run.rule.grad_norm,
+           "peak_mem_bytes": memory[step].peak_bytes if step in run.profiled else math.nan,
+           **measured}
+    progress["steps_at_cap"] += row.pop("step_at_cap")
+    if "update_cosine" in row:  # the diagnostic step's (grpo.cosine_step)
+        progress["update_cosine"] = {"step": step, "cosine": row.pop("update_cosine")}
+    progress["metrics"].append(row)
+    progress["step"] = step
+
+
+def save_checkpoint(run: Run, engine, step: int, progress: dict) -> None:
+    """Every `grpo.checkpoint_every` steps before the last (single-process runs)."""
+    every = run.grpo["checkpoint_every"]
+    if run.ckpt_path and every and step % every == 0 and step < run.grpo["steps"]:
+        checkpoint.save(run.ckpt_path, {
+            "cfg": run.cfg, "model": run.model.state_dict(), "rule": run.rule.state_dict(),
+            "engine": engine.state_dict(),
+            "rng": checkpoint.rng_states(run.rng, run.shuffle_gen),
+            "run": progress | {"memory": {s: dataclasses.asdict(r)  # plain data
+                                          for s, r in progress["memory"].items()}}})
+
+
+def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str | Path,
+          checkpoint_dir: str | Path | None = None) -> dict:
+    """Run GRPO with the resolved run config `cfg` (see logra/harness/config.py); returns the
+    summary. Writes `out_dir/metrics.csv` and `out_dir/model`; resumes from `checkpoint_dir`
+    if it holds a checkpoint of this run. The phases: setup, restore, then per step sample,
+    update, stopped?, sync, record, save_checkpoint; then save_model and summarise."""
+    run = setup(cfg, base_dir, train_jsonl, out_dir, checkpoint_dir)
+    progress, engine_weights, set_aside = restore(run)
+    end = {"status": "ok", "diverged_at_step": None, "diverged_because": None}
+    cap_cuda_memory(cfg.get("memory_budget_bytes"), run.device)
+    t_start = time.time() - progress["wall_s"]
+    step, engine = progress["step"], None
     try:
-        engine = (make_engine(cfg["rollout"]["engine"], str(base_dir),
-                              dtype=cfg["rollout"]["dtype"], threads=cfg["threads"],
-                              timeout_s=cfg["rollout"]["timeout_s"],
-                              timeout_factor=cfg["rollout"]["timeout_factor"],
-                              **cfg["rollout"].get("options", {}))
-                  if rank == 0 else None)
-        syncer = EngineSync(rule, cfg["rollout"].get("sync", "auto"),
-                            getattr(torch, cfg["rollout"]["dtype"]),
-                            has_engine=engine is not None)
+        engine = make_engine(cfg["rollout"]["engine"], str(base_dir),
+                             dtype=cfg["rollout"]["dtype"], threads=cfg["threads"],
+                             timeout_s=cfg["rollout"]["timeout_s"],
+                             timeout_factor=cfg["rollout"]["timeout_factor"],
+                             **cfg["rollout"].get("options", {})) if run.rank == 0 else None
+        syncer = EngineSync(run.rule, cfg["rollout"].get("sync", "auto"),
+                            getattr(torch, cfg["rollout"]["dtype"]), has_engine=engine is not None)
         if engine_weights is not None:  # the engine starts from the base weights: restore its own
             engine.sync({"dense": engine_weights})
             del engine_weights
-        for step in tqdm(range(run["step"] + 1, g["steps"] + 1), desc=f"grpo {cfg['run_id']}",
-                         mininterval=5):
+        for step in tqdm(range(progress["step"] + 1, run.grpo["steps"] + 1),
+                         desc=f"grpo {cfg['run_id']}", mininterval=5):
             t0 = time.time()
-            examples = rng.sample(rows, n_prompts)
-            rollouts = collectives.broadcast(engine.generate(
-                [ex["prompt"] for ex in examples], group, g["max_new_tokens"], g["temperature"],
-                seed * 1_000_003 + step) if engine else None)
-            rewards = torch.tensor([task.reward(r.text, examples[i // group])
-                                    for i, r in enumerate(rollouts)])
-            adv = group_advantages(rewards, group, scale=g["scale_advantages"])
-            # shuffled, so each micro-batch (and the probe) mixes prompts instead of being one
-            # prompt's group; the loss does not depend on the order
-            perm = torch.randperm(len(rollouts), generator=shuffle_gen)
-            ids, attn, mask, engine_logp = (t[perm].to(device)
-                                            for t in pad_batch(rollouts, tokenizer.pad_token_id))
-            adv = adv[perm].to(device)
-            completed = torch.tensor([bool(r.completion_ids) and r.completion_ids[-1] in eos
-                                      for r in rollouts])[perm]
-            probe = (ids[:g["probe_size"]], attn[:g["probe_size"]], mask[:g["probe_size"]])
-            meter = (MemoryMeter(device, labels={"optimizer": rule.state_tensors(),
-                                                 "grads": rule.grad_buffers()})
-                     if step in profiled else contextlib.nullcontext())
+            batch = sample(run, engine, step)
             try:
-                with meter, autocast:
-                    loss, eta, kl_pred, kl_real, mismatch = update_step(
-                        model, ref_model, rule, kl_control, (ids, attn, mask, adv), probe, g,
-                        max_scale=min(1.0, step / g["warmup_steps"]) if g["warmup_steps"] else 1.,
-                        phase=getattr(meter, "phase", None), engine_logp=engine_logp,
-                        completed=completed, cosine=step == g["cosine_step"])
+                loss, eta, kl_pred, kl_real, mismatch = update(run, batch, step, progress)
             except FloatingPointError as e:  # a control's prediction was not finite
-                status, diverged_at, diverged_why = "diverged", step, str(e)
-                print(f"diverged at step {step}: {diverged_why}")
+                end |= diverged(step, str(e))
                 break
             except torch.OutOfMemoryError as e:
-                status, oom = "oom", {"oom_at_step": step, **cuda_oom(e, device)}
-                if mesh is not None:  # the other ranks wait in a collective: stop them all
-                    write_json(out_dir / f"oom.rank{rank}.json", oom)
+                oom = {"oom_at_step": step, **cuda_oom(e, run.device)}
+                end |= {"status": "oom", **oom}
+                if run.sharded:  # the other ranks wait in a collective: stop them all
+                    write_json(run.out_dir / f"oom.rank{run.rank}.json", oom)
                     raise
                 break
-            if step in profiled:
-                run["memory"][step], run["memory_seq_len"][step] = meter.report, ids.shape[1]
-            if step == max(profiled, default=None):
-                peak = collectives.all_reduce(  # the largest rank's: every rank decides alike
-                    torch.tensor(max(r.peak_bytes for r in run["memory"].values()),
-                                 device=device), op="max").item()
-                if budget and peak > budget:
-                    status, oom = "oom", {"oom_at_step": step, "oom_check": (
-                        "measured peak vs budget, after the step (the larger of the profiled "
-                        "steps' peaks)"), "oom_needed_bytes": peak}
-                    break
-            varied = bool((rewards.view(-1, group).std(dim=1) > 0).any())
-            run["zero_grad_steps"] = (run["zero_grad_steps"] + 1
-                                      if rule.grad_norm == 0 and varied else 0)
-            ratio = weight_norm(model) / base_norm
-            run["weight_ratio_max"] = max(run["weight_ratio_max"], ratio)
-            diverged_why = divergence(loss, rule.grad_norm, kl_real, ratio,
-                                      run["zero_grad_steps"], g)
-            if diverged_why:
-                status, diverged_at = "diverged", step
-                print(f"diverged at step {step}: {diverged_why}")
+            stop = stopped(run, batch, step, progress, loss, kl_real)
+            if stop:
+                end |= stop
                 break
-            sync = syncer.step(engine)  # gathered from every rank under FSDP
-            lowrank = syncer.lowrank
-            run["lowrank_bytes"] += payload_bytes({"lowrank": lowrank})
-            run["lowrank_full"] += sum(params[n].numel() * params[n].element_size()
-                                       for n in lowrank)
-            drift = math.nan
-            if full_sync_every and step % full_sync_every == 0:
-                weights = rule.engine_weights()
-                if engine:
-                    drift = sync_drift(engine.state_dict(), weights)
-                    sync["sync_bytes"] += syncer.resync(engine)
-                del weights
-            metrics.append({
-                "step": step, "reward_mean": rewards.mean().item(),
-                "reward_std": rewards.std().item(), "loss": loss, "kl_pred": kl_pred,
-                "kl_real": kl_real, "step_scale": eta, "grad_norm": rule.grad_norm,
-                "step_time_s": time.time() - t0,
-                "peak_mem_bytes": (run["memory"][step].peak_bytes if step in profiled
-                                   else math.nan),
-                "sync_drift": drift, **sync, **mismatch})
-            run["steps_at_cap"] += metrics[-1].pop("step_at_cap")
-            if "update_cosine" in metrics[-1]:  # the diagnostic step's (grpo.cosine_step)
-                run["update_cosine"] = {"step": step,
-                                        "cosine": metrics[-1].pop("update_cosine")}
-            run["step"], run["wall_s"] = step, time.time() - t_start
-            if ckpt_path and g["checkpoint_every"] and step % g["checkpoint_every"] == 0 \
-                    and step < g["steps"]:
-                checkpoint.save(ckpt_path, {
-                    "cfg": cfg, "model": model.state_dict(), "rule": rule.state_dict(),
-                    "engine": engine.state_dict(),
-                    "rng": checkpoint.rng_states(rng, shuffle_gen),
-                    "run": run | {"memory": {s: dataclasses.asdict(r)  # plain data
-                                             for s, r in run["memory"].items()}}})
+            synced = sync(run, syncer, engine, step, progress)
+            record(run, progress, step, batch, synced | mismatch | {
+                "loss": loss, "kl_pred": kl_pred, "kl_real": kl_real, "step_scale": eta,
+                "step_time_s": time.time() - t0})
+            progress["wall_s"] = time.time() - t_start
+            save_checkpoint(run, engine, step, progress)
     except EngineError as e:  # the checkpoint stays: a rerun resumes from it
         raise EngineError(f"{cfg['run_id']} at step {step}: {e}; a rerun resumes from the "
-                          f"last checkpoint ({ckpt_path or 'none: checkpoint_every is 0'})") \
-            from None
+                          f"last checkpoint ({run.ckpt_path or 'none: checkpoint_every is 0'})"
+                          ) from None
     finally:
         if engine:
             engine.close()
-    # diverged / oom: keep the last good weights (and the checkpoint holding them), else the base
+    model_step, fingerprint = save_model(run, end["status"], progress["metrics"])
+    return summarise(run, progress, end, syncer, model_step, fingerprint, set_aside,
+                     time.time() - t_start)
+
+
+def save_model(run: Run, status: str, metrics: list[dict]) -> tuple[int, dict | None]:
+    """Write metrics.csv and the model (rank 0), and remove the checkpoint of a finished run:
+    (the step whose weights were saved, the fingerprint). A diverged or out-of-memory run
+    keeps the last good weights (and the checkpoint holding them), else the base model."""
+    model, rule = run.model, run.rule
     model_step = len(metrics)
     if status != "ok":
         model.zero_grad(set_to_none=True)
-        cap_cuda_memory(None, device)  # lift the budget cap: saving must not fail for lack of it
+        cap_cuda_memory(None, run.device)  # lift the budget cap: saving must not fail for it
         model_step = 0
-        if ckpt_path and ckpt_path.exists():  # loaded before unwrap: LoRA's names match then
-            state = checkpoint.load(ckpt_path, cfg, model, rule.checkpoint_classes)
+        if run.ckpt_path and run.ckpt_path.exists():  # before unwrap: LoRA's names match then
+            state = checkpoint.load(run.ckpt_path, run.cfg, model, rule.checkpoint_classes)
             model.load_state_dict(state["model"])
             model_step = state["run"]["step"]
             del state
     rule.unwrap()
     saved = model
     if model_step == 0 and status != "ok":  # the base model has the unwrapped names
-        saved = load(base_dir)[0] if rank == 0 else None
-    elif mesh is not None:  # gathered on rank 0's CPU, into a plain model
+        saved = load(run.base_dir)[0] if run.rank == 0 else None
+    elif run.sharded:  # gathered on rank 0's CPU, into a plain model
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
                                                                      cpu_offload=True))
-        if rank == 0:
-            saved = load(base_dir)[0]
+        if run.rank == 0:
+            saved = load(run.base_dir)[0]
             saved.load_state_dict(state)
         del state
     fingerprint = None
-    if rank == 0:
-        _write_metrics(out_dir / "metrics.csv", metrics)
-        save_pretrained(saved, tokenizer, out_dir / "model")
-        fingerprint = {"weights": repro.model_digest(out_dir / "model"),
+    if run.rank == 0:
+        _write_metrics(run.out_dir / "metrics.csv", metrics)
+        save_pretrained(saved, run.tokenizer, run.out_dir / "model")
+        fingerprint = {"weights": repro.model_digest(run.out_dir / "model"),
                        "metrics": repro.metrics_digest(metrics)}
-    if ckpt_path and status == "ok":  # and <task>/<method>/seed<k>/<hash>/ when empty
-        checkpoint.remove(ckpt_path)
-    # the profiled step with the larger peak (step 1 or grpo.profile_step) is the run's
-    peak_step = max(run["memory"], key=lambda s: run["memory"][s].peak_bytes, default=None)
-    memory = run["memory"].get(peak_step)
-    memory_seq_len = run["memory_seq_len"].get(peak_step)
+    if run.ckpt_path and status == "ok":  # and <task>/<method>/seed<k>/<hash>/ when empty
+        checkpoint.remove(run.ckpt_path)
+    return model_step, fingerprint
 
-    breakdown = mem_check = None
-    if memory and mesh is None:  # sharded runs: the planner models FSDP's categories
-        breakdown = analytic_breakdown(
-            param_bytes=param_bytes,
-            grad_bytes_at_peak=rule.peak_grad_bytes(),
-            optimizer_bytes=rule.state_bytes(),
+
+def memory_summary(run: Run, progress: dict) -> dict:
+    """The run's memory: the profiled step with the larger peak (step 1 or grpo.profile_step),
+    its breakdown, and the analytic breakdown beside it (single-process runs; under FSDP the
+    planner models the sharded categories)."""
+    memory = progress["memory"]
+    step = max(memory, key=lambda s: memory[s].peak_bytes, default=None)
+    report = memory.get(step)
+    analytic = check = None
+    if report and not run.sharded:
+        grpo, config = run.grpo, run.model.config
+        analytic = analytic_breakdown(
+            param_bytes=run.param_bytes, grad_bytes_at_peak=run.rule.peak_grad_bytes(),
+            optimizer_bytes=run.rule.state_bytes(),
             activation_bytes=activation_bytes_estimate(
-                model.config, batch=g["micro_batch_size"], seq_len=memory_seq_len,
-                checkpointing=g["gradient_checkpointing"], attention_mask=True,
-                attn_implementation=model.config._attn_implementation, loss="chunked"))
-        ratio = memory.peak_bytes / breakdown["total"]
-        mem_check = {"measured_over_analytic": ratio, "tolerance": MEM_TOLERANCE,
-                     "agree": abs(ratio - 1) <= MEM_TOLERANCE}
-    def mean(values):  # of the values that are there (None, nan: not measured)
-        values = [v for v in values if v is not None and not math.isnan(v)]
-        return sum(values) / len(values) if values else None
-
-    kl_real = [m["kl_real"] for m in metrics]
+                config, batch=grpo["micro_batch_size"], seq_len=progress["memory_seq_len"][step],
+                checkpointing=grpo["gradient_checkpointing"], attention_mask=True,
+                attn_implementation=config._attn_implementation, loss="chunked"))
+        ratio = report.peak_bytes / analytic["total"]
+        check = {"measured_over_analytic": ratio, "tolerance": MEM_TOLERANCE,
+                 "agree": abs(ratio - 1) <= MEM_TOLERANCE}
     return {
-        "status": status, "diverged_at_step": diverged_at, "diverged_because": diverged_why,
+        "peak_mem_bytes": report.peak_bytes if report else None,
+        "peak_mem_step": step,
+        "peak_mem_bytes_by_step": {str(s): r.peak_bytes for s, r in sorted(memory.items())},
+        "mem_breakdown": report.by_category if report else None,
+        "mem_measure": (report.method if report else
+                        "not measured (FSDP on CPU)" if not run.profiled else None),
+        "mem_rss_peak_bytes": report.rss_peak_bytes if report else None,
+        "mem_analytic": analytic, "mem_check": check}
+
+
+def _mean(values):
+    """The mean of the values that are there (None, nan: not measured), or None."""
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    return sum(values) / len(values) if values else None
+
+
+def summarise(run: Run, progress: dict, end: dict, syncer: EngineSync, model_step: int,
+              fingerprint: dict | None, set_aside: list[str], wall_s: float) -> dict:
+    """summary.json: how the run ended, what it is, its memory, time, sync, rewards, KL, step
+    control and step size, the machine and the fingerprint."""
+    cfg, grpo, rule, model = run.cfg, run.grpo, run.rule, run.model
+    metrics, ckpt = progress["metrics"], run.ckpt_path
+    timed = [m for m in metrics if m["step"] not in (1, grpo["profile_step"])]  # unprofiled
+    kl_real = [m["kl_real"] for m in metrics]
+    control = rule.control or run.kl_control
+    return {
+        "status": end["status"], "diverged_at_step": end["diverged_at_step"],
+        "diverged_because": end["diverged_because"],
         # what the divergence bounds watch (grpo.max_*): the largest weight norm over the base's
-        "weight_norm_ratio_max": run["weight_ratio_max"],
-        "memory_budget_bytes": budget, **oom,
+        "weight_norm_ratio_max": progress["weight_ratio_max"],
+        "memory_budget_bytes": cfg.get("memory_budget_bytes"),
+        **{k: v for k, v in end.items() if k.startswith("oom_")},
         # corrupt checkpoints found at the start, set aside (grpo.on_bad_checkpoint)
-        "checkpoints_set_aside": discarded,
+        "checkpoints_set_aside": set_aside,
         "model_step": model_step,  # the step whose weights were saved (0 = the base model)
-        "checkpoint": str(ckpt_path) if ckpt_path and ckpt_path.exists() else None,
-        "resumed_from_steps": run["resumed_from"],
-        "task": cfg["task_name"], "method": cfg["method_name"], "seed": seed,
-        "model": cfg["model_name"], "n_params": n_params(model), "device": str(device),
-        "nproc_per_node": collectives.world_size(), "compute_dtype": g["compute_dtype"],
+        "checkpoint": str(ckpt) if ckpt and ckpt.exists() else None,
+        "resumed_from_steps": progress["resumed_from"],
+        "task": cfg["task_name"], "method": cfg["method_name"], "seed": cfg["seed"],
+        "model": cfg["model_name"], "n_params": n_params(model), "device": str(run.device),
+        "nproc_per_node": collectives.world_size(), "compute_dtype": grpo["compute_dtype"],
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-        "steps": len(metrics), "wall_s": time.time() - t_start,
-        "peak_mem_bytes": memory.peak_bytes if memory else None,
-        "peak_mem_step": peak_step,
-        "peak_mem_bytes_by_step": {str(s): r.peak_bytes for s, r in sorted(run["memory"].items())},
-        "mem_breakdown": memory.by_category if memory else None,
-        "mem_measure": (memory.method if memory else
-                        "not measured (FSDP on CPU)" if not profiled else None),
-        "mem_rss_peak_bytes": memory.rss_peak_bytes if memory else None,
-        "mem_analytic": breakdown, "mem_check": mem_check,
+        "steps": len(metrics), "wall_s": wall_s,
+        **memory_summary(run, progress),
         # the profiled steps run under the profiler (several times slower): left out
-        "mean_step_time_s": mean(m["step_time_s"] for m in metrics
-                                 if m["step"] not in (1, g["profile_step"])),
-        "sync_bytes_per_step": mean(m["sync_bytes"] for m in metrics),
-        # per-step means of the sync metrics (logra/rl/weight_sync.py): the applied transport and the
-        # bytes of each that applies; the engine's dtype; trainer-vs-engine log-prob mismatch
+        "mean_step_time_s": _mean(m["step_time_s"] for m in timed),
+        "sync_bytes_per_step": _mean(m["sync_bytes"] for m in metrics),
+        # per-step means of the sync metrics (logra/rl/weight_sync.py): the applied transport
+        # and the bytes of each that applies; the engine's dtype; trainer-vs-engine mismatch
         "sync_transport": syncer.transport, "rollout_dtype": cfg["rollout"]["dtype"],
-        "base_median_abs_weight": base_median_w,
-        **{f"{k}_per_step": mean(m[k] for m in metrics) for k in SYNC_METRICS[1:]},
-        **{k: mean(m[k] for m in metrics) for k in ("logp_mismatch_mean", "logp_mismatch_max")},
+        "base_median_abs_weight": run.base_median_w,
+        **{f"{k}_per_step": _mean(m[k] for m in metrics) for k in SYNC_METRICS[1:]},
+        **{k: _mean(m[k] for m in metrics) for k in ("logp_mismatch_mean", "logp_mismatch_max")},
         # the whole model's bytes (a sharded parameter's numel is its full size); parameters()
         # lists a tied weight once
         "sync_full_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-        "sync_lowrank_fraction": (run["lowrank_bytes"] / run["lowrank_full"]
-                                  if run["lowrank_full"] else None),
+        "sync_lowrank_fraction": (progress["lowrank_bytes"] / progress["lowrank_full"]
+                                  if progress["lowrank_full"] else None),
         "optimizer_state_bytes": rule.state_bytes(),  # on one rank under FSDP
-        "final_reward": mean(m["reward_mean"] for m in metrics[-10:]),
+        "final_reward": _mean(m["reward_mean"] for m in metrics[-10:]),
         "kl": {"median_real": statistics.median(kl_real) if kl_real else None,
                "max_real": max(kl_real, default=None),
                "calibration": kl_calibration(metrics)},
         # the step's control (the rule's own, else the config's kl_control): the share of steps
         # at its cap (LoGRA: alpha_max) and its mean seconds per step
-        "control": None if not (rule.control or kl_control) else {
-            "kind": type(rule.control or kl_control).__name__,
-            "steps_at_cap_share": run["steps_at_cap"] / len(metrics) if metrics else None,
-            "mean_seconds": mean(m["control_seconds"] for m in metrics
-                                 if m["step"] not in (1, g["profile_step"]))},
+        "control": None if control is None else {
+            "kind": type(control).__name__,
+            "steps_at_cap_share": progress["steps_at_cap"] / len(metrics) if metrics else None,
+            "mean_seconds": _mean(m["control_seconds"] for m in timed)},
         # cos(applied step, −dense gradient of its batch) at grpo.cosine_step (nan: the rule
         # cannot keep the gradient), or None
-        "update_cosine": run["update_cosine"],
+        "update_cosine": progress["update_cosine"],
         # the rule's step size: its option (lr; LoGRA's update_ratio) and value
         "step_size": {"option": rule.step_size_option,
                       "value": rules.step_size(type(rule), cfg["method"]["options"])},
@@ -455,7 +593,7 @@ def weight_norm(model) -> float:
 
 
 def divergence(loss: float, grad_norm: float, kl_real: float, weight_ratio: float,
-               zero_grad_steps: int, g: dict) -> str | None:
+               zero_grad_steps: int, grpo: dict) -> str | None:
     """Why a run has diverged after this step, or None: a non-finite loss, gradient norm
     (LoGRA: sketch norm) or realized KL; a realized KL on the probe above
     `grpo.max_kl_per_step`; ‖θ‖ / ‖θ_base‖ above `grpo.max_weight_norm_ratio`; or
@@ -464,15 +602,15 @@ def divergence(loss: float, grad_norm: float, kl_real: float, weight_ratio: floa
     if not all(map(math.isfinite, (loss, grad_norm, kl_real, weight_ratio))):
         return (f"non-finite loss {loss}, gradient norm {grad_norm}, realized KL {kl_real} or "
                 f"weight norm ratio {weight_ratio}")
-    if kl_real > g["max_kl_per_step"]:
+    if kl_real > grpo["max_kl_per_step"]:
         return (f"realized KL {kl_real:.3g} nats on the probe > grpo.max_kl_per_step "
-                f"{g['max_kl_per_step']:g}")
-    if weight_ratio > g["max_weight_norm_ratio"]:
+                f"{grpo['max_kl_per_step']:g}")
+    if weight_ratio > grpo["max_weight_norm_ratio"]:
         return (f"weight norm {weight_ratio:.3g}x the base's > grpo.max_weight_norm_ratio "
-                f"{g['max_weight_norm_ratio']:g}")
-    if g["max_zero_grad_steps"] and zero_grad_steps >= g["max_zero_grad_steps"]:
+                f"{grpo['max_weight_norm_ratio']:g}")
+    if grpo["max_zero_grad_steps"] and zero_grad_steps >= grpo["max_zero_grad_steps"]:
         return (f"zero gradient for {zero_grad_steps} steps in a row while rewards varied "
-                f"within groups (grpo.max_zero_grad_steps {g['max_zero_grad_steps']})")
+                f"within groups (grpo.max_zero_grad_steps {grpo['max_zero_grad_steps']})")
     return None
 
 

@@ -71,8 +71,8 @@ def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor,
 
     No (batch, T, vocabulary) tensor is formed: the output layer's forward is replaced
     (`logra.optim.chunked.output_layer_replaced`) by `ChunkedTargetLogprobs`, which forms the logits
-    of `chunk_tokens` tokens at a time (None: `logra.optim.chunked.CHUNK_TOKENS`) in forward and again
-    in backward. The last position, which scores no token, is computed against token 0 and
+    of `chunk_tokens` tokens at a time (None: `logra.optim.chunked.CHUNK_TOKENS`) in forward and
+    again in backward. The last position, which scores no token, is computed against token 0 and
     dropped, so that the output layer's input is passed on as the view it is.
     """
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)

@@ -91,9 +91,9 @@ def model_config(model: dict):
 
 def context_needed(tokenizer, task, examples, room: int) -> int:
     """Positions a model needs for `examples` of `task`: the longest prompt + target + `<eos>` in
-    `tokenizer`'s tokens, plus `room` tokens to generate (`logra.harness.config.generation_room`). lm-eval
-    keeps a prompt's last max_position_embeddings - max_gen_toks tokens, so with this many no
-    prompt of these examples is cut."""
+    `tokenizer`'s tokens, plus `room` tokens to generate (`logra.harness.config.generation_room`).
+    lm-eval keeps a prompt's last max_position_embeddings - max_gen_toks tokens, so with this many
+    no prompt of these examples is cut."""
     return room + max(len(tokenizer(task.prompt(e) + task.target(e)).input_ids) + 1
                       for e in examples)
 

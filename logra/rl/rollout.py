@@ -2,8 +2,8 @@
 
 An engine owns its own copy of the weights, in its own process, exactly as vLLM does on GPUs:
 the trainer never shares tensors with it and changes them only through sync payloads
-(`logra/rl/weight_sync.py`). `HFRolloutEngine` runs Hugging Face `generate` in a spawned subprocess and
-talks to it over a pipe; `VLLMRolloutEngine` runs vLLM on a GPU. Every engine offers
+(`logra/rl/weight_sync.py`). `HFRolloutEngine` runs Hugging Face `generate` in a spawned subprocess
+and talks to it over a pipe; `VLLMRolloutEngine` runs vLLM on a GPU. Every engine offers
 
     generate(prompts, n, max_new_tokens, temperature, seed) -> list[Rollout]
     sync(payload) -> bytes sent (the length of `logra.rl.weight_sync.serialize(payload)`)
@@ -250,10 +250,11 @@ class VLLMRolloutEngine:
       trainer scores (the default `raw_logprobs` is before temperature,
       `vllm.v1.sample.sampler.Sampler`). Not run here: checked against vLLM's documentation.
 
-    Sync payloads are applied in place by `VLLMSyncExtension` with `logra.rl.weight_sync.apply_payload`,
-    the code the HF engine and the tests here use, on views of vLLM's own parameters: dense
-    tensors are copied and low-rank steps added (W += lift(C)) where they live; nothing else is
-    loaded (a bf16 copy is updated with stochastic rounding, see `logra.optim.sketch.lift_add_`).
+    Sync payloads are applied in place by `VLLMSyncExtension` with
+    `logra.rl.weight_sync.apply_payload`, the code the HF engine and the tests here use, on views of
+    vLLM's own parameters: dense tensors are copied and low-rank steps added (W += lift(C)) where
+    they live; nothing else is loaded (a bf16 copy is updated with stochastic rounding, see
+    `logra.optim.sketch.lift_add_`).
 
     Time limits: a sync waits at most `timeout_s` (collective_rpc's own timeout); generation
     runs inside vLLM's engine, whose own health checks stop a dead worker.

@@ -19,7 +19,7 @@ from logra.rl.loss import kl_k3, policy_loss, token_logprobs
 CONTROL_METRICS = ("kl_budget", "mismatch_ema", "control_seconds", "step_at_cap")
 
 
-def update_step(model, ref_model, rule, kl_control, batch, probe, g,
+def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
                 max_scale: float = 1.0, phase=None, engine_logp=None, completed=None,
                 cosine: bool = False) -> tuple:
     """One update: gradients, propose, (KL-controlled) apply, realized KL on the probe.
@@ -44,26 +44,26 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, g,
         with contextlib.suppress(NotImplementedError):
             diagnose = rule.dense_gradients()
     with diagnose or contextlib.nullcontext():
-        loss, mismatch = accumulate_gradients(model, ref_model, *batch, g,
+        loss, mismatch = accumulate_gradients(model, ref_model, *batch, grpo,
                                               engine_logp=engine_logp, completed=completed)
         dense = ({n: p.grad.detach().clone() for n, p in rule.named if p.grad is not None}
                  if diagnose else {})
         before = {n: p.detach().clone() for n, p in rule.named} if dense else {}
     rule.batch_tokens = int(batch[2].sum())
     phase("forward_backward")
-    chunk = g.get("chunk_tokens")
+    chunk = grpo.get("chunk_tokens")
     if control and control.needs_base:  # one forward over the probe, split: the halves share
         base_fit, base_held_out = probe_base(  # the weights' copy
-            model, probe, g["temperature"], chunk).split(fit)
+            model, probe, grpo["temperature"], chunk).split(fit)
     else:  # only the realized KL, on the held-out half
-        base_fit, base_held_out = None, probe_base(model, held_out, g["temperature"], chunk)
+        base_fit, base_held_out = None, probe_base(model, held_out, grpo["temperature"], chunk)
     step_delta = rule.propose()
     phase("propose")
     start, info = time.time(), {}
     if control:
         eta, kl_pred, info = control.scale(
             model, rule, step_delta, fit, base=base_fit, max_scale=max_scale,
-            temperature=g["temperature"], mismatch=mismatch["logp_mismatch_signed"],
+            temperature=grpo["temperature"], mismatch=mismatch["logp_mismatch_signed"],
             chunk_tokens=chunk)
     else:
         eta, kl_pred = max_scale, math.nan
@@ -94,7 +94,7 @@ def update_cosine(named, before: dict, dense: dict) -> float:
     return dot / math.sqrt(dd * gg) if dd > 0 and gg > 0 else math.nan
 
 
-def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g,
+def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
                          engine_logp=None, completed=None) -> tuple[float, dict]:
     """Forward/backward over micro-batches; gradients accumulate (or are consumed by the
     update rule's hooks). Returns the full-batch loss and the mismatch between the trainer's
@@ -104,8 +104,8 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g,
     "logp_mismatch_signed", the mean of log π_engine − log π_trainer over the tokens of the
     responses that ended with eos (`completed`, per sequence; LoGRA's controller subtracts
     it; nan without such tokens), all nan without `engine_logp`."""
-    n, mb = ids.shape[0], g["micro_batch_size"]
-    normalizer = mask.sum().clamp(min=1) if g["aggregation"] == "dapo" else n
+    n, mb = ids.shape[0], grpo["micro_batch_size"]
+    normalizer = mask.sum().clamp(min=1) if grpo["aggregation"] == "dapo" else n
     # FSDP: rank r takes the r-th micro-batch of each global one of mb x world sequences
     rank, world = collectives.rank(), collectives.world_size()
     chunks = [slice(i + rank * mb, i + (rank + 1) * mb) for i in range(0, n, mb * world)]
@@ -113,7 +113,7 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g,
     # sum, tokens, max of |Δ|; sum and tokens of the signed engine − trainer on completed ones
     gap = torch.zeros(5, dtype=torch.float64, device=ids.device)
     for c in chunks:
-        logp = token_logprobs(model, ids[c], attn[c], g["temperature"], g.get("chunk_tokens"))
+        logp = token_logprobs(model, ids[c], attn[c], grpo["temperature"], grpo.get("chunk_tokens"))
         if engine_logp is not None:
             signed = engine_logp[c].double() - logp.detach().double()
             d = signed.abs()[mask[c].bool()]
@@ -124,13 +124,13 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, g,
                 done = mask[c].bool() & completed[c].to(mask.device)[:, None]
                 gap[3] += signed[done].sum()
                 gap[4] += done.sum()
-        loss = policy_loss(logp, logp.detach(), adv[c], mask[c], g["clip_low"], g["clip_high"],
-                           g["aggregation"], normalizer=normalizer)
+        loss = policy_loss(logp, logp.detach(), adv[c], mask[c], grpo["clip_low"],
+                           grpo["clip_high"], grpo["aggregation"], normalizer=normalizer)
         if ref_model is not None:
             with torch.no_grad():
-                ref = token_logprobs(ref_model, ids[c], attn[c], g["temperature"],
-                                     g.get("chunk_tokens"))
-            loss = loss + g["beta"] * (kl_k3(logp, ref) * mask[c]).sum() / normalizer
+                ref = token_logprobs(ref_model, ids[c], attn[c], grpo["temperature"],
+                                     grpo.get("chunk_tokens"))
+            loss = loss + grpo["beta"] * (kl_k3(logp, ref) * mask[c]).sum() / normalizer
         (loss * world).backward()  # FSDP averages over ranks: the sum is wanted
         total += loss.item()
     loss = collectives.all_reduce(torch.tensor(total, dtype=torch.float64,

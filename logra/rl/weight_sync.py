@@ -150,7 +150,8 @@ def apply_payload(params: dict[str, torch.Tensor], payload: dict,
     any other). `bases` is the engine's cache of the last basis received per low-rank weight,
     updated when a payload carries a new one, and of each LoRA-adapted weight's base (under the key
     `lora_base:<name>`). Low-rank steps are added with `lift_add_`, the same function the
-    trainer applies them with (`subtract_projected_` for LoGRA's); adapters are merged with `lora_merged`, as the trainer merges.
+    trainer applies them with (`subtract_projected_` for LoGRA's); adapters are merged with
+    `lora_merged`, as the trainer merges.
     """
     for name, tensor in payload.get("dense", {}).items():
         params[name].copy_(tensor)

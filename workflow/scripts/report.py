@@ -1,11 +1,12 @@
-"""results/REPORT.md: the default target's tables and time ledger (logra.analysis.report.report_markdown)."""
+"""results/REPORT.md: the default target's tables and time ledger
+(logra.analysis.report.report_markdown)."""
 import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pandas as pd
 
-from logra.analysis.report import report_markdown, time_ledger
+from logra.analysis.report import ReportInputs, report_markdown, time_ledger
 from logra.analysis.verdict import long_run_tables
 from logra.files import atomic_path, progress
 
@@ -29,7 +30,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     i = snakemake.input
     lr_sweep, regime = Path(snakemake.params.lr_sweep), Path(snakemake.params.sync_regime)
     ledger = time_ledger(i.benchmarks)
-    text = report_markdown(
+    text = report_markdown(ReportInputs(
         pd.read_csv(i.summary), pd.read_csv(i.accuracy),
         [json.loads(Path(p).read_text()) for p in i.runs],
         [json.loads(Path(p).read_text()) for p in i.long_runs], ledger,
@@ -40,7 +41,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         trl=[json.loads(p.read_text()) for p in sorted(Path(snakemake.params.trl).glob("*.json"))],
         reference=snakemake.params.reference,
         sync_regime=pd.read_csv(regime) if regime.exists() else None,
-        ablations=ablation_tables(Path(snakemake.params.ablations)))
+        ablations=ablation_tables(Path(snakemake.params.ablations))))
     with atomic_path(snakemake.output[0]) as tmp:
         tmp.write_text(text)
     progress("report results/REPORT.md", jobs=int(ledger["jobs"].sum()),

@@ -1,4 +1,5 @@
-"""results/sync_regime.csv: the sync regime runs' sync means (logra.analysis.report.sync_regime_table)."""
+"""results/sync_regime.csv: the sync regime runs' sync means
+(logra.analysis.report.sync_regime_table)."""
 from contextlib import redirect_stderr, redirect_stdout
 
 from logra.analysis.report import sync_regime_table, write_csv

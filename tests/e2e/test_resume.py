@@ -4,7 +4,6 @@ The runs use the tiny random model and a task whose reward is the fraction of di
 completion, so a random policy already gets varied rewards (non-zero advantages, real updates).
 """
 import json
-import math
 import os
 import signal
 import subprocess
@@ -15,118 +14,23 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-import yaml
 from conftest import ROOT
 from safetensors.torch import load_file
 
-from logra.harness.config import run_config, validate_file
 from logra.rl import checkpoint
 from logra.rl.checkpoint import CheckpointError
 from logra.rl.loop import METRIC_COLUMNS, train
 from logra.rl.models import build_tiny, load
 from logra.rl.rollout import EngineError
-from logra.rl.tasks import TASKS, ArithmeticTask, register_task, write_jsonl
 from logra.rules import RULES
+from runs import METHODS, CoinFlip, DigitFraction, engine_pids, make_run, weights
 
 pytestmark = pytest.mark.e2e  # README: `pytest -m "not e2e"` leaves these out
 
 
-class CoinFlip(ArithmeticTask):
-    """Reward 1 on every other call, whatever the completion: rewards vary within every group,
-    so a zero gradient is never explained by equal rewards."""
-    name = "coin-flip-test"
-
-    def __init__(self, **options):
-        super().__init__(**options)
-        self.calls = 0
-
-    def reward(self, completion, example):
-        self.calls += 1
-        return float(self.calls % 2)
-
-
-def engine_pids() -> list[int]:
-    """Rollout engine processes started by this process."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            cmd = (stat.parent / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == os.getpid() and b"logra.rl.rollout" in cmd:
-            pids.append(int(stat.parent.name))
-    return pids
-
-
-class DigitFraction(ArithmeticTask):
-    """Reward = fraction of digits in the completion; NaN from reward call `nan_after` on."""
-    name = "digit-fraction-test"
-
-    def __init__(self, *, nan_after: int = 0, **options):
-        super().__init__(**options)
-        self.nan_after, self.calls = nan_after, 0
-
-    on_call = None  # a test's fault injection: called with the count of reward calls
-
-    def reward(self, completion, example):
-        self.calls += 1
-        if self.on_call:
-            self.on_call(self.calls)
-        if self.nan_after and self.calls > self.nan_after:
-            return math.nan
-        return sum(c.isdigit() for c in completion) / max(len(completion), 1)
-
-
-for _task in (DigitFraction, CoinFlip):
-    if _task.name not in TASKS:
-        register_task(_task)
-
-METHODS = {
-    "dense_adam": {"rule": "dense_adam", "options": {"lr": 1.0e-3}},
-    # its own controller, its mismatch EMA and count checkpointed; a new projection each step
-    "logra": {"rule": "logra", "options": {"rank": 2, "update_ratio": 1.0e-2,
-                                           "probe_responses": 2}},
-    # refresh every 3 steps (checkpoints every 2): a resume between refreshes must still send
-    # the engine its bases; KL control on
-    "sketch_adam": {"rule": "sketch_adam", "options": {"lr": 1.0e-2, "rank": 2,
-                                                       "refresh_every": 3},
-                    "kl_control": {"target": 1.0e-2}},
-    "galore": {"rule": "galore", "options": {"lr": 1.0e-3, "rank": 2, "update_proj_gap": 3}},
-    "lora": {"rule": "lora", "options": {"lr": 1.0e-2, "rank": 2},
-             "kl_control": {"target": 1.0e-2}},
-    "apollo_mini": {"rule": "apollo", "options": {"lr": 1.0e-3, "rank": 1, "scale_type": "tensor",
-                                                  "scale": 128, "update_proj_gap": 3}},
-    "adam_mini": {"rule": "adam_mini", "options": {"lr": 1.0e-3}},
-    "adamw_8bit": {"rule": "adamw_8bit", "options": {"lr": 1.0e-3}},
-}
-
-
-def make_run(tmp_path, method, nan_after=0, **grpo):
-    """(config path, resolved run config, train JSONL) of a 6-step run checkpointing every 2."""
-    config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
-    config["tasks"] = {"digits": {"type": "arithmetic", "options": {"digits": 1}}}
-    for section in ("memory_sweep", "planner", "stability", "lr_sweep"):  # name other tasks
-        del config[section]
-    config["grpo"].update(steps=6, checkpoint_every=2, profile_step=3, **grpo)
-    config["rollout"] = {"full_sync_every": 5}
-    config["methods"], config["run_methods"] = {method: METHODS[method]}, [method]
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    cfg = run_config(validate_file(path), "digits", method, 0)
-    cfg["task"] = {"type": DigitFraction.name, "options": {"digits": 1, "nan_after": nan_after}}
-    train_jsonl = tmp_path / "train.jsonl"
-    write_jsonl(train_jsonl, DigitFraction(digits=1).splits(0, 40, 0)["train"])
-    return cfg, train_jsonl
-
-
-def weights(run_dir):
-    return load_file(run_dir / "model" / "model.safetensors")
-
-
 def killed_run(cfg, base, train_jsonl, out, ckpt):
     """Start the run in its own process group; SIGKILL the group once a checkpoint exists."""
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import test_resume; "
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import runs; "
             "from logra.rl.loop import train; "
             "train(json.loads(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6])")
     proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "tests"), json.dumps(cfg),

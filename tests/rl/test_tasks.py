@@ -24,7 +24,7 @@ from logra.rl.tasks import (
 )
 
 SYNTHETIC = ["arithmetic", "countdown", "linear"]
-GSM8K_DIR = Path(os.environ.get("LOGRA_GSM8K_DIR", Path(__file__).parents[2] / "shared/data/gsm8k"))
+GSM8K_DIR = Path(os.environ.get("LOGRA_GSM8K_DIR", Path(__file__).parents[3] / "shared/data/gsm8k"))
 PRINTABLE = set(string.printable) - set("\t\r\x0b\x0c")
 
 

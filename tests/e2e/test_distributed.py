@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import ROOT
-from test_resume import make_run, weights
+from runs import make_run, weights
 
 from logra.rl.loop import train
 from logra.rl.models import load
@@ -44,7 +44,7 @@ def torchrun(cfg, base, train_jsonl, out):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-         str(ROOT / "tests/fsdp_worker.py"), str(out / "run_config.json"), str(base),
+         str(ROOT / "tests/e2e/fsdp_worker.py"), str(out / "run_config.json"), str(base),
          str(train_jsonl), str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads((out / "summary.json").read_text())
@@ -52,8 +52,8 @@ def torchrun(cfg, base, train_jsonl, out):
 
 @pytest.mark.parametrize("method", ["dense_adam", "logra", "sketch_adam", "galore"])
 def test_two_rank_fsdp_matches_one_process(tmp_path, tiny_dir, method, monkeypatch):
-    import test_resume
-    monkeypatch.setitem(test_resume.METHODS, method, METHODS[method])
+    import runs
+    monkeypatch.setitem(runs.METHODS, method, METHODS[method])
     cfg, train_jsonl = make_run(tmp_path, method, prompts_per_step=4, group_size=4,
                                 micro_batch_size=8, probe_size=8)
     single = train(cfg, tiny_dir, train_jsonl, tmp_path / "single")
@@ -78,7 +78,7 @@ def test_two_rank_fsdp_matches_one_process(tmp_path, tiny_dir, method, monkeypat
     worst = max((w1[n] - w2[n]).abs().max().item() for n in w1) / moved
     assert worst < TOLERANCE, worst
 
-    if method == "galore":  # its state has its own layout (tests/test_galore.py)
+    if method == "galore":  # its state has its own layout (tests/baselines/test_galore.py)
         return
     model = load(tiny_dir)[0]
     if method == "logra":  # its state (A, r x in, and v, out, per target) is whole on every rank

@@ -1,6 +1,7 @@
-"""LoGRA as its authors wrote it (logra/optim/logra_rule.py, logra/optim/kl_control.py's BudgetControl), against
-the arithmetic of their code (`skzhang1/RL`, `nemo_rl/models/automodel/logra.py` and
-`logra_probe.py`), re-derived here by hand, one test per invariant:
+"""LoGRA as its authors wrote it (logra/optim/logra_rule.py, logra/optim/kl_control.py's
+BudgetControl), against the arithmetic of their code (`skzhang1/RL`,
+`nemo_rl/models/automodel/logra.py` and `logra_probe.py`), re-derived here by hand, one test per
+invariant:
 
 1. Differential conformance: 3 updates of the rule on a small HF Llama, at α = 1 and at given
    α, match weight by weight an independent reference of the arithmetic (projection seeds and
@@ -277,7 +278,7 @@ def test_the_update_cosine_diagnostic_leaves_the_run_as_it_is(tmp_path, tiny_dir
     """At grpo.cosine_step the run keeps the batch's dense gradient once and records
     cos(ΔW, −G): the run's weights are those of a run without it, bit for bit; LoGRA's step is a
     descent direction (cos > 0: ⟨D·A, G⟩ = Σ_rows scale·‖(G·Aᵀ)_row‖²/T > 0), as dense Adam's."""
-    from test_resume import make_run, weights
+    from runs import make_run, weights
 
     from logra.rl.loop import train
     for method in ("logra", "dense_adam"):

@@ -81,7 +81,7 @@ def test_time_ledger_sums_each_stage_and_shares_add_up(tmp_path):
 def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not_run(tmp_path):
     import pandas as pd
 
-    from logra.analysis.report import report_markdown, time_ledger
+    from logra.analysis.report import ReportInputs, report_markdown, time_ledger
     summary = pd.DataFrame({
         "status": ["ok", "ok", "oom"], "task": "a", "method": ["dense_adam", "logra", "logra"],
         "seed": [0, 0, 1], "device": "cpu", "n_params": 1_360_000, "model": "tiny", "steps": 80,
@@ -98,8 +98,8 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
                "torch_capability": "AVX2", "transformers": "5.x", "reproducible": True}
     ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0),
                           _bench(tmp_path, "train/train/a.tsv", 3.0)])
-    text = report_markdown(summary, accuracy, [{"machine": machine}], [], ledger,
-                           reference="dense_adam")
+    text = report_markdown(ReportInputs(summary, accuracy, [{"machine": machine}], [], ledger,
+                           reference="dense_adam"))
     assert ("cpu, 1.36M params (tiny), 80 GRPO steps, 2 seeds (0, 1); 2 of 3 runs finished ok"
             in text)
     assert "Some CPU (GenuineIntel; torch 2.x at AVX2" in text
@@ -145,9 +145,9 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     peer = summary.iloc[:1].assign(method="adamw_8bit", peak_mem_bytes=6 * 2**20)
     ablations = {"summary": pd.concat([summary, peer]), "verdicts": None, "sweep": None,
                  "accuracy": accuracy.iloc[:1].assign(method="adamw_8bit", accuracy_mean=0.375)}
-    text = report_markdown(calibrated, accuracy, [{"machine": machine}], [], ledger,
+    text = report_markdown(ReportInputs(calibrated, accuracy, [{"machine": machine}], [], ledger,
                            planner=planner, lr_sweep=lr_sweep, trl=[trl], reference="dense_adam",
-                           ablations=ablations)
+                           ablations=ablations))
     assert "## Ablations: accuracy (`results/ablations/accuracy.csv`)" in text
     assert "| a | adamw_8bit | 0.375 ± 0.021 | +0.188 | 3 |" in text
     assert "| a | adamw_8bit | 6.00 | 0.750 | 2.000 | 0.500 | 4.0000 | 1 |" in text
@@ -325,7 +325,7 @@ def test_sync_bytes_figure_draws_measured_and_predicted_panels(tmp_path):
 def test_sync_regime_table_and_its_report_section(tmp_path):
     import pandas as pd
 
-    from logra.analysis.report import report_markdown, sync_regime_table, time_ledger
+    from logra.analysis.report import ReportInputs, report_markdown, sync_regime_table, time_ledger
     paths = []
     for method, (knob, size), transport, low in (("d", ("lr", 1e-6), "delta", None),
                                                  ("l", ("update_ratio", 6e-5), "low_rank", 50)):
@@ -354,7 +354,7 @@ def test_sync_regime_table_and_its_report_section(tmp_path):
                              "accuracy_mean": [0.3], "accuracy_sd": [0.0], "gain_mean": [0.1],
                              "n_seeds": [1]})
     ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0)])
-    text = report_markdown(summary, accuracy, [], [], ledger, sync_regime=table)
+    text = report_markdown(ReportInputs(summary, accuracy, [], [], ledger, sync_regime=table))
     assert "## Sync regime: lr_7b (`results/sync_regime.csv`)" in text
     assert "median |w| of the base, measured: 0.016" in text
     assert "d lr 1e-06 (lr/median|w| 6.25e-05), l update_ratio 6e-05" in text

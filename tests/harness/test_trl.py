@@ -1,4 +1,5 @@
-"""LoGRA as a torch optimizer (logra/optim/optimizer.py) and in TRL's GRPOTrainer (logra/harness/trl_grpo.py).
+"""LoGRA as a torch optimizer (logra/optim/optimizer.py) and in TRL's GRPOTrainer
+(logra/harness/trl_grpo.py).
 
 Invariants, one test each:
 1. A few GRPOTrainer steps with LoGRA on the CPU: every step's loss is finite; each target
@@ -254,7 +255,7 @@ def test_state_dict_resumes_exactly_and_refuses_other_options(tiny_dir):
 
 
 def test_example_writes_peak_memory_and_reward_of_both_methods(tiny_dir, tmp_path):
-    example = runpy.run_path(str(Path(__file__).resolve().parents[1] /
+    example = runpy.run_path(str(Path(__file__).resolve().parents[2] /
                                  "examples/trl_grpo_logra.py"))
     out = tmp_path / "arithmetic.json"
     example["main"](["--task", "arithmetic", "--base", str(tiny_dir), "--steps", "2",

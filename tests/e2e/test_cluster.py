@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import ROOT, SNAKEMAKE
-from test_resume import weights
+from runs import weights
 
 from logra.harness.config import job_resources, run_config, validate_file
 from logra.rl.loop import train

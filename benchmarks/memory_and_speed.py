@@ -1,9 +1,9 @@
 """The memory and speed sweep in one process: every (size, method) point, ratios vs dense Adam.
 
-    python benchmarks/memory_sweep.py [--config config/config.yaml] [--sizes m1,m11] [--threads 1]
+    python benchmarks/memory_and_speed.py [--config config/config.yaml] [--sizes m1,m11] [--threads 1]
 
-Runs `logra.harness.memory_point.measure` for the config's `memory_sweep` sizes and methods, one after
-the other in this process (the Snakemake rules run the same function one point per job), and
+Runs `logra.harness.memory_point.measure` for the config's `memory_sweep` sizes and methods, one
+after the other in this process (the Snakemake rules run the same function one point per job), and
 prints the measured peak, the planner's prediction and error, update / rollout time and sync
 bytes, each beside its ratio to dense Adam at the same size. Nothing is written.
 """

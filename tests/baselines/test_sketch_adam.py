@@ -5,7 +5,7 @@ them (non-finite steps, seeds, the profiled refresh step) and constructor errors
 Every test draws fresh random inputs: tests that use torch draw a seed with `torch.seed()` and
 name it in every assertion message (re-run with the printed seed to reproduce: see `_seed`);
 property tests use hypothesis (it prints the falsifying example). To reproduce a torch-seeded
-failure: LOGRA_TEST_SEED=<seed> pytest tests/test_sketch_adam.py -k <test>. CPU, small shapes.
+failure: LOGRA_TEST_SEED=<seed> pytest tests/baselines/test_sketch_adam.py -k <test>. CPU, small shapes.
 
 Tolerances (each one also stated at its assertion):
  1. sketch linearity: float64, assert_close defaults (rtol 1e-7); accumulator vs sketch(ΣG):
@@ -749,8 +749,8 @@ def test_non_finite_step_is_skipped_without_touching_weights_or_moments(tiny_dir
 
 def test_range_finder_seed_follows_the_run_seed(tiny_dir):
     """Unset, Sketch-Adam's `seed` is drawn from torch's global generator (the harness passes the
-    run's seed, logra.harness.config.run_config): each run seed draws its own Ω; a set seed draws the
-    same Ω whatever the run's seed."""
+    run's seed, logra.harness.config.run_config): each run seed draws its own Ω; a set seed draws
+    the same Ω whatever the run's seed."""
     def omega_seeds(run_seed, **options):
         torch.manual_seed(run_seed)
         model, _ = load(tiny_dir)
@@ -766,7 +766,7 @@ def test_range_finder_seed_follows_the_run_seed(tiny_dir):
 def test_refresh_step_is_profiled_too(tmp_path, tiny_dir):
     """Step 1 (every rule's first refresh; Sketch-Adam holds its range finder's Ys then) is measured
     besides grpo.profile_step, and the run's peak is the larger of the two."""
-    from test_resume import make_run
+    from runs import make_run
 
     from logra.rl.loop import train
 

@@ -1,5 +1,5 @@
-"""Verdicts (logra/analysis/verdict.py): intervals that cover at the default design, the right call on
-constructed cases, and errors that name what is missing."""
+"""Verdicts (logra/analysis/verdict.py): intervals that cover at the default design, the right call
+on constructed cases, and errors that name what is missing."""
 import json
 
 import numpy as np

@@ -1,0 +1,160 @@
+"""The loop's phases (logra/rl/loop.py), each on its own, on the tiny model with the real HF
+engine: setup, restore, sample, update, stopped, sync, record, save_checkpoint, save_model and
+summarise. tests/e2e/test_resume.py runs them together, killed and resumed."""
+import math
+
+import pytest
+import torch
+from runs import make_run
+
+from logra.rl import checkpoint, loop
+from logra.rl.rollout import make_engine
+
+
+def engine_for(run):
+    r = run.cfg["rollout"]
+    return make_engine(r["engine"], str(run.base_dir), dtype=r["dtype"],
+                       threads=run.cfg["threads"], timeout_s=r["timeout_s"],
+                       timeout_factor=r["timeout_factor"])
+
+
+def steps(run, engine, syncer, progress, n):
+    """n steps through the phases, as `train` runs them; the last step's batch."""
+    for step in range(progress["step"] + 1, progress["step"] + n + 1):
+        batch = loop.sample(run, engine, step)
+        loss, eta, kl_pred, kl_real, mismatch = loop.update(run, batch, step, progress)
+        assert loop.stopped(run, batch, step, progress, loss, kl_real) is None
+        synced = loop.sync(run, syncer, engine, step, progress)
+        loop.record(run, progress, step, batch, synced | mismatch | {
+            "loss": loss, "kl_pred": kl_pred, "kl_real": kl_real, "step_scale": eta,
+            "step_time_s": 0.0})
+        loop.save_checkpoint(run, engine, step, progress)
+    return batch
+
+
+@pytest.fixture
+def started(tmp_path, tiny_dir):
+    """A LoGRA run set up, its engine and syncer, with a fresh progress."""
+    cfg, train_jsonl = make_run(tmp_path, "logra")
+    run = loop.setup(cfg, tiny_dir, train_jsonl, tmp_path / "out", tmp_path / "ckpt")
+    engine = engine_for(run)
+    syncer = loop.EngineSync(run.rule, "auto", getattr(torch, cfg["rollout"]["dtype"]),
+                             has_engine=True)
+    yield run, engine, syncer, loop.fresh_progress()
+    engine.close()
+
+
+def test_setup_draws_what_is_random_from_the_run_seed(tmp_path, tiny_dir):
+    """LoRA's adapters are drawn in setup: the same seed draws the same, another seed others;
+    one process is not sharded and profiles step 1 and grpo.profile_step."""
+    cfg, train_jsonl = make_run(tmp_path, "lora")
+
+    def adapters(seed):
+        run = loop.setup(cfg | {"seed": seed}, tiny_dir, train_jsonl, tmp_path / "out")
+        return run, {n: p.detach().clone() for n, p in run.model.named_parameters()
+                     if "lora_A" in n}
+    run, first = adapters(0)
+    again, other = adapters(0)[1], adapters(1)[1]
+    assert first and all(torch.equal(first[n], again[n]) for n in first)
+    assert not any(torch.equal(first[n], other[n]) for n in first)
+    assert not run.sharded and run.profiled == {1, cfg["grpo"]["profile_step"]}
+    assert run.ckpt_path is None  # no checkpoint_dir given
+    assert run.base_norm > 0 and run.param_bytes > 0
+
+
+def test_sample_shuffles_groups_and_takes_the_probe_from_the_front(started):
+    run, engine, _, _ = started
+    batch = loop.sample(run, engine, 1)
+    ids, attn, mask, adv = batch.tensors
+    grpo = run.grpo
+    assert len(batch.rewards) == len(ids) == grpo["prompts_per_step"] * grpo["group_size"]
+    assert abs(adv.sum().item()) < 1e-4  # each group's advantages sum to zero
+    assert torch.equal(batch.probe[0], ids[:grpo["probe_size"]])
+    assert batch.completed.dtype == torch.bool and len(batch.completed) == len(ids)
+    assert (mask.sum(1) > 0).any() and mask.shape == (len(ids), ids.shape[1] - 1)
+
+
+def test_update_measures_only_the_profiled_steps(started):
+    run, engine, _, progress = started
+    for step in (1, 2):
+        loss, eta, kl_pred, kl_real, mismatch = loop.update(
+            run, loop.sample(run, engine, step), step, progress)
+        assert math.isfinite(loss) and math.isfinite(kl_real) and "step_at_cap" in mismatch
+    assert set(progress["memory"]) == {1} and progress["memory"][1].peak_bytes > 0
+
+
+def test_stopped_names_a_divergence_and_counts_zero_gradients(started):
+    run, engine, _, progress = started
+    batch = loop.sample(run, engine, 2)  # step 2: no memory check (profile_step is 3)
+    loop.update(run, batch, 2, progress)
+    assert loop.stopped(run, batch, 2, progress, 0.1, 0.01) is None
+    too_far = loop.stopped(run, batch, 2, progress, 0.1, run.grpo["max_kl_per_step"] * 2)
+    assert too_far["status"] == "diverged" and "max_kl_per_step" in too_far["diverged_because"]
+    assert "non-finite" in loop.stopped(run, batch, 2, progress, math.nan, 0.01)[
+        "diverged_because"]
+    ratio = loop.weight_norm(run.model) / run.base_norm
+    assert progress["weight_ratio_max"] == max(1.0, ratio) and progress["zero_grad_steps"] == 0
+
+
+def test_stopped_on_cpu_compares_the_profiled_peak_with_the_budget(started):
+    run, engine, _, progress = started
+    run.cfg["memory_budget_bytes"] = 1  # every step needs more
+    last = max(run.profiled)
+    batch = loop.sample(run, engine, last)
+    loop.update(run, batch, last, progress)
+    stop = loop.stopped(run, batch, last, progress, 0.1, 0.01)
+    assert stop["status"] == "oom" and stop["oom_needed_bytes"] == progress["memory"][
+        last].peak_bytes
+
+
+def test_sync_and_record_leave_the_engine_at_the_trainers_weights(started):
+    run, engine, syncer, progress = started
+    run.cfg["rollout"]["full_sync_every"] = 2
+    steps(run, engine, syncer, progress, 2)
+    rows = progress["metrics"]
+    assert [r["step"] for r in rows] == [1, 2] and progress["step"] == 2
+    assert set(rows[-1]) == set(loop.METRIC_COLUMNS)  # step_at_cap went to the summary's count
+    assert math.isnan(rows[0]["sync_drift"]) and rows[1]["sync_drift"] == 0.0
+    assert loop.sync_drift(engine.state_dict(), run.rule.engine_weights()) == 0.0
+    assert rows[0]["sync_bytes_low_rank"] == rows[0]["sync_bytes"]  # LoGRA's own transport
+
+
+def test_restore_resumes_what_save_checkpoint_wrote(started, tmp_path, tiny_dir):
+    run, engine, syncer, progress = started
+    assert loop.restore(run) == (loop.fresh_progress(), None, [])  # nothing saved yet
+    steps(run, engine, syncer, progress, 2)  # checkpoint_every 2: saved after step 2
+    assert checkpoint.path(tmp_path / "ckpt", run.cfg).exists()
+    again = loop.setup(run.cfg, tiny_dir, tmp_path / "train.jsonl", tmp_path / "out",
+                       tmp_path / "ckpt")
+    restored, engine_weights, set_aside = loop.restore(again)
+    assert restored["step"] == 2 and restored["resumed_from"] == [2] and set_aside == []
+    assert [r["step"] for r in restored["metrics"]] == [1, 2]
+    assert all(torch.equal(p, q) for p, q in zip(run.model.parameters(),
+                                                 again.model.parameters()))
+    held = engine.state_dict()
+    assert set(engine_weights) == set(held)
+    assert all(torch.equal(engine_weights[n], w) for n, w in held.items())
+    assert again.rng.getstate() == run.rng.getstate()
+
+
+def test_save_model_keeps_the_last_good_weights_of_a_stopped_run(started):
+    run, engine, syncer, progress = started
+    steps(run, engine, syncer, progress, 2)  # checkpointed at step 2
+    at_two = {n: p.detach().clone() for n, p in run.model.named_parameters()}
+    steps(run, engine, syncer, progress, 1)
+    model_step, fingerprint = loop.save_model(run, "diverged", progress["metrics"])
+    assert model_step == 2 and run.ckpt_path.exists()  # kept for a look, and a rerun
+    assert all(torch.equal(p, at_two[n]) for n, p in run.model.named_parameters())
+    assert fingerprint["weights"] and (run.out_dir / "metrics.csv").exists()
+
+
+def test_save_model_of_a_finished_run_removes_its_checkpoint(started):
+    run, engine, syncer, progress = started
+    steps(run, engine, syncer, progress, 2)
+    model_step, _ = loop.save_model(run, "ok", progress["metrics"])
+    assert model_step == 2 and not run.ckpt_path.exists()
+    end = {"status": "ok", "diverged_at_step": None, "diverged_because": None}
+    summary = loop.summarise(run, progress, end, syncer, model_step, None, [], 1.0)
+    assert summary["steps"] == 2 and summary["status"] == "ok" and summary["checkpoint"] is None
+    assert summary["control"]["kind"] == "BudgetControl" and summary["peak_mem_step"] == 1
+    assert summary["step_size"] == {"option": "update_ratio", "value": 1.0e-2}
