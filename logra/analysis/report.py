@@ -361,7 +361,9 @@ SYNC_INTRO = ("Per method and transport, means over the runs that finished ok of
               "whichever it applied); of the applied transport only, its seconds (pack + "
               "hand-over + apply; on CPU the hand-over is a local pipe to the engine's process) "
               "and the trainer-vs-engine |log-prob| mismatch over the sampled tokens; the engine "
-              "words changed per step (logra/rl/weight_sync.py).")
+              "words changed per step (logra/rl/weight_sync.py). LoGRA's low-rank transport "
+              "sends α·D per target and the seeds the engine draws each projection from; the "
+              "LoGRA authors' own runs synced full weights.")
 
 
 def _machines(runs: list[dict]) -> str:

@@ -36,7 +36,7 @@ Per target W (out x in), per update k (0-based, the count of updates before it):
 Under FSDP (logra/rl/fsdp.py) each rank holds a row block of W; S, v, A and D are whole on
 every rank: S is summed over the ranks, then divided by the world size (the loop multiplies
 each rank's loss by the world size), every rank forms the same D and updates its own rows; the
-rule gathers nothing of W (its sync payload, F and A, is whole on every rank; the harness's
+rule gathers nothing of W (its sync payload, α·D and A's seed, is whole on every rank; the harness's
 sync metrics gather the weights to count the other transports' bytes).
 
 Deviations from the authors' code, stated:
@@ -149,7 +149,6 @@ class Target:
     s: torch.Tensor  # out x r, float32
     v: torch.Tensor  # out x 1, float32
     applied: tuple | None = field(default=None, repr=False)  # (factor, A's update index)
-    synced: int | None = field(default=None, repr=False)  # A's update index the engine holds
 
     @property
     def weight(self) -> torch.nn.Parameter:
@@ -388,20 +387,19 @@ class LoGRA(UpdateRule):
 
     # -- sync, state ------------------------------------------------------------------------
     def sync_payload(self) -> dict:
-        """Per target the factor of the step applied since the last sync and, when the engine
-        does not hold it, the projection it was applied with (redrawn from its seed). Call
-        once after each apply; a step is never sent twice."""
+        """Per target the factor α·D of the step applied since the last sync (in
+        `update_factor_dtype`) and the seed of the projection it was applied with: the engine
+        draws A from the seed (`projection`), so no projection is sent. Call once after each
+        apply; a step is never sent twice."""
         lowrank = {}
         for t in self.targets:
             if t.applied is None:
                 continue
             factor, index = t.applied
-            a = None
-            if index != t.synced:
-                a = projection(self.rank, t.a.shape[1], projection_seed(self.seed, index, t.name),
-                               self.distribution, t.a.device)
-            lowrank[f"{t.name}.weight"] = {"side": "projected", "coef": factor, "basis": a}
-            t.applied, t.synced = None, index
+            lowrank[f"{t.name}.weight"] = {
+                "side": "projected", "coef": factor, "distribution": self.distribution,
+                "seed": projection_seed(self.seed, index, t.name)}
+            t.applied = None
         return {"lowrank": lowrank}
 
     def engine_weights(self) -> dict[str, torch.Tensor]:
@@ -444,7 +442,7 @@ class LoGRA(UpdateRule):
         for t in self.targets:
             t.v.copy_(state["v"][t.name])  # in place: the memory meter labels them by storage
             t.s.zero_()
-            t.applied, t.synced = None, None  # a fresh engine holds no projection
+            t.applied = None
         if self.control:
             self.control.load_state_dict(state["control"])
         if self.refresh:
@@ -484,13 +482,11 @@ class LoGRA(UpdateRule):
 
     @staticmethod
     def planned_sync(geo: Geometry, options: dict, b: int) -> int:
-        """Per target the factor out·r in `update_factor_dtype` and, with `refresh`, the
-        projection r·in (float32) with every step."""
+        """Per target the factor out·r in `update_factor_dtype` (the projection is drawn by
+        the engine from its seed)."""
         r = options.get("rank", 256)
         factor = 2 if options.get("update_factor_dtype", "bfloat16") == "bfloat16" else 4
-        proj = (sum(r * n for _, n in geo.low_rank) * 4
-                if options.get("refresh", True) else 0)
-        return sum(m * r for m, _ in geo.low_rank) * factor + proj
+        return sum(m * r for m, _ in geo.low_rank) * factor
 
     @staticmethod
     def planned_trained(geo: Geometry, options: dict) -> int:

@@ -7,9 +7,11 @@ workers on GPUs):
      "delta":   {param_name: {"index": I,                 # flat positions (int32 below 2^31
                               "value": V}},               # words), V = the new words there
      "lowrank": {param_name: {"side": "left" | "right",   # W += Q @ C  or  W += C @ Q.T
-                              | "projected",              # or W −= C @ Q (LoGRA's, in rows)
                               "basis": Q or None,         # only when it changed since last sync
-                              "coef": C}},                # the applied step's coefficients
+                              "coef": C}                  # the applied step's coefficients
+                 | {"side": "projected",                  # W −= C @ A (LoGRA's, in rows), A
+                    "seed": s, "distribution": d,         # drawn by the engine from its seed
+                    "coef": C}},                          # (logra.optim.logra_rule.projection)
      "lora":    {param_name: {"A": A, "B": B,             # W = W_base + (B @ A) * scale
                               "scale": s,                 # (LoRA's alpha / r), a float
                               "base": W_base or None}}}   # only when the engine lacks it
@@ -47,6 +49,7 @@ import time
 import torch
 
 from logra.common import SYNC_METRICS, TRANSPORTS
+from logra.optim.logra_rule import projection
 from logra.optim.sketch import lift_add_, lora_merged, subtract_projected_
 
 
@@ -148,8 +151,9 @@ def apply_payload(params: dict[str, torch.Tensor], payload: dict,
 
     `delta` words are overwritten with values of the engine's own dtype (index_put refuses
     any other). `bases` is the engine's cache of the last basis received per low-rank weight,
-    updated when a payload carries a new one, and of each LoRA-adapted weight's base (under the key
-    `lora_base:<name>`). Low-rank steps are added with `lift_add_`, the same function the
+    updated when a payload carries a new one (for LoGRA's: (seed, A), A drawn here from the
+    seed), and of each LoRA-adapted weight's base (under the key `lora_base:<name>`). Low-rank
+    steps are added with `lift_add_`, the same function the
     trainer applies them with (`subtract_projected_` for LoGRA's); adapters are merged with
     `lora_merged`, as the trainer merges.
     """
@@ -158,14 +162,19 @@ def apply_payload(params: dict[str, torch.Tensor], payload: dict,
     for name, entry in payload.get("delta", {}).items():  # view(-1): contiguous, or it raises
         params[name].view(-1)[entry["index"].long()] = entry["value"]  # dtypes must match
     for name, entry in payload.get("lowrank", {}).items():
+        if entry["side"] == "projected":  # A from its seed; kept while the seed repeats
+            held = bases.get(name)
+            if held is None or held[0] != entry["seed"]:
+                bases[name] = (entry["seed"], projection(
+                    entry["coef"].shape[1], params[name].shape[1], entry["seed"],
+                    entry["distribution"], params[name].device))
+            subtract_projected_(params[name], entry["coef"], bases[name][1])
+            continue
         if entry.get("basis") is not None:
             bases[name] = entry["basis"]
         if name not in bases:
             raise KeyError(f"low-rank sync for {name} before any basis was sent")
-        if entry["side"] == "projected":
-            subtract_projected_(params[name], entry["coef"], bases[name])
-        else:
-            lift_add_(params[name], bases[name], entry["coef"], entry["side"])
+        lift_add_(params[name], bases[name], entry["coef"], entry["side"])
     for name, entry in payload.get("lora", {}).items():
         key = f"lora_base:{name}"
         if entry.get("base") is not None:

@@ -310,3 +310,38 @@ def test_sequences_sharing_a_forward_predict_what_one_at_a_time_predicts(llama_d
     short = probe[0].shape[1] - 2  # each sequence loses its last two positions at most
     cut = predict_kl(model, rule, step, probe, 1.0, 3, short)
     assert cut != shared and cut > 0
+
+
+@pytest.mark.parametrize("variant", [{}, {"refresh": False, "distribution": "gaussian"}])
+def test_the_engine_draws_the_projections_from_their_seeds(llama_dir, variant):
+    """LoGRA's low-rank payload holds the factors and the projections' seeds, no projection
+    matrix; the engine (logra.rl.weight_sync.apply_payload) draws each projection from its seed
+    equal to the one the trainer applied with (the reference's, by hand), and after each sync
+    holds the trainer's weights bit for bit (float32)."""
+    from logra.rl.weight_sync import apply_payload, deserialize, serialize
+    model, tok = load(llama_dir)
+    opts = {"rank": 4, "seed": 5, "update_ratio": 3e-3, "controller": False} | variant
+    rule = LoGRA(model, **opts)
+    engine = {n: p.detach().clone() for n, p in model.named_parameters()}
+    bases = {}
+    for k, ids in enumerate(batches(tok)):
+        model(input_ids=ids, labels=ids).loss.backward()
+        rule.batch_tokens = ids.numel()
+        rule.apply(rule.propose(), 0.5)
+        payload = rule.sync_payload()
+        entries = payload["lowrank"]
+        assert set(payload) == {"lowrank"} and len(entries) == len(rule.targets)
+        for t in rule.targets:
+            e = entries[f"{t.name}.weight"]
+            tensors = [v for v in e.values() if isinstance(v, torch.Tensor)]
+            assert [v.shape for v in tensors] == [(t.weight.shape[0], 4)]  # the factor only
+        apply_payload(engine, deserialize(serialize(payload)), bases)
+        update = k if opts.get("refresh", True) else 0
+        for t in rule.targets:
+            seed, a = bases[f"{t.name}.weight"]
+            assert seed == ref_seed(5, update, t.name)
+            assert torch.equal(a, ref_projection(4, t.weight.shape[1], seed,
+                                                 opts.get("distribution", "rademacher")))
+        for n, p in model.named_parameters():
+            assert torch.equal(engine[n], p.detach()), (k, n)
+        assert rule.sync_payload() == {"lowrank": {}}  # a step is never sent twice
