@@ -37,7 +37,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 CALLS = ("non-inferior", "inconclusive", "inferior")
 
@@ -58,13 +57,21 @@ def paired_difference(a: dict[int, float], b: dict[int, float], what: str) -> fl
     return float(np.mean([a[k] - b[k] for k in a]))
 
 
+def t_quantile(q: float, df: int) -> float:
+    """Student's t quantile. scipy is imported here, not at module level: the report's tables,
+    which import this module, also run in benchmarks/gpu_check.py on a bare CUDA machine that has
+    pandas but no scipy."""
+    from scipy import stats
+    return float(stats.t.ppf(q, df))
+
+
 def t_interval(x, level: float = 0.95) -> tuple[float, float, float]:
     """(mean, lo, hi): the t-interval of the mean of `x` (df = len(x) − 1)."""
     x = np.asarray(x, dtype=float)
     mean = float(x.mean())
     if len(x) < 2:
         return mean, math.nan, math.nan
-    half = stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    half = t_quantile(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
     return mean, mean - half, mean + half
 
 
@@ -73,8 +80,8 @@ def seeds_to_halve(x) -> float:
     n = len(x)
     if n < 2:
         return math.nan
-    width = stats.t.ppf(0.975, n - 1) / math.sqrt(n)
-    return next(k for k in range(n + 1, 10_000) if stats.t.ppf(0.975, k - 1) / math.sqrt(k)
+    width = t_quantile(0.975, n - 1) / math.sqrt(n)
+    return next(k for k in range(n + 1, 10_000) if t_quantile(0.975, k - 1) / math.sqrt(k)
                 <= width / 2)
 
 
