@@ -10,11 +10,13 @@ galore-torch==1.0 bitsandbytes==0.50.2` and `pip install --no-deps` them there; 
 GaLore is skipped and the output says so.
 
 1. The same GRPO update step (`logra.harness.memory_point.measure`: rollout, micro-batched
-   forward and backward, propose, LoGRA's KL control, apply, sync payload) for dense Adam, GaLore and
-   LoGRA on a randomly initialised decoder, bf16 compute on float32 weights and optimizer
-   state: CUDA peak memory (allocator, `max_memory_allocated`) of the step and of each of its
-   phases, update time, sync bytes, each with its ratio to dense Adam, and the planner's
-   prediction for the same shape with its error, printed side by side.
+   forward and backward, propose, LoGRA's KL control, apply, sync payload) for dense AdamW,
+   GaLore and LoGRA at the authors' defaults on a randomly initialised decoder of Qwen2.5-0.5B's
+   and Qwen2.5-Math-1.5B's shapes, bf16 compute on float32 weights and optimizer state: CUDA
+   peak memory (allocator, `max_memory_allocated`) of the step and of each of its phases, the
+   authors' statistic (the mean over updates of the update's peak, to set beside their 45.7%),
+   update time, sync bytes, each with its ratio to dense Adam, and the planner's prediction for
+   the same shape with its error, printed side by side.
 2. Where vLLM is installed: the vLLM rollout engine on the same architecture (saved to a
    temporary directory), one generate, then LoGRA's sync payloads applied inside vLLM's worker
    (`VLLMSyncExtension`): the time per sync and the drift of vLLM's bf16 weights from the
@@ -32,22 +34,32 @@ import pandas as pd
 import torch
 import transformers
 
-SIZES = {  # tiny-config options (character vocabulary): 0.45B, 1.44B, 0.35M parameters
-    "0.5b": dict(hidden_size=1536, intermediate_size=4096, num_hidden_layers=16,
-                 num_attention_heads=12),
-    "1.5b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=28,
-                 num_attention_heads=16),
+SIZES = {  # tiny-config options: Qwen2.5-0.5B's and Qwen2.5-Math-1.5B's shapes (151,936-token
+    # vocabulary, tied embeddings; randomly initialised), and a 0.35M-parameter one for the CPU
+    "0.5b": dict(architecture="qwen2", hidden_size=896, intermediate_size=4864,
+                 num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                 vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=4096),
+    "1.5b": dict(architecture="qwen2", hidden_size=1536, intermediate_size=8960,
+                 num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                 vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=4096),
     "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                  num_attention_heads=4),
 }
-METHODS = {
-    "dense_adam": {"rule": "dense_adam", "options": {"lr": 1e-5}, "kl_control": None},
-    "galore": {"rule": "galore", "options": {"lr": 1e-4, "rank": 64, "update_proj_gap": 200},
-               "kl_control": None},
-    # the authors' LoGRA with its own controller (a forward-mode JVP on 4 probe sequences)
-    "logra": {"rule": "logra", "options": {"rank": 64, "update_ratio": 3e-3,
-                                           "probe_responses": 4}, "kl_control": None},
-}
+
+
+def methods_at(size: str) -> dict:
+    """Dense AdamW, GaLore and the authors' LoGRA at their defaults (rank 256, update_ratio
+    6e-5, its controller probing 2 sequences; rank 16 at the tiny size)."""
+    return {
+        "dense_adam": {"rule": "dense_adam", "options": {"lr": 1e-6}, "kl_control": None},
+        "galore": {"rule": "galore", "options": {"lr": 1e-5, "rank": 256 if size != "tiny"
+                                                 else 16, "update_proj_gap": 200},
+                   "kl_control": None},
+        "logra": {"rule": "logra", "options": {"rank": 256 if size != "tiny" else 16},
+                  "kl_control": None},
+    }
+
+
 GRPO = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28,
         "probe_size": 8}
 PHASES = ["rollout", "forward_backward", "propose", "kl_control", "apply"]
@@ -79,6 +91,9 @@ def step_table(size: dict, shape: dict, device: str, dtype: str, methods: dict) 
     for col in gb:
         table[col.replace("_mem_bytes", "").replace("planned_total", "planned") + "_GB"] = \
             pd.to_numeric(table[col]) / 1e9
+    # the authors' statistic (memory/train_peak_allocated_gib), in GiB as they log it
+    table["train_peak_GiB"] = pd.to_numeric(table["train_peak_mean_bytes"]) / 2**30
+    table["train_peak_reduction"] = 1 - table["train_peak_mean_bytes_vs_reference"]
     table["sync_MB"] = table["sync_bytes_per_step"] / 1e6
     print(f"\n{table['n_params'][0] / 1e6:,.1f}M parameters, {dtype} compute on float32 weights "
           f"and moments, device {device} "
@@ -86,8 +101,11 @@ def step_table(size: dict, shape: dict, device: str, dtype: str, methods: dict) 
           f"batch {shape['batch']} x {shape['prompt_len'] + shape['completion_len']} tokens, "
           f"micro-batch {shape['micro_batch']}; peak memory measured by "
           f"{next(iter(points.values())).get('mem_measure')}; planned = logra.measure.planner "
-          "(a prediction, fp32 policy)")
+          f"(a prediction: fp32 storage, {dtype} compute); train_peak = the authors' memory "
+          "statistic: the mean over updates of the update's allocator peak, rollout excluded "
+          "(CUDA only), and its reduction vs dense Adam")
     cols = ["method", "peak_GB", "peak_mem_bytes_vs_reference", "planned_GB", "planned_error",
+            "train_peak_GiB", "train_peak_reduction",
             *[c for c in (f"phase_{p}_GB" for p in PHASES) if c in table],
             "update_time_s", "update_time_s_vs_reference", "sync_MB",
             "sync_bytes_per_step_vs_reference", "status"]
@@ -95,7 +113,7 @@ def step_table(size: dict, shape: dict, device: str, dtype: str, methods: dict) 
         print(table[cols].to_string(index=False))
 
 
-def vllm_sync(size: dict, syncs: int = 5) -> None:
+def vllm_sync(size: str, syncs: int = 5) -> None:
     try:
         import vllm  # noqa: F401
     except ImportError:
@@ -110,9 +128,9 @@ def vllm_sync(size: dict, syncs: int = 5) -> None:
     from logra.rl.rollout import VLLMRolloutEngine
     from logra.rl.step import accumulate_gradients
     with tempfile.TemporaryDirectory() as tmp:
-        build_tiny(tmp, **size)
+        build_tiny(tmp, **SIZES[size])
         model = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).cuda()
-        rule = LoGRA(model, **METHODS["logra"]["options"])
+        rule = LoGRA(model, **methods_at(size)["logra"]["options"])
         engine = VLLMRolloutEngine(tmp, dtype="bfloat16", gpu_memory_utilization=0.3)
         t0 = time.perf_counter()
         rollouts = engine.generate(["Q: 12+30\nA: "] * 4, 4, 32, 1.0, 0)
@@ -152,14 +170,15 @@ def main() -> None:
                          "run the same code here)")
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers "
           f"{transformers.__version__}")
-    methods = available(METHODS)
     for size in sizes:
-        shape = ({"batch": 32, "micro_batch": 8, "prompt_len": 128, "completion_len": 128}
+        # the authors' micro-batch of 1; 1,024-token sequences (theirs: up to 4,096, with
+        # activation checkpointing), 128 of them generated
+        shape = ({"batch": 16, "micro_batch": 1, "prompt_len": 896, "completion_len": 128}
                  if size != "tiny" else
                  {"batch": 8, "micro_batch": 4, "prompt_len": 8, "completion_len": 8})
-        step_table(SIZES[size], shape, args.device, args.dtype, methods)
+        step_table(SIZES[size], shape, args.device, args.dtype, available(methods_at(size)))
     if args.device == "cuda":
-        vllm_sync(SIZES[sizes[0]])
+        vllm_sync(sizes[0])
     else:
         print("\nvLLM sync path: skipped (vLLM runs on CUDA only)")
 

@@ -8,8 +8,11 @@ engine lives in another process, so its memory is not part of the trainer's peak
 (`logra.rl.step.update_step`: forward/backward over micro-batches, propose, KL control when
 configured, apply, realized KL on the probe), then the sync payload. Step 1 warms up (LoGRA
 builds its bases, GaLore its projections), step 2 is measured with `MemoryMeter` (peak and
-breakdown), steps 3.. are timed (median). Beside the measurement: the planner's prediction
-(`logra.measure.planner.plan`, fp32, one device) and its relative error.
+breakdown), steps 3.. are timed (median). On CUDA, `train_peak_mean_bytes` is the authors'
+memory statistic (`memory/train_peak_allocated_gib`): the allocator's peak during each update
+call (rollout excluded), averaged over the updates after the warm-up. Beside the measurement: the planner's prediction
+(`logra.measure.planner.plan`, fp32 storage, the compute dtype, one device) and its relative
+error.
 
 With a memory budget the point records `status: oom` and what it needed instead of failing:
 on CUDA the allocator is capped at the budget (`torch.OutOfMemoryError` is caught); on CPU the
@@ -48,13 +51,25 @@ def fixed_batch(vocab_size: int, n: int, prompt_len: int, completion_len: int,
     return (ids, attn, mask, adv), (ids[:probe_size], attn[:probe_size], mask[:probe_size])
 
 
+def _planned(hf_config, method: dict, shape: dict, grpo: dict, compute_dtype: str) -> dict:
+    """The planner's prediction for the point: fp32 storage, the compute dtype, one device."""
+    p_len, c_len = shape["prompt_len"], shape["completion_len"]
+    return plan(hf_config, method["rule"], method["options"], micro_batch=shape["micro_batch"],
+                seq_len=p_len + c_len, probe_size=grpo["probe_size"], completion_len=c_len,
+                kl_control=bool(method.get("kl_control")) or rules.rule_class(
+                    method["rule"]).has_control(method["options"]),
+                attention_mask=False,  # no padding: HF's sdpa then takes no mask
+                compute={"float32": "fp32", "bfloat16": "bf16"}[compute_dtype],
+                chunk_tokens=grpo.get("chunk_tokens"))
+
+
 def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4,
             device: str = "cpu", budget_bytes: int | None = None, seed: int = 0,
             compute_dtype: str = "float32") -> dict:
     """`size`: tiny_config options; `method`: {rule, options, kl_control}; `shape`: batch,
     micro_batch, prompt_len, completion_len; `grpo`: the run config's grpo section (loss
     settings; batch sizes are taken from `shape`). `compute_dtype: bfloat16` runs the update
-    under autocast, on float32 weights (the planner's prediction stays float32)."""
+    under autocast, on float32 weights (and the planner predicts bf16 compute on fp32 storage)."""
     if steps < 3:
         raise ValueError(f"memory_sweep.steps={steps}: needs >= 3 (warm-up, measured, timed)")
     torch.manual_seed(seed)
@@ -73,14 +88,8 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
              "threads": torch.get_num_threads(), "compute_dtype": compute_dtype,
              "batch": n, "micro_batch": shape["micro_batch"], "seq_len": p_len + c_len,
              "memory_budget_bytes": budget_bytes, "status": "ok"}
-    point["planned"] = plan(hf_config, method["rule"], method["options"],
-                            micro_batch=shape["micro_batch"], seq_len=p_len + c_len,
-                            probe_size=grpo["probe_size"], completion_len=c_len,
-                            kl_control=bool(method.get("kl_control")) or rules.rule_class(
-                                method["rule"]).has_control(method["options"]),
-                            attention_mask=False,  # no padding: HF's sdpa then takes no mask
-                            chunk_tokens=grpo.get("chunk_tokens"))
-    times, rollout_times, sync = [], [], []
+    point["planned"] = _planned(hf_config, method, shape, grpo, compute_dtype)
+    times, rollout_times, sync, train_peaks = [], [], [], []
     try:  # building the rule allocates too (its state; 8-bit AdamW compiles on throwaway weights)
         rule = rules.build(method["rule"], model, method["options"])
         kl = KLControl(**method["kl_control"]) if method.get("kl_control") else None
@@ -98,11 +107,16 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
             meter = (MemoryMeter(dev, labels={"optimizer": rule.state_tensors(),
                                               "grads": rule.grad_buffers()})
                      if step == 2 else contextlib.nullcontext())
+            if step > 2 and dev.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(dev)
             with meter, compute_context(dev, getattr(torch, compute_dtype)):
                 update_step(model, None, rule, kl, batch, probe, grpo,
                             phase=getattr(meter, "phase", None))
             if step == 2:
                 report = meter.report
+            if step >= 2 and dev.type == "cuda":  # the meter resets the peak at each phase
+                train_peaks.append(report.peak_bytes if step == 2
+                                   else torch.cuda.max_memory_allocated(dev))
             t2 = time.perf_counter()
             sync.append(payload_bytes(rule.sync_payload()))
             if step > 2:
@@ -118,6 +132,7 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
         mem_measure=report.method, optimizer_state_bytes=rule.state_bytes(),
         update_time_s=statistics.median(times), rollout_time_s=statistics.median(rollout_times),
         sync_bytes_per_step=statistics.mean(sync[1:]),
+        train_peak_mean_bytes=statistics.mean(train_peaks) if train_peaks else None,
         planned_error=point["planned"]["total"] / report.peak_bytes - 1)
     point["peak_phase"] = max(point["phase_peaks"], key=point["phase_peaks"].get, default=None)
     if budget_bytes and report.peak_bytes > budget_bytes:
