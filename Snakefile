@@ -76,7 +76,7 @@ include: "workflow/rules/report.smk"
 localrules:
     summary, ablation_summary, reward_curves, ablation_reward_curves, verdicts,
     ablation_verdicts, verdicts_figure, ablation_verdicts_figure, memory_sweep,
-    ablation_memory_sweep, planner,
+    ablation_memory_sweep, planner, paper_setting,
     memory_reduction, stability_27b, stability_27b_seeds, sync_bytes, lr_sweep, report,
     sync_regime_table,
 

@@ -322,26 +322,31 @@ def _check_method_grpo(config: dict) -> None:
 
 def _check_rule_options(config: dict) -> None:
     """Each method's `rule` names a rule, its `options` are those the rule declares
-    (`UpdateRule.options`, validated as JSON schema), its sync transport (`sync`, else
-    `rollout.sync`) applies to the rule, and KL control asks for a rule whose step can be
-    scaled."""
+    (`UpdateRule.options`, validated as JSON schema; the paper setting's methods too), its
+    sync transport (`sync`, else `rollout.sync`) applies to the rule, and KL control asks for
+    a rule whose step can be scaled."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
     defs = yaml.safe_load(SCHEMA.read_text())["$defs"]
-    for name, m in config["methods"].items():
+    specs = [(f"methods.{n}", n, m) for n, m in config["methods"].items()]
+    specs += [(f"paper_setting.methods.{n}", n, m)  # predicted only: no sync, no runs
+              for n, m in (config.get("paper_setting") or {}).get("methods", {}).items()]
+    for where, name, m in specs:
         try:
             rule = rules.rule_class(m["rule"])
         except ValueError as e:
-            raise ConfigError(f"methods.{name}.rule: {e}") from None
+            raise ConfigError(f"{where}.rule: {e}") from None
         schema = {"$defs": defs, "type": "object", "additionalProperties": False,
                   "properties": rule.options}
         error = best_match(Draft202012Validator(schema).iter_errors(m.get("options", {})))
         if error is not None:
             key = ".".join(map(str, error.absolute_path))
-            raise ConfigError(f"methods.{name}.options{'.' + key if key else ''}: "
+            raise ConfigError(f"{where}.options{'.' + key if key else ''}: "
                               f"{error.message}{_number_hint(error.instance)} (rule "
                               f"{m['rule']!r} takes "
                               f"{sorted(rule.options)})")
+        if where.startswith("paper_setting"):
+            continue
         key = f"methods.{name}.sync" if "sync" in m else "rollout.sync"
         try:
             weight_sync.transport(m.get("sync", (config.get("rollout") or {}).get("sync", "auto")),

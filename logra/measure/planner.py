@@ -2,6 +2,7 @@
 
     plan(hf_config, rule, options, micro_batch=8, seq_len=512, policy="bf16", gpus=8,
          sharding="fsdp", rollout_share=0.3, gpu_bytes=80e9, kl_control=True)
+    plan(..., policy="fp32", compute="bf16")  # fp32 storage, bf16 compute (LoGRA's authors)
 
 Everything here is a *prediction*, computed from tensor shapes; the memory sweep measures the
 same update (its peak and each phase's, `MemoryMeter.phase`) and reports the error, and
@@ -9,14 +10,19 @@ same update (its peak and each phase's, `MemoryMeter.phase`) and reports the err
 memory, any size), and the weights a rule treats as low rank are chosen by the same `modules`
 regex the rules use (`logra.optim.rule.low_rank_linears`).
 
-Categories (bytes per GPU; `/ gpus` under FSDP, ZeRO-3):
+Categories (bytes per GPU; `/ gpus` under FSDP, ZeRO-3). The policy dtype stores the weights;
+the compute dtype (`compute`, default the policy's) sizes what the forward forms: activations,
+the loss's cast, the probe's hidden states, the all-gathered layers (FSDP's mixed precision
+casts before it gathers) and the forwards' transients.
 - weights: every weight in the policy dtype (fp32; or bf16 for `policy="bf16"`);
 - master: fp32 master copy of the trained weights (`policy="bf16"` only);
 - optimizer: the rule's state in fp32;
 - grads: gradients alive at the end of backward, fp32 (FSDP reduces in fp32);
 - activations: saved for backward by one micro-batch
   (`logra.measure.memory.activation_bytes_estimate`, derived for Llama/Qwen2 decoders; for other
-  architectures, e.g. Gemma-3, an approximation; the loss's log-probs are chunked,
+  architectures, e.g. Gemma-3, an approximation; under a narrower compute dtype on one device,
+  autocast's cast of every weight, which backward keeps for the input's gradient; the loss's
+  log-probs are chunked,
   `logra.rl.loss.token_logprobs`, so nothing of vocabulary size is saved), plus the loss's chunk
   in flight: one min(chunk_tokens, micro_batch·seq_len)·vocab fp32 tensor and, under a narrower
   policy dtype, its cast; and, when the output layer trains, its weight's gradient as backward
@@ -26,8 +32,9 @@ Categories (bytes per GPU; `/ gpus` under FSDP, ZeRO-3):
   probe token (base_seqs·completion_len·hidden; base_seqs = probe_size with KL control, else
   the held-out half's ⌈probe_size/2⌉) and a copy of the output layer's weights when
   trained (vocab·hidden, whole under FSDP too), plus the chunked KL's three
-  min(chunk_tokens, ⌈probe_size/2⌉·completion_len)·vocab fp32 tensors;
-- fsdp: under FSDP, the all-gathered weights of two decoder layers (current + prefetched, policy
+  min(chunk_tokens, ⌈probe_size/2⌉·completion_len)·vocab fp32 tensors (probe_size 0: no
+  probe, as in a recipe that does not measure the realized KL);
+- fsdp: under FSDP, the all-gathered weights of two decoder layers (current + prefetched, compute
   dtype) and one layer's unsharded gradients before reduce-scatter;
 - rollout: a colocated rollout engine's share of the GPU (vLLM's gpu_memory_utilization),
   rollout_share·gpu_bytes, held through every phase.
@@ -42,12 +49,20 @@ optimizer, rollout and, but in rollout, fsdp):
 - kl_control (methods with KL control): propose's tensors + the saved copy that `perturbed`
   restores, in fp32 + the larger of the probe forward's transient and the chunked KL; for a
   rule that predicts by a forward-mode JVP (LoGRA's `jvp_control`): the dual forward of the
-  probe sequences that share one (their kept logits within chunk_tokens), or their kept
-  logits and tangents (fp32) and the float64 work on 64 completion positions (4 (64, vocab)
-  tensors), whichever is larger, without the base;
+  probe sequences that share one (their kept logits within chunk_tokens), the output layer's
+  dual forward (the kept logits, their tangent and the zero tangent forward-mode AD forms for
+  a weight without one, vocab·hidden), or the kept logits and tangents and the float64
+  work on 64 completion positions (4 (64, vocab) tensors), whichever is largest, without the
+  base;
 - apply: the larger of what is alive when it starts (propose's tensors) and what survives it
   + the base probe + the realized KL's forward or chunks.
 `total` is the largest phase and `peak_phase` names it.
+
+`logits="full"` predicts the update as LoGRA's authors' code forms logits (skzhang1/RL, read,
+not run here): the training forward returns every position's logits in fp32 (FSDP's output
+dtype) and the loss takes a full log_softmax (activations as `loss="hf"`, which saves N·V·f,
+plus the logits and, in backward, their gradient, 2·N·V·f), and the JVP probe runs one
+sequence at a time over all its positions with fp32 logits and tangent (2·seq_len·V·f).
 
 What each category holds for a given update rule (its weights, master copy, gradients, state,
 step, perturbed copy, what survives apply) is that rule's own prediction, `planned` in its
@@ -68,6 +83,7 @@ from logra.optim.chunked import CHUNK_TOKENS
 from logra.optim.rule import DEFAULT_MODULES, Geometry, low_rank_linears
 
 SHARDINGS = ("none", "fsdp")
+LOGITS = ("chunked", "full")
 
 
 def shapes(hf_config, modules: str = DEFAULT_MODULES):
@@ -91,19 +107,17 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
          completion_len: int | None = None, kl_control: bool = False,
          chunk_tokens: int | None = None, rollout_share: float = 0.0,
          gpu_bytes: float | None = None, checkpointing: bool = False,
-         attention_mask: bool = True, attn_implementation: str = "sdpa") -> dict:
+         attention_mask: bool = True, attn_implementation: str = "sdpa",
+         compute: str | None = None, logits: str = "chunked") -> dict:
     """Predicted per-GPU bytes by category and by phase (see the module docstring): the
     categories, `phase_<name>` for each phase that runs, `total` (the largest) and
-    `peak_phase`. `completion_len` (default `seq_len`) sizes the probe's tokens."""
+    `peak_phase`. `completion_len` (default `seq_len`) sizes the probe's tokens. `logits`:
+    "chunked", this project's (`logra.rl.loss.token_logprobs`, the JVP probe's kept
+    positions), or "full", as LoGRA's authors form them (see the module docstring)."""
     options = dict(options or {})
-    if policy not in POLICIES:
-        raise ValueError(f"policy: unknown {policy!r}; known: {sorted(POLICIES)}")
-    if sharding not in SHARDINGS:
-        raise ValueError(f"sharding: unknown {sharding!r}; known: {SHARDINGS}")
-    if rollout_share and not gpu_bytes:
-        raise ValueError("rollout_share needs gpu_bytes (the GPU's memory)")
+    _check_setting(policy, compute, sharding, logits, rollout_share, gpu_bytes)
     geo, layer_numel = geometry(hf_config, options, rule)
-    b, f = POLICIES[policy], 4
+    b, c, f = POLICIES[policy], POLICIES[compute or policy], 4  # storage, compute, float32
     shard = gpus if sharding == "fsdp" else 1
     vocab, hidden = hf_config.vocab_size, hf_config.hidden_size
     rule_plan = rules.rule_class(rule).planned(geo, options, b)
@@ -112,12 +126,18 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     # the base covers the whole probe with KL control, else its held-out half only
     base_seqs = probe_size if kl_control and not jvp else probe_size - probe_size // 2
     probe_tokens = base_seqs * (completion_len or seq_len)
-    base = probe_tokens * hidden * b + (0 if rule_plan["frozen_base"] else vocab * hidden * b)
+    base = 0 if not probe_size else (  # probe_size 0: no realized-KL probe, no base kept
+        probe_tokens * hidden * c + (0 if rule_plan["frozen_base"] else vocab * hidden * b))
     chunk = min(chunk_tokens or CHUNK_TOKENS,
                 math.ceil(probe_size / 2) * (completion_len or seq_len))
     chunks = 3 * chunk * vocab * f
     loss_chunk = min(chunk_tokens or CHUNK_TOKENS, micro_batch * seq_len) * vocab * (
-        f + (b if b < f else 0))
+        f + (c if c < f else 0))
+    if logits == "full":  # the fp32 logits the forward returns and, in backward, their gradient
+        loss_chunk = 2 * micro_batch * seq_len * vocab * f
+    # autocast on one device casts every weight a matmul uses, and backward keeps the cast for
+    # the input's gradient, frozen or not (under FSDP the gathered layers are cast: `fsdp`)
+    autocast = geo.n_all * c if c < b and shard == 1 else 0
     # per GPU: sharded under FSDP, but what the rule keeps whole on every rank (LoGRA's state)
     per_gpu = {k: rule_plan[k] // (1 if k in rule_plan.get("replicated", ()) else shard)
                for k in ("weights", "master", "grads", "optimizer", "step", "perturbed_copy",
@@ -125,34 +145,34 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     out = {k: per_gpu[k] for k in ("weights", "master", "grads", "optimizer")}
     out |= {
         "activations": activation_bytes_estimate(
-            hf_config, batch=micro_batch, seq_len=seq_len, dtype_bytes=b,
+            hf_config, batch=micro_batch, seq_len=seq_len, dtype_bytes=c,
             checkpointing=checkpointing, attention_mask=attention_mask,
             attn_implementation=attn_implementation, frozen=rule_plan["frozen_base"],
             sketch_rank=rule_plan.get("sketch_rank", 0),
-            loss="chunked")
-        + loss_chunk + (0 if rule_plan["frozen_base"] else vocab * hidden * b),
+            loss="chunked" if logits == "chunked" else "hf")
+        + loss_chunk + (0 if rule_plan["frozen_base"] else vocab * hidden * b) + autocast,
         "probe": base + chunks,
         # two layers' weights all-gathered; one layer's unsharded grads (a frozen base: none)
-        "fsdp": (2 * layer_numel * b + (0 if rule_plan["frozen_base"] else layer_numel * b)
+        "fsdp": (2 * layer_numel * c + (0 if rule_plan["frozen_base"] else layer_numel * c)
                  if shard > 1 else 0),
         "rollout": int(rollout_share * gpu_bytes) if rollout_share else 0,
     }
     # a no-grad probe forward's largest transient: one MLP's gate activation, up and their
     # product over the probe's tokens
-    probe_forward = 3 * base_seqs * seq_len * hf_config.intermediate_size * b
+    probe_forward = base_seqs * 3 * seq_len * hf_config.intermediate_size * c
+    # backward's largest transient: one MLP's gradients w.r.t. its gate, up and product over
+    # the micro-batch (beside the activations still saved for the layers below)
+    backward_transient = 3 * micro_batch * seq_len * hf_config.intermediate_size * c
     kl_pass = max(probe_forward, chunks)  # the chunks are formed after the last MLP has freed
-    if jvp:  # sequences that share a forward (their kept logits within chunk_tokens), dual
-        # (x2): the kept logits and their tangent (fp32), and the float64 work on 64 of one
-        # sequence's positions at a time (4 (64, vocab) tensors)
-        c_len = completion_len or seq_len
-        shared = min(rule_plan["jvp_responses"], max(1, (chunk_tokens or CHUNK_TOKENS) // c_len))
-        jvp_pass = max(2 * shared * probe_forward // base_seqs,
-                       2 * shared * c_len * vocab * f + 4 * min(64, c_len) * vocab * 8)
+    if jvp:
+        jvp_pass = _jvp_transient(hf_config, rule_plan["jvp_responses"], seq_len,
+                                  completion_len or seq_len, chunk_tokens or CHUNK_TOKENS,
+                                  logits, b, c)
     alive = out["weights"] + out["master"] + out["optimizer"] + out["rollout"] + out["fsdp"]
     proposed = out["grads"] + base + per_gpu["step"]  # from propose until apply
     phases = {
         "rollout": alive - out["fsdp"],
-        "forward_backward": alive + out["grads"] + out["activations"],
+        "forward_backward": alive + out["grads"] + out["activations"] + backward_transient,
         "propose": alive + proposed + max(probe_forward, rule_plan["transient"]),
         "kl_control": (None if not kl_control else alive + proposed + jvp_pass if jvp else
                        alive + proposed + per_gpu["perturbed_copy"] + kl_pass),
@@ -162,6 +182,54 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     out["peak_phase"] = max((v, name) for name, v in phases.items() if v is not None)[1]
     out["total"] = phases[out["peak_phase"]]
     return out
+
+
+def _check_setting(policy, compute, sharding, logits, rollout_share, gpu_bytes) -> None:
+    if logits not in LOGITS:
+        raise ValueError(f"logits: unknown {logits!r}; known: {LOGITS}")
+    for key, value in (("policy", policy), ("compute", compute or policy)):
+        if value not in POLICIES:
+            raise ValueError(f"{key}: unknown {value!r}; known: {sorted(POLICIES)}")
+    if sharding not in SHARDINGS:
+        raise ValueError(f"sharding: unknown {sharding!r}; known: {SHARDINGS}")
+    if rollout_share and not gpu_bytes:
+        raise ValueError("rollout_share needs gpu_bytes (the GPU's memory)")
+
+
+def _jvp_transient(hf_config, responses: int, seq_len: int, c_len: int, chunk_tokens: int,
+                   logits: str, b: int, c: int) -> int:
+    """The largest transient of LoGRA's forward-mode JVP probe: the dual (x2) forward of the
+    sequences that share one (their kept logits within chunk_tokens; one MLP's gate, up and
+    product); the output layer's dual forward (its kept logits and their tangent beside the
+    zero tangent forward-mode AD forms for its weight, vocab x hidden, and autocast's cast of
+    it); or the kept logits and their tangent with the float64 work on 64 of one sequence's
+    positions at a time (4 (64, vocab) tensors). `logits="full"`: one sequence a forward,
+    every position, fp32 logits."""
+    vocab, hidden, f = hf_config.vocab_size, hf_config.hidden_size, 4
+    shared = min(responses, max(1, chunk_tokens // c_len))
+    kept = 2 * shared * c_len * vocab * c  # the kept logits and their tangent
+    if logits == "full":
+        shared, kept = 1, 2 * seq_len * vocab * f
+    output_dual = vocab * hidden * (c + (c if c < b else 0)) + kept
+    return max(2 * shared * 3 * seq_len * hf_config.intermediate_size * c, output_dual,
+               kept + 4 * min(64, c_len) * vocab * 8)
+
+
+def predict(hf_config, spec: dict, setting: dict, grpo: dict) -> dict:
+    """One row of a prediction table: `plan` for the method `spec` ({rule, options,
+    kl_control}) in `setting` (plan's keyword arguments, `gpu_gb` for `gpu_bytes`), the
+    probe and chunk sizes from `grpo` unless the setting gives them, whether it fits, and
+    the sync columns (`sync_columns`)."""
+    options, setting = spec.get("options", {}), dict(setting)
+    gpu_gb = setting.pop("gpu_gb", None)
+    setting.setdefault("probe_size", grpo["probe_size"])
+    setting.setdefault("chunk_tokens", grpo.get("chunk_tokens"))
+    bytes_ = plan(hf_config, spec["rule"], options, gpu_bytes=gpu_gb and gpu_gb * 1e9,
+                  kl_control=bool(spec.get("kl_control"))
+                  or rules.rule_class(spec["rule"]).has_control(options), **setting)
+    return {**bytes_, "fits": bytes_["total"] <= gpu_gb * 1e9 if gpu_gb else None,
+            **sync_columns(hf_config, spec["rule"], options, setting.get("policy", "fp32")),
+            "kind": "prediction"}
 
 
 def geometry(hf_config, options: dict, rule=None) -> tuple[Geometry, int]:

@@ -48,11 +48,10 @@ Deviations from the authors' code, stated:
   propose() and apply() (theirs: a function called by their worker); the harness adds the
   realized KL on probe sequences the prediction did not see. `controller: false` fixes α = 1,
   an ablation.
-- Sync: the payload carries, per target, the applied factor α·D (in `update_factor_dtype`) and
-  the projection A whenever the engine does not hold it yet (every step with `refresh`); the
-  engine applies W −= F·A with the trainer's own function. Drawing A from the seed on the
-  engine's side, and sending only the update count, would shrink the payload to F; not done
-  here. The authors' runs sync full weights.
+- Sync: the payload carries, per target, the applied factor α·D (in `update_factor_dtype`)
+  and the seed of the projection it was applied with; the engine draws A from the seed
+  (`projection`) and applies W −= F·A with the trainer's own function. The authors' runs sync
+  full weights.
 - `seed` defaults to 42 here as in theirs; the harness passes the run's seed (their configs
   set `seed` to the run's seed).
 - `perturbed` (θ + η·step through side branches on the targets' outputs) serves the harness's

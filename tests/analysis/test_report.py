@@ -169,6 +169,39 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     assert "0.0001 |" not in text
 
 
+def test_paper_setting_table_sets_each_prediction_beside_its_published_reduction():
+    """Per setting and logits, the first method is the reference: the reduction is one minus
+    the ratio of predicted totals, the published reduction comes from the published GiB when
+    both methods have one (else the setting's), and the reduction without the method's peak
+    phase uses its next largest phase."""
+    import pandas as pd
+
+    from logra.analysis.report import paper_setting_table
+    gib = 2**30
+    rows = []
+    for setting, published in (("s1", {}), ("s2", {"dense": 40.0, "logra": 30.0})):
+        for logits in ("chunked", "full"):
+            for method, total, phases in (("dense", 10 * gib, (10, 8)), ("logra", 6 * gib, (4, 6))):
+                rows.append({"setting": setting, "logits": logits, "method": method,
+                             "seq_len": 4096, "gpus": 4, "total": total,
+                             "peak_phase": "forward_backward" if method == "dense"
+                             else "kl_control",
+                             "phase_forward_backward": phases[0] * gib,
+                             "phase_kl_control": phases[1] * gib if method == "logra" else None,
+                             "n_params": 1000 * gib, "low_rank_params": 900 * gib,
+                             "published_gib": published.get(method),
+                             "published_reduction": 0.457 if setting == "s1" else None,
+                             "published_source": "src"})
+    t = paper_setting_table(pd.DataFrame(rows))
+    assert list(zip(t["setting"], t["logits"], t["method"])) == [
+        ("s1", "chunked", "logra"), ("s1", "full", "logra"), ("s2", "chunked", "logra"),
+        ("s2", "full", "logra")]
+    assert t["reduction"].tolist() == pytest.approx([0.4] * 4)
+    assert t["reduction_without_peak_phase"].tolist() == pytest.approx([0.6] * 4)
+    assert t["published_reduction"].tolist() == pytest.approx([0.457, 0.457, 0.25, 0.25])
+    assert t["frozen_adamw_gib"].tolist() == pytest.approx([12 * 100 / 4] * 4)
+
+
 def test_stability_factor_effects_credit_the_larger_main_effect():
     """Reward per cell: KL control adds 0.3 on both rules, LoGRA 0.1 on both, over the last 100
     of 150 steps: the main effects on the last steps are exactly those, on the run's mean 2/3 of

@@ -248,6 +248,16 @@ def test_galore_with_kl_control_is_rejected(tmp_path):
         validate_file(_write(tmp_path, config))
 
 
+def test_a_paper_setting_method_is_checked_as_a_run_method_is(tmp_path):
+    config = copy.deepcopy(SMOKE)
+    config["paper_setting"] = copy.deepcopy(validate_file(ROOT / "config/config.yaml")[
+        "paper_setting"])
+    validate_file(_write(tmp_path, config))
+    config["paper_setting"]["methods"]["logra"]["options"]["rnak"] = 4
+    with pytest.raises(ConfigError, match=r"paper_setting.methods.logra.options: .*'rnak'"):
+        validate_file(_write(tmp_path, config))
+
+
 def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
     """Every method's grid holds its configured step size; each copy sets the rule's own step
     size option (LoGRA's update_ratio) and keeps every other key."""

@@ -7,6 +7,7 @@ from transformers import AutoConfig
 from logra import rules
 from logra.common import PHASES
 from logra.harness.memory_point import measure
+from logra.measure.memory import activation_breakdown
 from logra.measure.planner import plan, sync_bytes, sync_columns
 from logra.rl.models import load
 from logra.rl.weight_sync import payload_bytes
@@ -93,6 +94,49 @@ def test_planner_predicts_each_measured_phase_where_the_vocabulary_dominates(rul
         if phase == "rollout":  # not measured on CPU (the engine is another process)
             continue
         assert planned[f"phase_{phase}"] == pytest.approx(measured[phase], rel=0.10), phase
+
+
+@pytest.mark.parametrize("rule, options", [("dense_adam", {}),
+                                           ("logra", {"rank": 4, "probe_responses": 2})])
+def test_planned_total_within_10_percent_under_bf16_compute(rule, options):
+    """bf16 autocast on fp32 weights (the authors' precision): the planner, told the compute
+    dtype, predicts the measured peak within 10% and names its phase."""
+    size = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 4}
+    shape = {"batch": 8, "micro_batch": 4, "prompt_len": 8, "completion_len": 8}
+    torch.set_num_threads(1)
+    point = measure(size, {"rule": rule, "options": options}, shape, GRPO, steps=3,
+                    compute_dtype="bfloat16")
+    assert abs(point["planned_error"]) <= 0.10, point["planned"]
+    assert point["planned"]["peak_phase"] == point["peak_phase"]
+
+
+def test_compute_dtype_probe_size_zero_and_the_authors_logits():
+    """The compute dtype sizes what the forward forms, never the stored weights or the state;
+    probe_size 0 plans no probe; logits="full" (every position's fp32 logits, a full
+    log_softmax) adds 3 fp32 vocabulary-sized tensors per token to the forward/backward of
+    every method, less the chunked loss's chunk and, under checkpointing, the recomputed layer
+    the saved log_softmax displaces as the largest term."""
+    qwen = AutoConfig.from_pretrained(ROOT / "config/models/qwen2.5-math-1.5b.json")
+    setting = dict(micro_batch=1, seq_len=1024, gpus=4, sharding="fsdp", checkpointing=True,
+                   probe_size=0, completion_len=768, chunk_tokens=256)
+    for rule, options in (("dense_adam", {}), ("logra", {"rank": 256})):
+        kl = rule == "logra"
+        fp32 = plan(qwen, rule, options, kl_control=kl, **setting)
+        bf16 = plan(qwen, rule, options, kl_control=kl, compute="bf16", **setting)
+        for key in ("weights", "master", "grads", "optimizer"):
+            assert bf16[key] == fp32[key], key
+        assert bf16["activations"] < fp32["activations"] and bf16["fsdp"] < fp32["fsdp"]
+        assert bf16["probe"] == fp32["probe"] == 0
+        full = plan(qwen, rule, options, kl_control=kl, compute="bf16", logits="full",
+                    **setting)
+        grown = full["phase_forward_backward"] - bf16["phase_forward_backward"]
+        layer = activation_breakdown(qwen, batch=1, seq_len=1024, dtype_bytes=2)["per_layer"]
+        assert grown >= 3 * 1024 * qwen.vocab_size * 4 - 256 * qwen.vocab_size * 6 - layer
+    with pytest.raises(ValueError, match="logits: unknown 'dense'"):
+        plan(qwen, "dense_adam", micro_batch=1, seq_len=8, logits="dense")
+    with pytest.raises(ValueError, match="compute: unknown 'fp16'"):
+        plan(qwen, "dense_adam", micro_batch=1, seq_len=8, compute="fp16")
 
 
 def test_delta_prediction_is_the_formula_and_beats_full_below_a_third():

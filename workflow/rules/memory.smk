@@ -3,6 +3,7 @@ MEMORY = config.get("memory_sweep", {"sizes": {}, "methods": []})
 SWEEP_POINTS = {"sweep": MEMORY["sizes"], "sweep_large": MEMORY["sizes"]
                 | MEMORY.get("opt_in_sizes", {})}
 PLANNER = config.get("planner")
+PAPER_SETTING = config.get("paper_setting")
 LONG_RUNS = stability_runs(config)  # figures/stability_27b's, as task/method/seedN
 
 
@@ -87,3 +88,24 @@ rule planner:
         "results/logs/memory/planner.log",
     script:
         "../scripts/planner.py"
+
+
+rule paper_setting:
+    output:
+        report("results/memory/paper_setting.csv", caption="../report/table.rst",
+               category="Tables"),
+    params:
+        paper_setting=PAPER_SETTING,
+        models={  # config.json paths are relative to the repository
+            name: os.path.join(workflow.basedir, s["model"])
+            for name, s in (PAPER_SETTING or {}).get("settings", {}).items()
+        },
+        grpo=config["grpo"],
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/memory/paper_setting.tsv",
+    log:
+        "results/logs/memory/paper_setting.log",
+    script:
+        "../scripts/paper_setting.py"

@@ -18,6 +18,7 @@ DEFAULT_BENCHMARKS = (
     + (expand(f"{BENCH}/memory/memory_point/{{size}}/{{method}}.tsv",
               size=list(MEMORY["sizes"]), method=MEMORY["methods"])
        + [f"{BENCH}/memory/memory_sweep.tsv", f"{BENCH}/memory/planner.tsv"] if PAPER else [])
+    + ([f"{BENCH}/memory/paper_setting.tsv"] if PAPER_SETTING else [])
 )
 
 
@@ -32,6 +33,7 @@ rule report:
         verdicts=["results/verdicts.csv"] if VERDICTS else [],
         sweep=["results/memory/sweep.csv"] if PAPER else [],
         planner=["results/memory/planner.csv"] if PAPER else [],
+        paper_setting=["results/memory/paper_setting.csv"] if PAPER_SETTING else [],
     output:
         report("results/REPORT.md", caption="../report/REPORT.rst", category="Results"),
     params:
