@@ -10,11 +10,12 @@ and warm-started by SFT (a random model never earns a reward, so GRPO would have
 learn from), unless `--base` names a model directory. Then TRL's GRPOTrainer trains it for
 `--steps` steps twice from the same base: with `logra.LoGRAOptimizer` passed as
 `optimizers=(optimizer, scheduler)` (the trainer class mixes in `LoGRATrainerMixin`, which
-counts the completion tokens LoGRA divides its sketch by; LoGRA's step is its update_ratio at
-α = 1: its controller runs in the harness's loop only), and with TRL's default AdamW. The task's
+counts the completion tokens LoGRA divides its sketch by and hands the step's first micro-batch
+to LoGRA's predicted-KL controller, which sets α), and with TRL's default AdamW. The task's
 reward is TRL's reward function (`logra.harness.trl_grpo.reward_function`). The output JSON holds,
 per method, the measured peak memory of one update step (logra/measure/memory.py, device and model
-size beside it) and the mean reward of the first and the last steps' rollouts; `snakemake trl`
+size beside it) and the mean reward of the first and the last steps' rollouts, and LoGRA's mean α
+and share of steps at alpha_max; `snakemake trl`
 writes one per task of the config and results/REPORT.md collects them. How the code looks in a TRL
 script: `logra.harness.trl_grpo.train_grpo`.
 """
@@ -94,7 +95,9 @@ def main(argv: list[str] | None = None) -> None:
         r = result[method]
         print(f"trl {args.task}/{method}: peak {r['peak_mem_bytes'] / mib:.2f} MiB (step "
               f"{result['profile_step']}, cpu, {result['model']['n_params']:,} parameters), "
-              f"reward {r['reward_first']:.3f} -> {r['reward_last']:.3f} after {args.steps} steps")
+              f"reward {r['reward_first']:.3f} -> {r['reward_last']:.3f} after {args.steps} steps"
+              + (f", mean alpha {r['alpha_mean']:.3g} ({r['steps_at_alpha_max_share']:.0%} of "
+                 "steps at alpha_max)" if "alpha_mean" in r else ""))
     print(f"wrote {out}")
 
 

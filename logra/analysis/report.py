@@ -678,8 +678,10 @@ def _trl(inputs: ReportInputs) -> list[str]:
         out += _section("LoGRA in TRL", "results/trl/", "TRL's GRPOTrainer (generation by the "
                         "training model, no vLLM) from each task's seed-0 SFT base, with "
                         "`logra.LoGRAOptimizer` and with TRL's default AdamW "
-                        "(logra/harness/trl_grpo.py): the measured peak of one update step (a step without generation), "
-                        "and the mean reward of the rollouts of the first and the last steps.",
+                        "(logra/harness/trl_grpo.py): the measured peak of one update step (a "
+                        "step without generation), the mean reward of the rollouts of the first "
+                        "and the last steps, and LoGRA's mean α and share of steps at alpha_max "
+                        "(its predicted-KL controller).",
                         {"task": [r["task"] for r, _ in rows], "method": [m for _, m in rows],
                          "device": [r["device"] for r, _ in rows],
                          "parameters": [r["model"]["n_params"] for r, _ in rows],
@@ -693,7 +695,10 @@ def _trl(inputs: ReportInputs) -> list[str]:
                          "reward, first / last steps": [
                              f"{a} / {b} ({r['reward_window_steps']})" for (r, m), a, b in zip(
                                  rows, _fmt([r[m]["reward_first"] for r, m in rows]),
-                                 _fmt([r[m]["reward_last"] for r, m in rows]))]})
+                                 _fmt([r[m]["reward_last"] for r, m in rows]))],
+                         "mean α": _fmt([r[m].get("alpha_mean") for r, m in rows], ".3g"),
+                         "at alpha_max": _fmt([r[m].get("steps_at_alpha_max_share")
+                                               for r, m in rows], ".0%")})
     else:
         out += ["", "LoGRA in TRL has not run (`snakemake trl` writes `results/trl/*.json`; the "
                 "next report includes them)."]

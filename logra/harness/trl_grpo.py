@@ -6,7 +6,9 @@ measured. The pieces it is made of are what a TRL user needs: `reward_function(t
 reward with TRL's reward-function signature), `prompt_dataset(rows)`, and LoGRA passed as
 `optimizers=(LoGRAOptimizer(model, ...), scheduler)` to a GRPOTrainer with
 `LoGRATrainerMixin` (logra/optim/optimizer.py), which counts each micro-batch's completion tokens
-(LoGRA's T) and logs ‖S‖ as the `grad_norm`.
+(LoGRA's T), hands the step's first micro-batch to LoGRA's predicted-KL controller and logs ‖S‖
+as the `grad_norm`. TRL samples with the policy itself (no engine of its own here), so the
+controller sees no mismatch and its budget is the scheduled one.
 
 Memory: `StepMemory` measures one optimizer step with the project's meter (logra/measure/memory.py),
 from the trainer's `on_step_begin` to its `on_step_end`: the forward and backward passes of
@@ -82,6 +84,19 @@ class StepMemory(TrainerCallback):
             self.report, self.meter = self.meter.report, None
 
 
+class ControlLog(TrainerCallback):
+    """LoGRA's controller per optimizer step: α, its predicted KL, the budget, the mismatch
+    EMA and whether α is at alpha_max (`LoGRAOptimizer.last_control`)."""
+
+    def __init__(self):
+        self.rows = []
+
+    def on_step_end(self, args, state, control, optimizer=None, **kwargs):
+        last = logra_or_torch(optimizer).last_control
+        if last:
+            self.rows.append(dict(last))
+
+
 def grpo_config(out_dir: str, *, steps: int, prompts_per_step: int, group_size: int,
                 micro_batch_size: int, max_new_tokens: int, lr: float, seed: int,
                 max_grad_norm: float = 1.0, bf16: bool = False) -> GRPOConfig:
@@ -112,12 +127,12 @@ def train_grpo(model, tokenizer, task, rows: list[dict], *, steps: int, lr: floa
     """Train `model` in place with TRL's GRPOTrainer for `steps` optimizer steps.
 
     With `logra` (LoGRAOptimizer's options, {} for its defaults): `LoGRAOptimizer(model,
-    **logra)` (its step size is its `update_ratio`: `lr` is not used; α = 1, its controller runs
-    in the harness's loop only) with the schedule TRL would build from the config; without:
-    TRL's default optimizer (torch AdamW) at `lr`. Returns the
-    trainer, the optimizer, the log rows, the peak memory of step `profile_step` (a
-    MemoryReport) and the mean reward of the rollouts of the first and the last REWARD_WINDOW
-    steps."""
+    **logra)` (its step is update_ratio·‖W‖ times its controller's α: `lr` is not used) with
+    the schedule TRL would build from the config; without: TRL's default optimizer (torch
+    AdamW) at `lr`. Returns the trainer, the optimizer, the log rows, the peak memory of step
+    `profile_step` (a MemoryReport), the mean reward of the rollouts of the first and the last
+    REWARD_WINDOW steps and, with LoGRA, its controller's record of every step
+    (`LoGRAOptimizer.last_control`)."""
     if profile_step % ROLLOUT_STEPS:
         raise ValueError(f"profile_step={profile_step}: steps that are not multiples of "
                          f"{ROLLOUT_STEPS} generate rollouts; the update is measured alone")
@@ -127,7 +142,7 @@ def train_grpo(model, tokenizer, task, rows: list[dict], *, steps: int, lr: floa
                            group_size=group_size, micro_batch_size=micro_batch_size,
                            max_new_tokens=max_new_tokens, lr=lr, seed=seed,
                            max_grad_norm=max_grad_norm)
-        memory = StepMemory(profile_step)
+        memory, controls = StepMemory(profile_step), ControlLog()
         common = dict(model=model, processing_class=tokenizer, args=args,
                       reward_funcs=reward_function(task), train_dataset=prompt_dataset(rows),
                       callbacks=[memory, *(callbacks or [])])
@@ -137,6 +152,7 @@ def train_grpo(model, tokenizer, task, rows: list[dict], *, steps: int, lr: floa
                              "grads": optimizer.rule.grad_buffers()}
             scheduler = transformers.get_scheduler(args.lr_scheduler_type, optimizer,
                                                    num_training_steps=steps)
+            common["callbacks"].append(controls)
             trainer = LoGRAGRPOTrainer(optimizers=(optimizer, scheduler), **common)
         else:
             trainer = GRPOTrainer(**common)
@@ -146,7 +162,7 @@ def train_grpo(model, tokenizer, task, rows: list[dict], *, steps: int, lr: floa
     rewards = [row["reward"] for row in logs if "reward" in row]
     window = max(1, REWARD_WINDOW // ROLLOUT_STEPS)
     return {"trainer": trainer, "optimizer": logra_or_torch(trainer.optimizer), "logs": logs,
-            "memory": memory.report, "profile_step": profile_step,
+            "memory": memory.report, "profile_step": profile_step, "controls": controls.rows,
             "reward_first": statistics.mean(rewards[:window]) if rewards else math.nan,
             "reward_last": statistics.mean(rewards[-window:]) if rewards else math.nan}
 
@@ -197,6 +213,11 @@ def compare(base_dir, task, rows: list[dict], *, steps: int, logra: dict, adamw_
                                       else optimizer_state_bytes(opt)),
             "reward_first": run["reward_first"], "reward_last": run["reward_last"],
             "loss_last": run["logs"][-1]["loss"], "wall_s": time.time() - t0}
+        if run["controls"]:  # LoGRA's controller: mean α, the share of steps at alpha_max
+            out[method] |= {
+                "alpha_mean": statistics.mean(c["alpha"] for c in run["controls"]),
+                "steps_at_alpha_max_share": statistics.mean(
+                    float(c["at_alpha_max"]) for c in run["controls"])}
     out["peak_ratio"] = out["logra"]["peak_mem_bytes"] / out["adamw"]["peak_mem_bytes"]
     return out
 

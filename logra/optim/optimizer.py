@@ -12,10 +12,19 @@ sketch each target's gradient during backward. `param_groups` holds the target w
 Two phases, as the authors' optimizer (`skzhang1/RL`, `nemo_rl/models/automodel/logra.py`):
 `prepare_update()` forms the RowAdam directions from the sketches (and returns ‖S‖),
 `step(alpha=...)` applies them at α. Stated deviations from their `step(alpha=...)`:
-- `step()` without `alpha` applies α = 1, unless a controller is attached
-  (`optimizer.controller = f`, called as `f(optimizer)` after `prepare_update`, returning α;
-  the harness's loop runs the authors' predicted-KL controller, logra/optim/kl_control.py, between
-  the phases), and prepares first when `prepare_update()` was not called;
+- `step()` without `alpha` sets α by the authors' predicted-KL controller
+  (`logra.optim.kl_control.BudgetControl`, option `controller`, on by default: one
+  forward-mode JVP over the first `probe_responses` sequences, the budget's cosine schedule,
+  the mismatch EMA), on the sequences given by `set_probe(input_ids, attention_mask,
+  loss_mask, temperature=..., mismatch=...)` before the step (`LoGRATrainerMixin` gives the
+  step's first micro-batch, at the trainer's temperature); without a probe it raises.
+  `controller=False` applies α = 1; a function attached as `optimizer.controller = f` is
+  called as `f(optimizer)` after `prepare_update` and returns α instead. `step()` prepares
+  first when `prepare_update()` was not called. `last_control` holds the last step's α, its
+  predicted KL, the budget and the mismatch EMA;
+- the mismatch (the signed mean of log π_engine − log π_trainer over the tokens of responses
+  that ended with eos) is an input of `set_probe`, nan by default: a trainer that samples
+  with the policy itself has none, and the EMA then stays where it is;
 - `normalization_tokens` (T: the sketch is divided by it before RowAdam; the authors pass
   their batch's valid-token count) is an input: the number of completion tokens of the batch
   the backward passes saw, set before `step()` (`optimizer.normalization_tokens = T`, or
@@ -30,10 +39,10 @@ clip nothing. In a Trainer, `LoGRATrainerMixin` routes `max_grad_norm` and the l
 `grad_norm` through it. fp16 with a GradScaler is refused (its inf check sees no gradient);
 bf16 autocast needs no scaler and works.
 
-`state_dict()` holds the options, the update count and the row second moments (the
-projections are redrawn from the seed and the count; the controller's mismatch EMA is saved by
-the harness's loop, which runs it: an attached `controller` keeps its own state); loading a
-state saved with other options is refused, and so is saving between `prepare_update()` and
+`state_dict()` holds the options, the update count, the row second moments and the
+controller's mismatch EMA (the projections are redrawn from the seed and the count; an
+attached function `controller` keeps its own state); loading a state saved with other options
+is refused, and so is saving between `prepare_update()` and
 `step()`. Not here: the low-rank sync to a separate rollout engine (the harness's loop). One
 process only: under DDP the sketches would need the all-reduce the harness's FSDP loop does.
 """
@@ -67,9 +76,11 @@ class LoGRAOptimizer(torch.optim.Optimizer):
         if hooked:
             raise RuntimeError(f"a LoGRAOptimizer already updates {hooked[0]} (and others): "
                                "build one LoGRAOptimizer per model")
-        self.rule = LoGRA(model, **options)
-        self.rule.control = None  # the harness's loop runs the controller; here: `controller`
-        self.controller = None
+        self.rule, self.model = LoGRA(model, **options), model
+        self.controller = None  # a function f(optimizer) -> α, in place of the rule's own
+        self.probe: tuple | None = None  # (input_ids, attention_mask, loss_mask): set_probe
+        self.temperature, self.observed_mismatch = 1.0, math.nan
+        self.last_control: dict = {}
         self.normalization_tokens: int | None = None  # T; None: 1
         self._step = None  # the prepared step, between prepare_update and step
         params = [p for _, p in self.rule.named]
@@ -94,7 +105,25 @@ class LoGRAOptimizer(torch.optim.Optimizer):
     @property
     def mismatch(self) -> float | None:
         """The controller's mismatch EMA, as the rule saves it (None without a controller)."""
-        return getattr(self.controller, "mismatch", None)
+        return getattr(self.controller or self.rule.control, "mismatch", None)
+
+    def set_probe(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                  loss_mask: torch.Tensor | None = None, *, temperature: float = 1.0,
+                  mismatch: float = math.nan) -> None:
+        """The sequences the next step's predicted KL is measured on (the controller uses the
+        first `probe_responses`): `loss_mask` (batch, T−1) marks the positions whose next
+        token was sampled (default: every position the attention mask keeps), `temperature`
+        the sampling temperature, `mismatch` the signed engine − trainer log-prob mean over
+        completed responses (nan: none observed)."""
+        attn = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        mask = attn[:, 1:] if loss_mask is None else loss_mask
+        if attn.shape != input_ids.shape or mask.shape != (input_ids.shape[0],
+                                                           input_ids.shape[1] - 1):
+            raise ValueError(f"set_probe: input_ids {tuple(input_ids.shape)} needs an attention "
+                             f"mask of that shape and a loss mask (batch, T-1); got "
+                             f"{tuple(attn.shape)} and {tuple(mask.shape)}")
+        self.probe, self.temperature, self.observed_mismatch = (input_ids, attn, mask), \
+            float(temperature), float(mismatch)
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
@@ -108,6 +137,12 @@ class LoGRAOptimizer(torch.optim.Optimizer):
         to update_ratio); returns ‖S‖."""
         if normalization_tokens is not None:
             self.normalization_tokens = normalization_tokens
+        self._check_tokens()
+        self.rule.batch_tokens = self.normalization_tokens
+        self._step = self.rule.propose()
+        return self.rule.grad_norm
+
+    def _check_tokens(self) -> None:
         if not self.normalization_tokens:
             raise RuntimeError(
                 "LoGRAOptimizer: normalization_tokens (T, the completion tokens of the batch "
@@ -115,14 +150,12 @@ class LoGRAOptimizer(torch.optim.Optimizer):
                 "call optimizer.count_tokens(n) per micro-batch before step(); a transformers/"
                 "TRL Trainer counts them through logra.optim.optimizer.LoGRATrainerMixin: class "
                 "Trainer(LoGRATrainerMixin, GRPOTrainer)")
-        self.rule.batch_tokens = self.normalization_tokens
-        self._step = self.rule.propose()
-        return self.rule.grad_norm
 
     @torch.no_grad()
     def step(self, closure=None, *, alpha: float | None = None):
         """Apply the prepared directions (preparing them first if needed) at `alpha`, else at
-        the attached controller's α, else at 1; then T starts over."""
+        the attached function's α, else at the rule's controller's on the probe (`set_probe`),
+        else (controller=False) at 1; then T and the probe start over."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -132,17 +165,41 @@ class LoGRAOptimizer(torch.optim.Optimizer):
                                "Trainer's `fp16=True`): its inf check sees no gradient; use "
                                "bf16 (`bf16=True`), which needs no scaler")
         if self._step is None:
+            self._check_tokens()
+        needs_probe = alpha is None and not self.controller and self.rule.control is not None
+        if needs_probe and self.probe is None:  # nothing is consumed: set it, step again
+            raise RuntimeError(
+                "LoGRAOptimizer.step: LoGRA's predicted-KL controller (option controller, on "
+                "by default) needs the sequences to predict on: call optimizer.set_probe("
+                "input_ids, attention_mask, loss_mask) before step() (a transformers/TRL "
+                "Trainer with LoGRATrainerMixin does), or build it with controller=False for "
+                "α = 1")
+        if self._step is None:
             self.prepare_update()
         if alpha is None:
-            alpha = self.controller(self) if self.controller else 1.0
+            alpha = self._alpha(self._step)
         if not (math.isfinite(alpha) and alpha >= 0):
             raise ValueError(f"LoGRAOptimizer.step: alpha must be finite and >= 0, got {alpha}")
         step, self._step = self._step, None
         self.rule.apply(step, alpha)
         for t in self.rule.targets:  # no rollout engine to sync: drop the step's factors
             t.applied = None
-        self.normalization_tokens = None
+        self.normalization_tokens, self.probe = None, None
         return loss
+
+    def _alpha(self, step: dict) -> float:
+        """α from the attached function, else the rule's controller on the probe, else 1."""
+        if self.controller:
+            return self.controller(self)
+        control = self.rule.control
+        if control is None:
+            return 1.0
+        alpha, predicted, info = control.scale(self.model, self.rule, step, self.probe,
+                                               temperature=self.temperature,
+                                               mismatch=self.observed_mismatch)
+        self.last_control = {"alpha": alpha, "predicted_kl": predicted,
+                             "at_alpha_max": alpha >= control.cap * (1 - 1e-12), **info}
+        return alpha
 
     def count_tokens(self, n: int) -> None:
         """Add a micro-batch's completion tokens to T (`normalization_tokens`)."""
@@ -190,9 +247,25 @@ class LoGRATrainerMixin:
         return grad_norm
 
     def compute_loss(self, model, inputs, *args, **kwargs):
-        if model.training and "completion_mask" in inputs:  # step() starts T over
-            logra_optimizer(self.optimizer).count_tokens(inputs["completion_mask"].sum())
+        if model.training and "completion_mask" in inputs:  # step() starts T and the probe over
+            optimizer = logra_optimizer(self.optimizer)
+            optimizer.count_tokens(inputs["completion_mask"].sum())
+            if optimizer.probe is None and "prompt_ids" in inputs:  # the step's first
+                optimizer.set_probe(*grpo_probe(inputs),  # micro-batch (TRL's GRPO inputs)
+                                    temperature=getattr(self.args, "temperature", 1.0))
         return super().compute_loss(model, inputs, *args, **kwargs)
+
+
+def grpo_probe(inputs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask, loss_mask) of TRL's GRPO micro-batch `inputs`: left-padded
+    prompts then completions, the loss mask marking the positions whose next token is a
+    completion token."""
+    prompt, completion = inputs["prompt_ids"], inputs["completion_ids"]
+    ids = torch.cat([prompt, completion], 1)
+    attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    loss_mask = torch.zeros(ids.shape[0], ids.shape[1] - 1, dtype=attn.dtype, device=ids.device)
+    loss_mask[:, prompt.shape[1] - 1:] = inputs["completion_mask"]
+    return ids, attn, loss_mask
 
 
 def logra_optimizer(optimizer) -> LoGRAOptimizer:

@@ -2,10 +2,13 @@
 (logra/harness/trl_grpo.py).
 
 Invariants, one test each:
-1. A few GRPOTrainer steps with LoGRA on the CPU: every step's loss is finite; each target
-   weight's change in a step has rank <= r (W −= F·A) and, over two steps, > r (a new
-   projection every update: sensitivity); nothing else changes; ‖ΔW‖ / ‖W‖ over all targets
-   is update_ratio in every step (α = 1; the factor's bf16 rounding: relative 1e-2); the
+1. A few GRPOTrainer steps with LoGRA on the CPU, its predicted-KL controller on: every step's
+   loss is finite; each target weight's change in a step has rank <= r (W −= F·A) and, over
+   two steps, > r (a new projection every update: sensitivity); nothing else changes;
+   ‖ΔW‖ / ‖W‖ over all targets is α·update_ratio in every step (the factor's bf16 rounding:
+   relative 1e-2), α the controller's: at most alpha_max, and below it the predicted KL at α
+   is the step's budget (α = √(budget / K)); the mixin gave the controller the step's first
+   micro-batch at the trainer's temperature; the
    optimizer state, read through torch's `optimizer.state`, is A (r x in) and v (out) per
    target, as `state_bytes()` says; the trainer counted the completion tokens (T > 1); the
    logged grad_norm is ‖S‖ and the trainer's max_grad_norm clips nothing; the peak memory of an
@@ -15,10 +18,12 @@ Invariants, one test each:
 3. A GRPOTrainer without LoGRATrainerMixin, which would not count T, stops with an error
    naming the mixin.
 4. fp16's GradScaler is refused with an error naming fp16; bf16 autocast trains.
-5. Torch API: state_dict / load_state_dict resume to the same weights as an uninterrupted run
-   (exactly); a state saved with other options, or between prepare_update and step, is
-   refused; step(alpha=0) leaves the weights and, as the authors' optimizer, advances the
-   count and the projections.
+5. Torch API: state_dict / load_state_dict resume to the same weights and mismatch EMA as an
+   uninterrupted run (exactly), the controller on and fed a mismatch; a state saved with
+   other options, or between prepare_update and step, is refused; step() without a probe
+   (the controller on) is refused before anything is consumed, and controller=False applies
+   α = 1; step(alpha=0) leaves the weights and, as the authors' optimizer, advances the count
+   and the projections.
 6. examples/trl_grpo_logra.py (the config's batch sizes, 2 steps from a given base) writes,
    for LoGRA and AdamW, a measured peak and the rewards, with the device and model size.
 
@@ -65,7 +70,7 @@ class Record(TrainerCallback):
 
     def __init__(self, model):
         self.params = dict(model.named_parameters())
-        self.snapshots, self.norms, self.tokens = [], [], []
+        self.snapshots, self.norms, self.tokens, self.controls, self.probes = [], [], [], [], []
 
     def _snap(self):
         self.snapshots.append({n: p.detach().clone() for n, p in self.params.items()})
@@ -78,9 +83,11 @@ class Record(TrainerCallback):
         self.norms.append(math.sqrt(sum(t.s.double().square().sum().item()
                                         for t in opt.rule.targets)))
         self.tokens.append(opt.normalization_tokens)
+        self.probes.append((opt.probe, opt.temperature))
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args, state, control, optimizer=None, **kwargs):
         self._snap()
+        self.controls.append(dict(logra_optimizer(optimizer).last_control))
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +136,16 @@ def test_grpo_trainer_with_logra(runs):
         change = math.sqrt(sum((snaps[k][n] - snaps[k - 1][n]).double().square().sum()
                                for n in targets))
         norm = math.sqrt(sum(snaps[k - 1][n].double().square().sum() for n in targets))
-        assert change / norm == pytest.approx(RATIO, rel=1e-2), f"step {k}"
+        c = record.controls[k - 1]
+        assert 0 < c["alpha"] <= 3.0, c  # alpha_max, the authors' default
+        assert change / norm == pytest.approx(c["alpha"] * RATIO, rel=1e-2), f"step {k}"
+        if not c["at_alpha_max"]:
+            assert c["predicted_kl"] == pytest.approx(c["kl_budget"], rel=1e-9), c
+    assert not all(c["at_alpha_max"] for c in record.controls), record.controls
+    for (ids, attn, loss_mask), temperature in record.probes:  # the step's first micro-batch
+        assert ids.shape[0] == GRPO["micro_batch_size"] and temperature == 1.0
+        assert loss_mask.shape == (ids.shape[0], ids.shape[1] - 1)
+        assert 0 < loss_mask.sum() and (loss_mask <= attn[:, 1:]).all()
     for name in targets:  # sensitivity: two steps, two projections
         assert _rank(snaps[2][name] - snaps[0][name]) > RANK, name
 
@@ -203,6 +219,7 @@ def test_fp16_grad_scaler_is_refused_and_bf16_autocast_trains(tiny_dir):
         loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
     opt.normalization_tokens = ids.numel()
+    opt.set_probe(ids)  # a plain loop's probe: every position scores its next token
     opt.step()
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert math.isfinite(opt.rule.grad_norm) and opt.rule.grad_norm > 0
@@ -217,6 +234,7 @@ def test_state_dict_resumes_exactly_and_refuses_other_options(tiny_dir):
     def train(model, opt, ids):
         model(input_ids=ids, labels=ids).loss.backward()
         opt.normalization_tokens = ids.numel()
+        opt.set_probe(ids, mismatch=1e-5 * opt.update_count)  # the EMA moves from update 1
         opt.step()
         opt.zero_grad()
 
@@ -240,6 +258,30 @@ def test_state_dict_resumes_exactly_and_refuses_other_options(tiny_dir):
         train(copied, opt3, ids)
     for (n, p), q in zip(model.named_parameters(), copied.parameters()):
         torch.testing.assert_close(q, p, rtol=0, atol=0, msg=n)
+    assert state["logra"]["control"]["mismatch"] > 0  # the EMA is in the state and resumes
+    assert opt3.mismatch == opt.mismatch > state["logra"]["control"]["mismatch"]
+
+    # the controller on, no probe: refused before anything is consumed; then it steps
+    copied(input_ids=batches[0], labels=batches[0]).loss.backward()
+    opt3.normalization_tokens = batches[0].numel()
+    sketches = [t.s.clone() for t in opt3.rule.targets]
+    with pytest.raises(RuntimeError, match="set_probe"):
+        opt3.step()
+    assert all(torch.equal(a, t.s) for a, t in zip(sketches, opt3.rule.targets))
+    opt3.set_probe(batches[0])
+    opt3.step()
+    assert opt3.last_control["alpha"] > 0
+    opt3.zero_grad()
+    # controller=False: α = 1 without a probe, ‖ΔW‖ = update_ratio·‖W‖
+    plain, _ = load(tiny_dir)
+    fixed = LoGRAOptimizer(plain, rank=RANK, update_ratio=RATIO, controller=False)
+    before = {n: p.detach().clone() for n, p in fixed.rule.named}
+    plain(input_ids=batches[0], labels=batches[0]).loss.backward()
+    fixed.normalization_tokens = batches[0].numel()
+    fixed.step()
+    change = math.sqrt(sum((p - before[n]).double().square().sum() for n, p in fixed.rule.named))
+    norm = math.sqrt(sum(b.double().square().sum() for b in before.values()))
+    assert change / norm == pytest.approx(RATIO, rel=1e-2)
 
     # two phases: prepared, a state cannot be saved
     copied(input_ids=batches[0], labels=batches[0]).loss.backward()
