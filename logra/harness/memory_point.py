@@ -10,9 +10,9 @@ configured, apply, realized KL on the probe), then the sync payload. Step 1 warm
 builds its bases, GaLore its projections), step 2 is measured with `MemoryMeter` (peak and
 breakdown), steps 3.. are timed (median). On CUDA, `train_peak_mean_bytes` is the authors'
 memory statistic (`memory/train_peak_allocated_gib`): the allocator's peak during each update
-call (rollout excluded), averaged over the updates after the warm-up. Beside the measurement: the planner's prediction
-(`logra.measure.planner.plan`, fp32 storage, the compute dtype, one device) and its relative
-error.
+call (rollout excluded), averaged over the updates after the warm-up. Beside the measurement:
+the planner's prediction (`logra.measure.planner.plan`, fp32 storage, the compute dtype, one
+device) and its relative error.
 
 With a memory budget the point records `status: oom` and what it needed instead of failing:
 on CUDA the allocator is capped at the budget (`torch.OutOfMemoryError` is caught); on CPU the

@@ -136,6 +136,12 @@ def probe_kl(model, base: ProbeBase, probe: tuple) -> float:
     return collectives.broadcast(value)
 
 
+def at_cap(control, scale: float, max_scale: float = 1.0) -> bool:
+    """Whether `scale` (η, LoGRA's α) is at the control's cap (KLControl's eta_max,
+    BudgetControl's alpha_max) times `max_scale`, up to rounding."""
+    return scale >= control.cap * max_scale * (1 - 1e-12)
+
+
 class KLControl:
     """This project's controller: η = min(η_max, √(δ / K₁)), K₁ the KL at θ + step measured
     on the probe's first half (see the module docstring)."""

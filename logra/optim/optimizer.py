@@ -53,6 +53,7 @@ import weakref
 
 import torch
 
+from logra.optim.kl_control import at_cap
 from logra.optim.logra_rule import LoGRA
 
 _HOOKED: dict[int, weakref.ref] = {}  # id -> target weight a LoGRAOptimizer updates
@@ -198,7 +199,7 @@ class LoGRAOptimizer(torch.optim.Optimizer):
                                                temperature=self.temperature,
                                                mismatch=self.observed_mismatch)
         self.last_control = {"alpha": alpha, "predicted_kl": predicted,
-                             "at_alpha_max": alpha >= control.cap * (1 - 1e-12), **info}
+                             "at_alpha_max": at_cap(control, alpha), **info}
         return alpha
 
     def count_tokens(self, n: int) -> None:

@@ -13,7 +13,7 @@ import torch
 
 from logra.optim import collectives
 from logra.optim.collectives import local
-from logra.optim.kl_control import probe_base, probe_kl, split_probe
+from logra.optim.kl_control import at_cap, probe_base, probe_kl, split_probe
 from logra.rl.loss import kl_k3, policy_loss, token_logprobs
 
 CONTROL_METRICS = ("kl_budget", "mismatch_ema", "control_seconds", "step_at_cap")
@@ -69,7 +69,7 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
         eta, kl_pred = max_scale, math.nan
     info = {k: math.nan for k in CONTROL_METRICS} | info | {
         "control_seconds": time.time() - start if control else math.nan,
-        "step_at_cap": float(bool(control) and eta >= control.cap * max_scale * (1 - 1e-12))}
+        "step_at_cap": float(bool(control) and at_cap(control, eta, max_scale))}
     del base_fit
     phase("kl_control")
     rule.apply(step_delta, eta)
