@@ -14,8 +14,9 @@ import os
 from snakemake.utils import min_version
 
 from logra.harness.config import (add_lr_sweep_methods, add_sync_regime_methods, base_input,
-                          generation_room, hub_models, job_resources, resolve, run_config,
-                          stability_runs, start_model, sync_regime_runs, task_options)
+                          generation_room, hub_models, job_resources, margin_runs, resolve,
+                          run_config, stability_runs, start_model, sync_regime_runs,
+                          task_options)
 from logra.repro import pin_cpu
 
 min_version("9.0")
@@ -41,6 +42,11 @@ LR_SWEEP = config.get("lr_sweep") or {}
 # the method every other is compared with (verdicts, memory ratios) and its update rule
 REFERENCE = config["verdict"]["reference"]
 REFERENCE_RULE = config["methods"].get(REFERENCE, {}).get("rule")
+VERDICTS = REFERENCE in METHODS and len(METHODS) > 1
+# the validation runs that fix each task's margin before any test evaluation: {task: the lr
+# sweep's run of the reference at its configured lr}, over verdict.margin.seeds
+MARGIN_RUNS = margin_runs(config, SWEEP) if VERDICTS else {}
+MARGIN_SEEDS = config["verdict"]["margin"].get("seeds") or LR_SWEEP.get("seeds", [0])
 
 
 wildcard_constraints:
@@ -64,7 +70,6 @@ include: "workflow/rules/sync_regime.smk"
 
 
 PAPER = {"memory_sweep", "planner", "stability"} <= set(config)  # the paper's figures
-VERDICTS = config["verdict"]["reference"] in METHODS and len(METHODS) > 1
 
 
 include: "workflow/rules/report.smk"
@@ -75,8 +80,8 @@ include: "workflow/rules/report.smk"
 # resources the config gives their stage (logra.harness.config.job_resources)
 localrules:
     summary, ablation_summary, reward_curves, ablation_reward_curves, verdicts,
-    ablation_verdicts, verdicts_figure, ablation_verdicts_figure, memory_sweep,
-    ablation_memory_sweep, planner, paper_setting,
+    ablation_verdicts, verdicts_figure, ablation_verdicts_figure, margin, analysis_plan,
+    memory_sweep, ablation_memory_sweep, planner, paper_setting,
     memory_reduction, stability_27b, stability_27b_seeds, sync_bytes, lr_sweep, report,
     sync_regime_table,
 

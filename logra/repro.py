@@ -134,6 +134,7 @@ def metrics_digest(rows: list[dict]) -> str:
 
 
 def eval_digest(result: dict) -> str:
-    """An evaluation: its accuracy and every sample's prompt, response and score."""
+    """An evaluation: its accuracy and every problem's prompt, responses and scores under every
+    protocol (logra.harness.evaluate)."""
     return _digest([repr(result["accuracy"]), result["n"],
-                    *(json.dumps(s, sort_keys=True) for s in result.get("samples", []))])
+                    *(json.dumps(p, sort_keys=True) for p in result["problems"])])

@@ -248,13 +248,13 @@ def sync_bytes(summary: pd.DataFrame, planner: pd.DataFrame, outputs: list[str])
 
 def verdicts(table: pd.DataFrame, summary: pd.DataFrame, outputs: list[str]) -> None:
     """Each method's accuracy difference from the reference (logra/analysis/verdict.py) with its 95%
-    interval, per task (one panel each, the IQM across tasks last), and the margin."""
+    interval, per task (one panel each, the IQM across tasks last), and the task's margin."""
     tasks = [t for t in table["task"].unique() if t != "all"] + (
         ["all"] if (table["task"] == "all").any() else [])
     fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks), 0.5 * table["method"]
                                                      .nunique() + 1.8), squeeze=False,
                              sharey=True)
-    margin, reference = table["margin"].iloc[0], table["reference"].iloc[0]
+    reference, metric = table["reference"].iloc[0], table["metric"].iloc[0]
     colors = {"non-inferior": "tab:green", "inconclusive": "tab:orange", "inferior": "tab:red"}
     for ax, task in zip(axes[0], tasks):
         d = table[table["task"] == task].reset_index(drop=True)
@@ -264,13 +264,14 @@ def verdicts(table: pd.DataFrame, summary: pd.DataFrame, outputs: list[str]) -> 
                         fmt="o", color=colors.get(r["call"], "gray"), capsize=3)
         ax.set_yticks(range(len(d)), d["method"])
         ax.axvline(0, color="k", lw=0.8)
-        ax.axvline(-margin, color="gray", ls="--", lw=0.8)
+        if task != "all":
+            ax.axvline(-d["margin"].iloc[0], color="gray", ls="--", lw=0.8)
         ax.set_title("across tasks (IQM, no call)" if task == "all" else task)
-        ax.set_xlabel(f"accuracy − {reference}")
+        ax.set_xlabel(f"{metric} accuracy − {reference}")
         ax.grid(alpha=0.3)
     problems = "/".join(str(int(p)) for p in sorted(table["problems"].dropna().unique()))
-    fig.suptitle(f"{scale_label(summary)}, {problems} test problems; 95% intervals, margin "
-                 f"{margin} (dashed); green non-inferior, orange inconclusive, red inferior",
+    fig.suptitle(f"{scale_label(summary)}, {problems} test problems; 95% intervals, each "
+                 "task's margin (dashed); green non-inferior, orange inconclusive, red inferior",
                  fontsize=8)
     fig.tight_layout()
     _save(fig, outputs)

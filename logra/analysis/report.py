@@ -36,11 +36,25 @@ def base_evals(paths: list[str | Path]) -> dict[tuple[str, int], str | Path]:
     return {(Path(p).parent.name, int(Path(p).stem.removeprefix("base_seed"))): p for p in paths}
 
 
+def eval_columns(eval_json: str | Path, prefix: str) -> dict:
+    """An evaluation's accuracies as table columns: `<prefix>_accuracy` (the primary metric's),
+    `<prefix>_metric` (its protocol), `<prefix>_<protocol>` per protocol and
+    `<prefix>_<protocol>_pass<k>` (pass@k) per sampled one (logra/harness/evaluate.py)."""
+    e = json.loads(Path(eval_json).read_text())
+    out = {f"{prefix}_accuracy": e["accuracy"], f"{prefix}_metric": e["primary"]}
+    for protocol, m in e["metrics"].items():
+        out[f"{prefix}_{protocol}"] = m["accuracy"]
+        if m["samples"] > 1:
+            out[f"{prefix}_{protocol}_pass{m['samples']}"] = m["pass_at_k"]
+    return out
+
+
 def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
                   base_jsons: dict[tuple[str, int], str | Path]) -> pd.DataFrame:
     """One row per run; `eval_jsons[i]` belongs to `run_jsons[i]`; `base_jsons` by (task, seed):
-    a run's base is its seed's."""
-    base = {key: json.loads(Path(p).read_text())["accuracy"] for key, p in base_jsons.items()}
+    a run's base is its seed's. Accuracies are the primary metric's, with every protocol's
+    beside them (`eval_columns`)."""
+    base = {key: eval_columns(p, "base") for key, p in base_jsons.items()}
     rows = []
     for run_path, eval_path in zip(run_jsons, eval_jsons, strict=True):
         s = json.loads(Path(run_path).read_text())
@@ -59,17 +73,23 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
                     "control_seconds": control.get("mean_seconds")})
         cosine = s.get("update_cosine") or {}  # grpo.cosine_step's diagnostic, if it ran
         row.update({"cosine_step": cosine.get("step"), "update_cosine": cosine.get("cosine")})
-        row["eval_accuracy"] = json.loads(Path(eval_path).read_text())["accuracy"]
-        row["base_accuracy"] = base.get((s["task"], s["seed"]))
+        row.update(eval_columns(eval_path, "eval"))
+        row.update(base.get((s["task"], s["seed"]), {"base_accuracy": None}))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Base vs after-GRPO lm-eval accuracy per (task, method), mean ± sd over seeds."""
+    """Base vs after-GRPO lm-eval accuracy per (task, method), mean ± sd over seeds: the
+    primary metric (`metric`), and every protocol's mean beside it (`eval_<protocol>`,
+    `base_<protocol>`, pass@k)."""
     g = summary[summary["status"] == "ok"].groupby(["task", "method"])
-    out = g.agg(base_accuracy=("base_accuracy", "mean"), accuracy_mean=("eval_accuracy", "mean"),
+    others = [c for c in summary.columns if c.startswith(("eval_", "base_"))
+              and c not in ("eval_accuracy", "base_accuracy", "eval_metric", "base_metric")]
+    out = g.agg(metric=("eval_metric", "first"), base_accuracy=("base_accuracy", "mean"),
+                accuracy_mean=("eval_accuracy", "mean"),
                 accuracy_sd=("eval_accuracy", "std"), n_seeds=("seed", "nunique"),
+                **{c: (c, "mean") for c in others},
                 peak_mem_bytes_mean=("peak_mem_bytes", "mean"),
                 step_time_s_mean=("mean_step_time_s", "mean"),
                 sync_bytes_per_step_mean=("sync_bytes_per_step", "mean")).reset_index()
@@ -79,7 +99,8 @@ def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
                    sweep: dict[str, tuple[str, float]]) -> pd.DataFrame:
-    """One row per (task, method, lr): lm-eval accuracy on the task's validation split and final
+    """One row per (task, method, lr): lm-eval accuracy (the primary metric, `metric`) on the
+    task's validation split and final
     training reward (mean of the last 10 steps), mean ± sd over the seeds whose run finished ok,
     `chosen`: per task and method, the one lr with the best mean validation accuracy among
     the lrs whose every seed finished ok (the smaller lr on a tie; none if no lr qualifies),
@@ -94,10 +115,12 @@ def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
         method, lr = sweep[s["method"]]
         ok = s["status"] == "ok"
         rows.append({"task": s["task"], "method": method, "lr": lr, "seed": s["seed"],
-                     "status": s["status"], "val_accuracy": v["accuracy"] if ok else float("nan"),
+                     "status": s["status"], "metric": v["primary"],
+                     "val_accuracy": v["accuracy"] if ok else float("nan"),
                      "final_reward": s["final_reward"] if ok else float("nan")})
     out = pd.DataFrame(rows).groupby(["task", "method", "lr"]).agg(
-        val_accuracy_mean=("val_accuracy", "mean"), val_accuracy_sd=("val_accuracy", "std"),
+        metric=("metric", "first"), val_accuracy_mean=("val_accuracy", "mean"),
+        val_accuracy_sd=("val_accuracy", "std"),
         final_reward_mean=("final_reward", "mean"), final_reward_sd=("final_reward", "std"),
         n_ok=("val_accuracy", "count"), n_seeds=("seed", "nunique")).reset_index()
     complete = out[out["n_ok"] == out["n_seeds"]]
@@ -294,25 +317,58 @@ def _section(title: str, source: str, intro: str, table: dict) -> list[str]:
     return ["", f"## {title} (`{source}`)", "", intro, "", markdown_table(pd.DataFrame(table))]
 
 
+def _metric_name(metric: str) -> str:
+    return f"`{metric}` (the primary metric)"
+
+
+def _others(table: pd.DataFrame, prefix: str) -> dict:
+    """Every protocol's mean accuracy (and pass@k) but the primary's, as report columns."""
+    primary = table["metric"].iloc[0]
+    return {c.removeprefix(prefix).replace("_pass", " pass@"): _fmt(table[c])
+            for c in table.columns if c.startswith(prefix) and c != f"{prefix}accuracy"
+            and c != f"{prefix}metric" and c != f"{prefix}{primary}"}
+
+
 def _accuracy_section(accuracy: pd.DataFrame, title: str, source: str) -> list[str]:
-    return _section(title, source, "lm-eval accuracy after GRPO per task and method: mean ± sd "
-                    "over the seeds whose run finished ok.",
+    return _section(title, source, "lm-eval accuracy after GRPO per task and method, "
+                    f"{_metric_name(accuracy['metric'].iloc[0])}: mean ± sd over the seeds whose "
+                    "run finished ok; beside it the means of the other protocols (pass@k: the "
+                    "share of problems with a correct sample among k).",
                     {"task": accuracy["task"], "method": accuracy["method"],
                      "accuracy": _pm(accuracy["accuracy_mean"], accuracy["accuracy_sd"]),
                      "gain over base": _fmt(accuracy["gain_mean"], "+.3f"),
-                     "seeds": accuracy["n_seeds"]})
+                     **_others(accuracy, "eval_"), "seeds": accuracy["n_seeds"]})
 
 
 def _verdicts_section(v: pd.DataFrame, title: str, source: str) -> list[str]:
-    return _section(title, source, "Accuracy minus the reference's, paired by task and seed, "
-                    "with its 95% interval (logra/analysis/verdict.py says how each row is "
-                    "computed).",
-                    {"task": v["task"], "method": v["method"], "reference": v["reference"],
-                     "statistic": v["statistic"],
+    mean = v[v["statistic"] == "mean"]
+    return _section(title, source, f"Accuracy by {_metric_name(v['metric'].iloc[0])} minus the "
+                    "reference's, paired by task and seed, with its 95% interval, called at the "
+                    "task's margin; the gate: the seeds in which the reference gained over its "
+                    "base (one-sided paired t-test on the test problems), a comparison being "
+                    "informative when it passes; seeds needed: for a call at 80% power at the "
+                    "observed spread (logra/analysis/verdict.py says how each is computed).",
+                    {"task": mean["task"], "method": mean["method"],
+                     "reference": mean["reference"],
                      "difference [95% interval]": [
                          f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
-                             *(_fmt(v[c], "+.3f") for c in ("diff_mean", "diff_lo", "diff_hi")))],
-                     "margin": v["margin"], "call": v["call"]})
+                             *(_fmt(mean[c], "+.3f") for c in ("diff_mean", "diff_lo",
+                                                               "diff_hi")))],
+                     "margin": _fmt(mean["margin"], ".3f"), "call": mean["call"],
+                     "reference gain per seed": mean["ref_gain_by_seed"],
+                     "gate": mean["gate_passed"],
+                     "informative": mean["informative"].map({True: "yes", False: "no"}),
+                     "seeds needed": _fmt(mean["seeds_needed"], ".0f")}) + _iqm_lines(v)
+
+
+def _iqm_lines(v: pd.DataFrame) -> list[str]:
+    iqm = v[v["statistic"] == "IQM"]
+    if not len(iqm):
+        return []
+    return ["", "Across tasks, the IQM of the per-(task, seed) differences with a stratified "
+            "bootstrap interval (descriptive: no call): " + "; ".join(
+                f"{m} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for m, d, lo, hi in
+                iqm[["method", "diff_mean", "diff_lo", "diff_hi"]].itertuples(index=False)) + "."]
 
 
 def cost_table(summary: pd.DataFrame, reference: str | None) -> pd.DataFrame:
@@ -383,7 +439,8 @@ class ReportInputs:
     """What results/REPORT.md is written from: the workflow's tables; `runs` and `long_runs`
     are the summary.json contents of the grid's runs and of the stability runs, `stability`
     their metrics and summary as `logra.analysis.verdict.factor_effects` takes them;
-    `reference` the method low-rank sync and measured peaks are compared with; `ablations` the
+    `reference` the method low-rank sync and measured peaks are compared with; `plan` the
+    frozen analysis plan (results/analysis_plan.json); `ablations` the
     tables of `snakemake ablations` (results/ablations/: summary, accuracy, verdicts, sweep). A
     table that is None (its stage is not in the config, or the lr sweep, `snakemake
     sync_regime` or `snakemake ablations` has not run) is left out, or its section says so."""
@@ -392,6 +449,7 @@ class ReportInputs:
     runs: list[dict]
     long_runs: list[dict]
     ledger: pd.DataFrame
+    plan: dict | None = None
     verdicts: pd.DataFrame | None = None
     sweep: pd.DataFrame | None = None
     planner: pd.DataFrame | None = None
@@ -409,13 +467,51 @@ class ReportInputs:
         return self.summary[self.summary["status"] == "ok"]
 
 
+def _title(inputs: ReportInputs) -> list[str]:
+    return ["# Results", "", "Written by the workflow (rule `report`) from the files named in "
+            "each section; every number is formatted from them."]
+
+
+def _plan(inputs: ReportInputs) -> list[str]:
+    """The analysis plan as it was frozen before the test evaluations ran."""
+    plan = inputs.plan
+    if plan is None:
+        return []
+    primary = plan["primary_metric"]
+
+    def protocol(p):
+        return ("greedy" if p["temperature"] == 0 else
+                f"{p['samples']} samples at temperature {p['temperature']:g}, top-p "
+                f"{p.get('top_p', 1.0):g}")
+    margins = pd.DataFrame([{"task": t, **m} for t, m in plan["margins"].items()])
+    steps = ", ".join(f"{m} {s}" for m, s in plan["steps"].items())
+    gate = plan["gate"]
+    return ["", "## Analysis plan (`results/analysis_plan.json`)", "",
+            f"Frozen {plan['frozen']}.", "",
+            f"- Primary metric: `{primary['protocol']}`, {protocol(primary)}; "
+            f"{primary['definition']}. Reported beside it: " + "; ".join(
+                f"`{k}` ({protocol(p)})" for k, p in plan["other_metrics"].items()) + ".",
+            f"- Compared: {', '.join(m for m in plan['methods'] if m != plan['reference'])} "
+            f"against `{plan['reference']}`"
+            + (f" (ablations: {', '.join(plan['ablation_methods'])})"
+               if plan["ablation_methods"] else "")
+            + f", on {', '.join(plan['tasks'])}, seeds {', '.join(map(str, plan['seeds']))}, "
+            f"{plan['n_test']} test problems; GRPO steps: {steps}.",
+            f"- Gate: {gate['test']}, at level {gate['alpha']:g}; informative when at least "
+            f"{gate['share']:.0%} of the seeds pass.",
+            f"- Interval: {plan['interval']}. Call: {plan['call']}. Power: {plan['power']}.",
+            "", markdown_table(pd.DataFrame({
+                "task": margins["task"], "margin": _fmt(margins["margin"], ".4f"),
+                "reference's validation gain": _fmt(margins["val_gain_mean"], "+.4f"),
+                "per seed": margins["val_gain_by_seed"].fillna(""),
+                "validation problems": margins["val_problems"],
+                "reference lr": _fmt(margins["lr"], "g"), "source": margins["source"]}))]
+
+
 def _header(inputs: ReportInputs) -> list[str]:
     summary, ok = inputs.summary, inputs.ok
     seeds = ", ".join(map(str, sorted(set(summary["seed"]))))
-    out = ["# Results", "",
-           "Written by the workflow (rule `report`) from the files named in each section; "
-           "every number is formatted from them.", "",
-           f"- Runs: {scale_label(summary)} ({seeds}); {len(ok)} of {len(summary)} runs "
+    out = ["", f"- Runs: {scale_label(summary)} ({seeds}); {len(ok)} of {len(summary)} runs "
            "finished ok.",
            f"- Machine: {_machines(inputs.runs + inputs.long_runs)}."]
     if inputs.long_runs:
@@ -426,10 +522,12 @@ def _header(inputs: ReportInputs) -> list[str]:
 
 
 def _bases(inputs: ReportInputs) -> list[str]:
-    bases = inputs.accuracy.groupby("task", as_index=False)["base_accuracy"].first()
+    bases = inputs.accuracy.groupby("task", as_index=False).first()
     return _section("SFT bases", "results/accuracy.csv", "lm-eval accuracy of each task's SFT "
-                    "base, mean over seeds.",
-                    {"task": bases["task"], "base accuracy": _fmt(bases["base_accuracy"])})
+                    f"base, {_metric_name(bases['metric'].iloc[0])}, mean over seeds; beside it "
+                    "the other protocols'.",
+                    {"task": bases["task"], "base accuracy": _fmt(bases["base_accuracy"]),
+                     **_others(bases, "base_")})
 
 
 def _results(inputs: ReportInputs) -> list[str]:
@@ -634,7 +732,8 @@ def _lr_sweep(inputs: ReportInputs) -> list[str]:
     if lr_sweep is not None:
         chosen = lr_sweep[lr_sweep["chosen"]]
         out += _section("lr sweep", "results/lr_sweep.csv", "The lr with the best mean "
-                        "validation accuracy per task and method, out of `budget` lrs (the "
+                        f"validation accuracy, by {_metric_name(chosen['metric'].iloc[0])}, per "
+                        "task and method, out of `budget` lrs (the "
                         "method's grid); `edge`: the choice is the grid's smallest or largest lr.",
                         {"task": chosen["task"], "method": chosen["method"],
                          "lr": _fmt(chosen["lr"], "g"), "budget": chosen["budget"],
@@ -721,7 +820,7 @@ def _time_ledger(inputs: ReportInputs) -> list[str]:
 
 
 # the report's sections, in order
-SECTIONS = (_header, _bases, _results, _planner, _paper_setting, _kl_calibration,
+SECTIONS = (_title, _plan, _header, _bases, _results, _planner, _paper_setting, _kl_calibration,
             _step_control, _update_cosine, _stability, _sync, _lr_sweep, _ablations, _trl,
             _time_ledger)
 

@@ -1,5 +1,9 @@
 """Verdicts: does a method keep the reference's accuracy? Paired comparisons with intervals.
 
+Every accuracy here is the primary metric of the evaluations (`primary` in each evaluation JSON,
+logra/harness/evaluate.py; by default the mean over 4 samples per problem at temperature 0.7,
+top-p 0.7, the authors' validation protocol), per problem the mean over its samples.
+
 The design is paired twice: a method's run and the reference's run of the same (task, seed)
 share their prompts, seeds and evaluation problems, so each seed gives one paired difference
 d_s = acc(method, s) − acc(reference, s), computed over the problems both evaluated (matched by
@@ -17,13 +21,26 @@ Per task and method:
   model it saved (its last good checkpoint or its base), as that seed's outcome of the method
   (intent to treat; `results/accuracy.csv` averages finished runs only).
 - `p_better`: the share of seed pairs where the method is ahead (ties count half).
-- `call` at the declared margin δ (`verdict.margin`): `non-inferior` if the interval's lower
-  end is above −δ, `inferior` if its upper end is below −δ, else `inconclusive`.
-- `gain_mean` and its interval: the method's accuracy minus its SFT base's, per seed; where that
-  interval contains 0 the task taught the method nothing measurable and the comparison is
-  `informative: False`.
-- Power, reported, not acted on: `half_width` of the interval, and `seeds_to_halve` it (the
-  smallest seed count whose t-interval, at the observed spread, is half as wide).
+- `call` at the task's margin δ (`margin_table`, fixed on validation runs before any test
+  evaluation): `non-inferior` if the interval's lower end is above −δ, `inferior` if its upper
+  end is below −δ, else `inconclusive`.
+- The gate (assay sensitivity): per seed, did the *reference* gain over its SFT base? A
+  one-sided paired t-test on the per-problem differences (`paired_test`; per-problem means
+  over samples are not binary, and a thousand problems make the t reference exact enough:
+  tests/analysis/test_verdict.py simulates its size), at level `gate_alpha`. `ref_gain_by_seed`
+  lists each seed's gain and p-value; `informative` is True when the share of seeds that
+  passed is at least `gate_share` (1: every seed). A comparison in which the reference learned
+  nothing measurable cannot tell a method that keeps its accuracy from one that learns
+  nothing; one in which it did can call the second inferior.
+- `gain_mean` and its interval: the method's own accuracy minus its SFT base's, per seed
+  (descriptive).
+- Power, reported, not acted on: `half_width` of the interval, and `seeds_needed`, the seeds
+  for a call at the observed spread sd and mean m of the per-seed differences and the margin:
+  the smallest n ≥ 2 with n ≥ ((t₀.₉₇₅ + t₀.₈)·sd / |m + δ|)², t at df = n − 1 (a 95%
+  interval, 80% power). |m + δ| is the distance from the observed mean to −δ, the boundary a call
+  needs the interval to clear on either side; for a method behind the reference (m ≤ 0) it is
+  the δ − |m| of the equivalence design, for one ahead it is larger (non-inferiority is one
+  sided).
 Across tasks (`task == "all"`, `statistic == "IQM"`): the interquartile mean of the
 per-(task, seed) paired differences, with a stratified bootstrap interval that resamples seeds
 within each task (rliable's convention; 2,000 resamples, seeded). Being a bootstrap over a few
@@ -41,20 +58,27 @@ import pandas as pd
 CALLS = ("non-inferior", "inconclusive", "inferior")
 
 
+def primary_of(eval_json: str | Path) -> str:
+    """The primary protocol of one evaluation JSON."""
+    return json.loads(Path(eval_json).read_text())["primary"]
+
+
 def per_problem(eval_json: str | Path) -> dict[int, float]:
-    """doc_id -> score of one evaluation JSON (logra.harness.evaluate)."""
-    samples = json.loads(Path(eval_json).read_text())["samples"]
-    if not samples:
-        raise ValueError(f"{eval_json}: no per-problem samples to pair on")
-    return {s["doc_id"]: float(s["acc"]) for s in samples}
+    """doc_id -> primary score (the mean over its samples) of one evaluation JSON
+    (logra.harness.evaluate)."""
+    e = json.loads(Path(eval_json).read_text())
+    if not e["problems"]:
+        raise ValueError(f"{eval_json}: no per-problem scores to pair on")
+    return {p["doc_id"]: float(p[e["primary"]]["acc"]) for p in e["problems"]}
 
 
-def paired_difference(a: dict[int, float], b: dict[int, float], what: str) -> float:
-    """Mean of a − b over the same problems; a problem missing on either side is an error."""
+def paired_difference(a: dict[int, float], b: dict[int, float], what: str) -> np.ndarray:
+    """Per-problem a − b over the same problems, in doc_id order; a problem missing on either
+    side is an error."""
     if a.keys() != b.keys():
         raise ValueError(f"{what}: problems {sorted(b.keys() - a.keys())[:5]} missing on the "
                          f"first side, {sorted(a.keys() - b.keys())[:5]} on the second")
-    return float(np.mean([a[k] - b[k] for k in a]))
+    return np.array([a[k] - b[k] for k in sorted(a)])
 
 
 def t_quantile(q: float, df: int) -> float:
@@ -75,14 +99,93 @@ def t_interval(x, level: float = 0.95) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def seeds_to_halve(x) -> float:
-    """The smallest seed count whose t-interval is half as wide as that of `x`, at its spread."""
-    n = len(x)
-    if n < 2:
+def paired_test(d) -> tuple[float, float]:
+    """(mean, p): the one-sided paired t-test of mean(d) > 0 on per-problem differences `d`
+    (t = mean / (sd / √n), df = n − 1). All differences equal: p is 0 if they are positive,
+    else 1."""
+    from scipy import stats
+    d = np.asarray(d, dtype=float)
+    mean, sd = float(d.mean()), float(d.std(ddof=1)) if len(d) > 1 else 0.0
+    if sd == 0:
+        return mean, 0.0 if mean > 0 else 1.0
+    return mean, float(stats.t.sf(mean / (sd / math.sqrt(len(d))), len(d) - 1))
+
+
+def seeds_needed(d, margin: float, level: float = 0.95, power: float = 0.8) -> float:
+    """The seeds a non-inferiority call needs at the spread and mean of the per-seed
+    differences `d` and `margin`: the smallest n ≥ 2 with
+    n ≥ ((t_(1+level)/2 + t_power) · sd / |mean + margin|)², t at df = n − 1. NaN with fewer
+    than two seeds; inf when the mean sits on −margin."""
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2:
         return math.nan
-    width = t_quantile(0.975, n - 1) / math.sqrt(n)
-    return next(k for k in range(n + 1, 10_000) if t_quantile(0.975, k - 1) / math.sqrt(k)
-                <= width / 2)
+    sd, distance = float(d.std(ddof=1)), abs(float(d.mean()) + margin)
+    if distance == 0:
+        return math.inf
+    for n in range(2, 100_001):
+        z = t_quantile(0.5 + level / 2, n - 1) + t_quantile(power, n - 1)
+        if n >= (z * sd / distance) ** 2:
+            return n
+    return math.inf
+
+
+def margin_table(ref_evals: dict[tuple[str, int], str | Path],
+                 base_evals: dict[tuple[str, int], str | Path], tasks: list[str],
+                 fraction: float, floor: float, lrs: dict[str, float]) -> pd.DataFrame:
+    """results/margin.csv: per task, the non-inferiority margin fixed before any test
+    evaluation: max(`floor`, `fraction` × the reference's mean gain over its SFT bases on the
+    validation split), the gain per seed being the paired per-problem mean of the reference's
+    validation run at its configured lr (`lrs`, one of the lr sweep's runs) minus its seed's
+    base. A task without them (not in lr_sweep.tasks, or the reference not swept) gets the
+    floor. `ref_evals`, `base_evals`: (task, seed) -> validation evaluation JSON."""
+    rows = []
+    for task in tasks:
+        seeds = sorted(s for t, s in ref_evals if t == task)
+        gains = [float(paired_difference(per_problem(ref_evals[task, s]),
+                                         per_problem(base_evals[task, s]),
+                                         f"{task}/seed{s}: validation run vs its base").mean())
+                 for s in seeds]
+        gain = float(np.mean(gains)) if gains else math.nan
+        margin = max(floor, fraction * gain) if gains else floor
+        rows.append({
+            "task": task, "margin": margin, "fraction": fraction, "floor": floor,
+            "val_gain_mean": gain, "val_gain_by_seed": "; ".join(
+                f"seed {s}: {g:+.4f}" for s, g in zip(seeds, gains)),
+            "val_seeds": len(seeds), "lr": lrs.get(task, math.nan),
+            "val_problems": len(per_problem(ref_evals[task, seeds[0]])) if seeds else 0,
+            "metric": primary_of(ref_evals[task, seeds[0]]) if seeds else "",
+            "source": (f"max(floor, {fraction:g} x the reference's mean validation gain over "
+                       f"{len(seeds)} lr-sweep seed(s))" if gains
+                       else "the floor: no validation runs of the reference on this task")})
+    return pd.DataFrame(rows)
+
+
+def analysis_plan(spec: dict, margins: pd.DataFrame) -> dict:
+    """results/analysis_plan.json: what the test evaluations will be judged by, written before
+    any of them runs. `spec`: the reference, methods, ablation methods, tasks, seeds, n_test,
+    steps and method configs, and the config's `eval` and `verdict` sections; `margins`:
+    `margin_table`'s rows."""
+    ev, v = spec["eval"], spec["verdict"]
+    return {
+        "frozen": "before any test evaluation: every results/eval/ job waits for this file",
+        "primary_metric": {"protocol": ev["primary"], **ev["protocols"][ev["primary"]],
+                           "definition": "per problem the mean reward over its samples; a "
+                                         "checkpoint's accuracy the mean over the test problems"},
+        "other_metrics": {k: p for k, p in ev["protocols"].items() if k != ev["primary"]},
+        **{k: spec[k] for k in ("reference", "methods", "ablation_methods", "tasks", "seeds",
+                                "n_test", "steps", "method_config")},
+        "margins": {r["task"]: {k: r[k] for k in ("margin", "source", "val_gain_mean",
+                                                  "val_gain_by_seed", "val_seeds",
+                                                  "val_problems", "lr", "metric")}
+                    for r in margins.to_dict("records")},
+        "gate": {**v["gate"], "test": "per seed, the reference vs its SFT base: a one-sided "
+                 "paired t-test on the per-problem differences of the test problems"},
+        "interval": "95% t-interval (df = seeds - 1) on the per-seed paired differences",
+        "call": "non-inferior if the interval's lower end is above -margin, inferior if its "
+                "upper end is below -margin, else inconclusive; reported whatever it says",
+        "power": "seeds needed: the smallest n >= 2 with n >= ((t_0.975 + t_0.8) sd / "
+                 "|mean + margin|)^2 at the observed per-seed spread and mean (df = n - 1)",
+    }
 
 
 def call(lo: float, hi: float, margin: float) -> str:
@@ -115,15 +218,25 @@ def stratified_iqm_interval(diffs: dict[str, list[float]], resamples: int = 2000
 
 
 def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, reference: str,
-             margin: float) -> pd.DataFrame:
+             margins: dict[str, float], gate_alpha: float = 0.05,
+             gate_share: float = 1.0) -> pd.DataFrame:
     """One row per (task, method other than `reference`), plus one per method across tasks.
 
     `evals`: (task, method, seed) -> evaluation JSON; `bases`: task -> the SFT base's
-    evaluation JSON, or (task, seed) -> one per seed."""
+    evaluation JSON, or (task, seed) -> one per seed; `margins`: task -> its margin
+    (`margin_table`). Every evaluation must have the same primary metric."""
+    metrics = {primary_of(p) for p in [*evals.values(), *bases.values()]}
+    if len(metrics) != 1:
+        raise ValueError(f"evaluations with different primary metrics {sorted(metrics)}: "
+                         "re-evaluate them under one eval.primary")
+    metric = metrics.pop()
     scores = {key: per_problem(path) for key, path in evals.items()}
     base_scores = {key: per_problem(path) for key, path in bases.items()}
     tasks = sorted({t for t, _, _ in scores})
     methods = sorted({m for _, m, _ in scores} - {reference})
+    missing = [t for t in tasks if t not in margins]
+    if missing:
+        raise ValueError(f"no margin for tasks {missing} (results/margin.csv)")
     rows, across = [], {}
     for method in methods:
         for task in tasks:
@@ -134,35 +247,46 @@ def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, referen
             if seeds != ref_seeds:
                 raise ValueError(f"{task}: {method} has seeds {seeds}, {reference} has "
                                  f"{ref_seeds}: every seed needs both runs")
-            d = [paired_difference(scores[task, method, s], scores[task, reference, s],
-                                   f"{task}/seed{s}: {method} vs {reference}") for s in seeds]
             base = [base_scores.get((task, s), base_scores.get(task)) for s in seeds]
             if any(b is None for b in base):
                 raise ValueError(f"{task}: no SFT base evaluation for seeds "
                                  f"{[s for s, b in zip(seeds, base) if b is None]}")
-            gain = [paired_difference(scores[task, method, s], b, f"{task}/seed{s}: {method} "
-                                      "vs its base") for s, b in zip(seeds, base)]
+
+            def diff(a, b, s, what):
+                return paired_difference(a, b, f"{task}/seed{s}: {what}")
+            d = [diff(scores[task, method, s], scores[task, reference, s], s,
+                      f"{method} vs {reference}").mean() for s in seeds]
+            gain = [diff(scores[task, method, s], b, s, f"{method} vs its base").mean()
+                    for s, b in zip(seeds, base)]
+            gate = [paired_test(diff(scores[task, reference, s], b, s, f"{reference} vs its base"))
+                    for s, b in zip(seeds, base)]
+            passed = sum(p < gate_alpha for _, p in gate)
+            margin = margins[task]
             mean, lo, hi = t_interval(d)
             g_mean, g_lo, g_hi = t_interval(gain)
             across.setdefault(method, {})[task] = d
             rows.append({
                 "task": task, "method": method, "reference": reference, "statistic": "mean",
-                "seeds": len(seeds),
+                "metric": metric, "seeds": len(seeds),
                 "problems": len(scores[task, method, seeds[0]]),
                 "diff_mean": mean, "diff_lo": lo, "diff_hi": hi,
                 "p_better": float(np.mean([1.0 if x > 0 else 0.5 if x == 0 else 0.0
                                            for x in d])),
                 "margin": margin, "call": call(lo, hi, margin) if len(d) > 1 else "inconclusive",
+                "ref_gain_mean": float(np.mean([g for g, _ in gate])),
+                "ref_gain_by_seed": "; ".join(f"seed {s}: {g:+.4f} (p {p:.3g})"
+                                              for s, (g, p) in zip(seeds, gate)),
+                "gate_passed": f"{passed}/{len(seeds)}",
+                "informative": bool(len(d) > 1 and passed >= gate_share * len(seeds)),
                 "gain_mean": g_mean, "gain_lo": g_lo, "gain_hi": g_hi,
-                "informative": bool(len(d) > 1 and (g_lo > 0 or g_hi < 0)),
-                "half_width": (hi - lo) / 2, "seeds_to_halve": seeds_to_halve(d),
+                "half_width": (hi - lo) / 2, "seeds_needed": seeds_needed(d, margin),
                 "interval": "t (df = seeds - 1) on per-seed paired differences"})
         if len(tasks) > 1:
             mean, lo, hi = stratified_iqm_interval(across[method])
             rows.append({"task": "all", "method": method, "reference": reference,
-                         "statistic": "IQM",
+                         "statistic": "IQM", "metric": metric,
                          "seeds": sum(len(v) for v in across[method].values()),
-                         "diff_mean": mean, "diff_lo": lo, "diff_hi": hi, "margin": margin,
+                         "diff_mean": mean, "diff_lo": lo, "diff_hi": hi,
                          "call": "none (descriptive interval)", "half_width": (hi - lo) / 2,
                          "interval": "IQM over tasks x seeds, stratified bootstrap over seeds"})
     return pd.DataFrame(rows)

@@ -232,6 +232,7 @@ def _check_references(config: dict) -> None:
     if len(config["run_methods"]) > 1 and config["verdict"]["reference"] not in config["methods"]:
         raise ConfigError(f"verdict.reference: {config['verdict']['reference']!r} is not "
                           f"defined under methods (defined: {sorted(config['methods'])})")
+    _check_eval_and_margin(config)
     for key, tasks in [("stability.task", [(config.get("stability") or {}).get("task")]),
                        ("sync_regime.task", [(config.get("sync_regime") or {}).get("task")]),
                        ("lr_sweep.tasks", sweep.get("tasks", []))]:
@@ -439,6 +440,53 @@ def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
                                        "options": {**base.get("options", {}), knob: lr}}
             sweep[name] = (method, lr)
     return sweep
+
+
+def _check_eval_and_margin(config: dict) -> None:
+    """eval.primary names a protocol, a greedy protocol draws one sample, and the margin's
+    seeds are the lr sweep's."""
+    protocols = config["eval"]["protocols"]
+    if config["eval"]["primary"] not in protocols:
+        raise ConfigError(f"eval.primary: {config['eval']['primary']!r} is not one of "
+                          f"eval.protocols ({', '.join(protocols)})")
+    for name, p in protocols.items():
+        if p["temperature"] == 0 and p["samples"] != 1:
+            raise ConfigError(f"eval.protocols.{name}: greedy decoding (temperature 0) gives "
+                              f"one answer per problem, not samples: {p['samples']}")
+    seeds = config["verdict"]["margin"].get("seeds")
+    sweep_seeds = (config.get("lr_sweep") or {}).get("seeds", [0])
+    if seeds is not None and not set(seeds) <= set(sweep_seeds):
+        raise ConfigError(f"verdict.margin.seeds: {sorted(set(seeds) - set(sweep_seeds))} are "
+                          f"not lr_sweep.seeds ({sweep_seeds}): the margin is set on the lr "
+                          "sweep's validation runs")
+
+
+def margin_runs(config: dict, sweep: dict[str, tuple[str, float]]) -> dict[str, str]:
+    """{task: the lr sweep's run name of the reference at the lr it is configured with on that
+    task}, for the tasks the lr sweep validates on (`add_lr_sweep_methods`'s `sweep`): the
+    validation runs that set the task's margin (none when the reference has no grid). The
+    configured lr must be a point of the reference's grid."""
+    reference = config["verdict"]["reference"]
+    tasks = [t for t in (config.get("lr_sweep") or {}).get("tasks", []) if t in config["tasks"]]
+    if not tasks:
+        return {}
+    method = config["methods"][reference]
+    knob = rules.rule_class(method["rule"]).step_size_option
+    points = {lr: name for name, (m, lr) in sweep.items() if m == reference}
+    if not points:  # the reference is not swept: every margin is the floor
+        return {}
+    runs = {}
+    for task in tasks:
+        lr = method.get("options", {}).get(knob)
+        lr = lr.get(task, lr.get("default")) if isinstance(lr, dict) else lr
+        match = [name for point, name in points.items() if lr is not None
+                 and math.isclose(point, lr, rel_tol=1e-9)]
+        if not match:
+            raise ConfigError(f"verdict.margin: {reference}'s {knob} on {task} ({lr}) is not a "
+                              f"point of its lr_sweep grid ({sorted(points)}): the margin is set "
+                              "on the sweep's validation run at the configured lr")
+        runs[task] = match[0]
+    return runs
 
 
 def validate_file(path: str | Path) -> dict:

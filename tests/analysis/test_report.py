@@ -27,7 +27,7 @@ def _sweep_files(root: Path):
         write_json(run / "summary.json", {"task": task, "method": name, "seed": seed,
                                           "status": status, "final_reward": reward})
         val = root / "val" / task / name / f"seed{seed}.json"
-        write_json(val, {"accuracy": acc, "model_dir": str(run / "model")})
+        write_json(val, {"accuracy": acc, "primary": "sampled", "model_dir": str(run / "model")})
         runs.append(run / "summary.json")
         vals.append(val)
     return runs, vals
@@ -93,7 +93,8 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     accuracy = pd.DataFrame({"task": ["a", "a"], "method": ["dense_adam", "logra"],
                              "base_accuracy": [0.25, 0.25], "accuracy_mean": [0.4375, 0.5],
                              "accuracy_sd": [0.0211, float("nan")], "gain_mean": [0.1875, 0.25],
-                             "n_seeds": [3, 1]})
+                             "n_seeds": [3, 1], "metric": "sampled", "eval_greedy": [0.45, 0.5],
+                             "base_greedy": [0.3, 0.3]})
     machine = {"cpu_model": "Some CPU", "cpu_vendor": "GenuineIntel", "torch": "2.x",
                "torch_capability": "AVX2", "transformers": "5.x", "reproducible": True}
     ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0),
@@ -103,9 +104,10 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     assert ("cpu, 1.36M params (tiny), 80 GRPO steps, 2 seeds (0, 1); 2 of 3 runs finished ok"
             in text)
     assert "Some CPU (GenuineIntel; torch 2.x at AVX2" in text
-    assert "| a | 0.250 |" in text  # the base
-    assert "| a | dense_adam | 0.438 ± 0.021 | +0.188 | 3 |" in text
-    assert "| a | logra | 0.500 ± n/a | +0.250 | 1 |" in text  # one seed: no sd
+    assert "| a | 0.250 | 0.300 |" in text  # the base, by the primary metric and greedy
+    assert "`sampled` (the primary metric)" in text
+    assert "| a | dense_adam | 0.438 ± 0.021 | +0.188 | 0.450 | 3 |" in text
+    assert "| a | logra | 0.500 ± n/a | +0.250 | 0.500 | 1 |" in text  # one seed: no sd
     # measured cost: of the runs that finished ok, peak vs the reference's on the same task
     assert "| a | dense_adam | 8.00 | 1.000 | 2.000 | 0.500 | 4.0000 | 1 |" in text
     assert "| a | logra | 4.00 | 0.500 | 0.500 | 0.250 | 0.5000 | 1 |" in text
@@ -124,6 +126,7 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     lr_sweep = pd.DataFrame({"task": ["a", "a"], "method": "logra", "lr": [1e-4, 2.5e-4],
                              "val_accuracy_mean": [0.3, 0.35], "val_accuracy_sd": [0.01, 0.02],
                              "n_seeds": 3, "chosen": [False, True], "budget": 6,
+                             "metric": "sampled",
                              "on_edge": [False, True]})
     planner = pd.DataFrame({"model": ["m32b"], "method": ["logra"], "gpus": [8], "policy": "bf16",
                             "total": [61.2e9], "peak_phase": ["forward_backward"],
@@ -149,7 +152,7 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
                            planner=planner, lr_sweep=lr_sweep, trl=[trl], reference="dense_adam",
                            ablations=ablations))
     assert "## Ablations: accuracy (`results/ablations/accuracy.csv`)" in text
-    assert "| a | adamw_8bit | 0.375 ± 0.021 | +0.188 | 3 |" in text
+    assert "| a | adamw_8bit | 0.375 ± 0.021 | +0.188 | 0.450 | 3 |" in text
     assert "| a | adamw_8bit | 6.00 | 0.750 | 2.000 | 0.500 | 4.0000 | 1 |" in text
     assert "## Ablations: sync (`results/ablations/summary.csv`)" in text
     assert "## Ablations: verdicts" not in text and "The ablations have not run" not in text
@@ -385,6 +388,7 @@ def test_sync_regime_table_and_its_report_section(tmp_path):
                             **_sync_columns(["full"], [400], [100], [None])})
     accuracy = pd.DataFrame({"task": ["a"], "method": ["d"], "base_accuracy": [0.2],
                              "accuracy_mean": [0.3], "accuracy_sd": [0.0], "gain_mean": [0.1],
+                             "metric": "sampled",
                              "n_seeds": [1]})
     ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0)])
     text = report_markdown(ReportInputs(summary, accuracy, [], [], ledger, sync_regime=table))
@@ -421,3 +425,53 @@ def test_reward_curves_give_each_method_its_own_colour_and_bands_only_when_few(
     assert len(colours) == n_methods and len(set(map(str, colours.values()))) == n_methods
     bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
     assert len(bands) == (n_methods if n_methods <= figures.BAND_METHODS else 0)
+
+
+def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_verdict(tmp_path):
+    import pandas as pd
+
+    from logra.analysis.report import ReportInputs, report_markdown, time_ledger
+    from logra.analysis.verdict import analysis_plan
+    summary = pd.DataFrame({"status": ["ok"], "task": "a", "method": ["d"], "seed": [0],
+                            "device": "cpu", "n_params": 1000, "model": "tiny", "steps": 80,
+                            "peak_mem_bytes": 2**20, "optimizer_state_bytes": 2**19,
+                            "mean_step_time_s": 0.1, "sync_bytes_per_step": 2**20,
+                            **_sync_columns(["full"], [2**20], [2**20], [None])})
+    accuracy = pd.DataFrame({"task": ["a"], "method": ["d"], "base_accuracy": [0.2],
+                             "accuracy_mean": [0.3], "accuracy_sd": [0.0], "gain_mean": [0.1],
+                             "metric": "sampled",
+                             "n_seeds": [1], "metric": "sampled"})
+    margins = pd.DataFrame([{"task": "a", "margin": 0.03, "source": "max(floor, ...)",
+                             "val_gain_mean": 0.06, "val_gain_by_seed": "seed 10: +0.0600",
+                             "val_seeds": 1, "val_problems": 50, "lr": 1e-4,
+                             "metric": "sampled"}])
+    protocols = {"greedy": {"samples": 1, "temperature": 0, "top_p": 1.0},
+                 "sampled": {"samples": 4, "temperature": 0.7, "top_p": 0.7}}
+    plan = analysis_plan({"reference": "d", "methods": ["d", "l"], "ablation_methods": [],
+                          "tasks": ["a"], "seeds": [0, 1, 2], "n_test": 1000,
+                          "steps": {"d": 80, "l": 80}, "method_config": {},
+                          "eval": {"primary": "sampled", "protocols": protocols},
+                          "verdict": {"gate": {"alpha": 0.05, "share": 1.0}}}, margins)
+    verdicts = pd.DataFrame([
+        {"task": "a", "method": "l", "reference": "d", "statistic": "mean", "metric": "sampled",
+         "diff_mean": -0.01, "diff_lo": -0.02, "diff_hi": 0.0, "margin": 0.03,
+         "call": "non-inferior", "ref_gain_by_seed": "seed 0: +0.0500 (p 0.001)",
+         "gate_passed": "1/1", "informative": True, "seeds_needed": 4.0},
+        {"task": "all", "method": "l", "reference": "d", "statistic": "IQM", "metric": "sampled",
+         "diff_mean": -0.01, "diff_lo": -0.03, "diff_hi": 0.01, "margin": None,
+         "call": "none (descriptive interval)", "ref_gain_by_seed": None, "gate_passed": None,
+         "informative": None, "seeds_needed": None}])
+    ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0)])
+    text = report_markdown(ReportInputs(summary, accuracy, [], [], ledger, plan=plan,
+                                        verdicts=verdicts))
+    sections = [line for line in text.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Analysis plan (`results/analysis_plan.json`)"
+    assert ("- Primary metric: `sampled`, 4 samples at temperature 0.7, top-p 0.7; per problem "
+            "the mean reward over its samples") in text
+    assert "Reported beside it: `greedy` (greedy)." in text
+    assert "- Compared: l against `d`, on a, seeds 0, 1, 2, 1000 test problems" in text
+    assert ("| a | 0.0300 | +0.0600 | seed 10: +0.0600 | 50 | 0.0001 | max(floor, ...) |"
+            in text)
+    assert ("| a | l | d | -0.010 [-0.020, +0.000] | 0.030 | non-inferior | seed 0: +0.0500 "
+            "(p 0.001) | 1/1 | yes | 4 |") in text
+    assert "l -0.010 [-0.030, +0.010]." in text  # the IQM, without a call

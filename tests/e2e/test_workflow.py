@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import pandas as pd
 import pytest
@@ -26,15 +27,17 @@ def test_lint_is_clean(tmp_path):
 
 
 @pytest.mark.parametrize("target, jobs", [
-    # 2 tasks x 2 run_methods x 3 seeds + the 2 x 2 stability methods x 1 seed; 2 sizes x 4
+    # 2 tasks x 2 run_methods x 3 seeds + the 2 x 2 stability methods x 1 seed + the margin's
+    # validation run of the reference per task (lr-sweep seed 10, its own base); 2 sizes x 4
     # methods; an SFT base and its evaluation per task and seed
-    ("all", {"train": 12 + 4, "eval_run": 12, "base": 6, "eval_base": 6, "memory_point": 8,
-             "planner": 1, "verdicts": 1, "fingerprints": 1,
+    ("all", {"train": 12 + 4 + 2, "eval_run": 12, "base": 6 + 2, "eval_base": 6,
+             "lr_sweep_eval": 2, "lr_sweep_eval_base": 2, "margin": 1, "analysis_plan": 1,
+             "memory_point": 8, "planner": 1, "verdicts": 1, "fingerprints": 1,
              "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
     # the two run_methods are shared; the 17 ablation methods (LoGRA's 7 component ablations,
-    # Sketch-Adam, the peers) add 2 tasks x 3 seeds each; the memory sweep's 2 default sizes x
-    # (its 4 methods + Sketch-Adam and the 6 peers)
-    ("ablations", {"train": 19 * 2 * 3, "eval_run": 114, "ablation_summary": 1,
+    # Sketch-Adam, the peers) add 2 tasks x 3 seeds each, beside the margin's 2 validation runs;
+    # the memory sweep's 2 default sizes x (its 4 methods + Sketch-Adam and the 6 peers)
+    ("ablations", {"train": 19 * 2 * 3 + 2, "eval_run": 114, "ablation_summary": 1,
                    "memory_point": 2 * 11, "ablation_memory_sweep": 1}),
     # 10 methods x 6 lrs (an equal budget) x 3 seeds on each of 2 tasks, on the validation split
     ("lr_sweep", {"data": 2, "data_val": 2, "base": 6, "train": 360, "lr_sweep_eval": 360,
@@ -122,7 +125,7 @@ def test_complete_configs_resolve_from_the_repository_root(tmp_path):
     """`--configfile config/paper.yaml` (and the smoke config) as the README writes it, from the
     root: each declares `complete: true`, so the default's tasks do not join them."""
     for config, jobs in (("config/paper.yaml", {"train": 48}), ("tests/data/smoke.yaml",
-                                                                {"train": 8, "data": 2})):
+                                                                {"train": 9, "data": 2})):
         out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", config,
                               "--directory", str(tmp_path)], capture_output=True, text=True,
                              cwd=ROOT)
@@ -213,6 +216,8 @@ def test_smoke_run_end_to_end(smoke_run):
     per_task = verdicts[verdicts["task"] != "all"]
     assert set(verdicts["method"]) == {"logra"} and per_task["call"].isin(CALLS).all()
     assert (verdicts["diff_lo"] <= verdicts["diff_mean"]).all()
+    assert (verdicts["metric"] == "sampled").all()  # the primary metric
+    assert per_task["gate_passed"].str.fullmatch(r"[0-2]/2").all()
     for fig in ("reward_curves", "verdicts", "memory_reduction", "stability_27b", "sync_bytes"):
         for ext in ("png", "pdf"):
             assert (tmp_path / f"figures/{fig}.{ext}").stat().st_size > 1000
@@ -227,7 +232,8 @@ def test_smoke_run_end_to_end(smoke_run):
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     log = out.stdout + out.stderr
-    assert re.search(r"^train\s+2$", log[log.index("Job stats"):], re.M)
+    # one of its two runs set the margin already
+    assert re.search(r"^train\s+1$", log[log.index("Job stats"):], re.M)
     lr_sweep = pd.read_csv(tmp_path / "results/lr_sweep.csv")
     assert list(lr_sweep["lr"]) == [1e-4, 1e-3] and lr_sweep["chosen"].sum() == 1
     assert lr_sweep["val_accuracy_mean"].between(0, 1).all() and (lr_sweep["n_ok"] == 1).all()
@@ -238,7 +244,7 @@ def test_smoke_run_end_to_end(smoke_run):
     assert not questions["val"] & (questions["train"] | questions["test"])
     val_eval = json.loads(
         (tmp_path / "results/lr_sweep/arithmetic/dense_adam_lr0p0001/seed0.json").read_text())
-    assert {s["prompt"] for s in val_eval["samples"]} == {f"Q: {q}\nA: " for q in questions["val"]}
+    assert {p["prompt"] for p in val_eval["problems"]} == {f"Q: {q}\nA: " for q in questions["val"]}
 
 
 def test_smoke_run_reports_progress_and_writes_the_report(smoke_run):
@@ -250,8 +256,8 @@ def test_smoke_run_reports_progress_and_writes_the_report(smoke_run):
     for r in summary.itertuples():
         assert re.search(rf"^train {r.task}/{r.method}/seed{r.seed}: ok, steps 3, reward "
                          r"[-0-9.e]+, peak [0-9.]+ MiB$", console, re.M), (r, console[-2000:])
-        assert re.search(rf"^eval/{r.task}/{r.method}/seed{r.seed}: accuracy [0-9.e-]+, "
-                         r"problems 6$", console, re.M)
+        assert re.search(rf"^eval/{r.task}/{r.method}/seed{r.seed}: sampled accuracy "
+                         r"[0-9.e-]+, problems 6$", console, re.M)
         assert re.search(rf"^base {r.task}/seed{r.seed}: sft_steps 150, accuracy ", console, re.M)
     assert re.search(r"^memory s1/logra: ok, params \d+, peak [0-9.]+ MiB, planner_error ",
                      console, re.M)
@@ -260,9 +266,16 @@ def test_smoke_run_reports_progress_and_writes_the_report(smoke_run):
     for r in pd.read_csv(smoke_run / "results/accuracy.csv").itertuples():
         sd = "n/a" if pd.isna(r.accuracy_sd) else f"{r.accuracy_sd:.3f}"
         assert f"| {r.task} | {r.method} | {r.accuracy_mean:.3f} ± {sd} |" in report
-    for section in ("## Verdicts", "## Memory sweep", "## Planner predictions", "## Sync (",
-                    "## Time ledger"):
+    for section in ("## Analysis plan", "## Verdicts", "## Memory sweep",
+                    "## Planner predictions", "## Sync (", "## Time ledger"):
         assert section in report
+    margin = pd.read_csv(smoke_run / "results/margin.csv").set_index("task")
+    assert margin.loc["arithmetic", "val_seeds"] == 1  # from its validation run
+    assert margin.loc["countdown", "margin"] == 0.01  # not swept: the floor
+    plan = json.loads((smoke_run / "results/analysis_plan.json").read_text())
+    first_test_eval = min(p.stat().st_mtime for p in (smoke_run / "results/eval").rglob("*.json"))
+    assert (smoke_run / "results/analysis_plan.json").stat().st_mtime < first_test_eval
+    assert plan["margins"]["countdown"]["margin"] == 0.01
     ran = int(re.search(r"^total\s+(\d+)$", console, re.M).group(1))
     ledger_jobs = int(re.search(r"^\| total \| (\d+) \|", report, re.M).group(1))
     assert ledger_jobs == ran - 2  # every job but the report's own and `all`
@@ -312,8 +325,12 @@ def test_smoke_run_repeats_the_reference_fingerprints(smoke_run):
         pytest.skip(f"no reference in {REFERENCE}: `make fingerprints` writes one")
     with open(references[0]) as f:
         made_on = json.loads(f.readline().removeprefix("# made on: "))
-    diff = fingerprints.first_difference(fresh, pd.read_csv(references[0], comment="#"))
+    reference = pd.read_csv(references[0], comment="#")
+    diff = fingerprints.first_difference(fresh, reference)
     if diff is None:
+        if fingerprints.unchecked_stages(reference):
+            warnings.warn(f"{references[0].name} holds no rows of stages "
+                          f"{fingerprints.unchecked_stages(reference)}: those are unchecked")
         return
     made_on["reproducible"] = True  # references are made on the pinned path
     versions = {k: (made_on[k], machine[k]) for k in ("torch", "transformers")

@@ -10,6 +10,7 @@ from conftest import ROOT
 from logra.harness.config import (
     ConfigError,
     add_lr_sweep_methods,
+    margin_runs,
     resolve,
     run_config,
     task_options,
@@ -136,6 +137,13 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: c.update(sync_regime={"task": "linear", "methods": ["dense_adam"],
                                      "lr_scales": {"a": 1}}),
      "sync_regime.task: 'linear' is not defined under tasks"),
+    (lambda c: c.update(eval={"primary": "t2"}),
+     r"eval.primary: 't2' is not one of eval.protocols \(greedy, sampled, t1\)"),
+    (lambda c: c.update(eval={"protocols": {"greedy": {"samples": 4, "temperature": 0}},
+                              "primary": "greedy"}),
+     r"eval.protocols.greedy: greedy decoding \(temperature 0\) gives one answer"),
+    (lambda c: c.update(verdict={"margin": {"seeds": [3]}}),
+     r"verdict.margin.seeds: \[3\] are not lr_sweep.seeds \(\[0\]\)"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
@@ -367,3 +375,18 @@ def test_a_methods_rollout_keys_override_the_engines_for_its_runs():
     bf16 = run_config(config, "arithmetic", "dense_adam_bf16", 0)["rollout"]
     assert bf16["dtype"] == "bfloat16" and bf16["sync"] == "delta"
     assert run_config(config, "arithmetic", "dense_adam", 0)["rollout"]["dtype"] == "float32"
+
+
+def test_the_margin_is_set_by_the_sweeps_run_of_the_reference_at_its_configured_lr(tmp_path):
+    """Each swept task's margin comes from the lr sweep's run of the reference at the lr the
+    config gives it on that task; an lr off the grid is refused naming the key."""
+    config = validate_file(ROOT / "config/config.yaml")
+    sweep = add_lr_sweep_methods(config)
+    assert margin_runs(config, sweep) == {"arithmetic": "dense_adam_lr5em05",
+                                          "countdown": "dense_adam_lr2p5em05"}
+    config = copy.deepcopy(SMOKE)
+    config["methods"]["dense_adam"]["options"]["lr"] = 3e-4
+    config = validate_file(_write(tmp_path, config))
+    with pytest.raises(ConfigError, match=r"verdict.margin: dense_adam's lr on arithmetic "
+                                          r"\(0.0003\) is not a point of its lr_sweep grid"):
+        margin_runs(config, add_lr_sweep_methods(config))

@@ -1,5 +1,6 @@
-"""lm-eval on checkpoints: the task files, the JSON summary, parity with our own greedy
-generation + reward, and a checkpoint that really answers (accuracy 1.0)."""
+"""lm-eval on checkpoints: the task files per protocol, the JSON summary, parity with our own
+greedy generation + reward, seeded sampling whose scores are our reward's, and a checkpoint that
+really answers (accuracy 1.0)."""
 from __future__ import annotations
 
 import json
@@ -10,17 +11,19 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from logra.harness.evaluate import evaluate, write_lmeval_task
+from logra.harness.evaluate import PROTOCOLS, evaluate, write_lmeval_task
 from logra.rl.models import build_tiny, load
 from logra.rl.tasks import get_task, read_jsonl, write_jsonl
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2)
 MAX_GEN = 16
+SMALL = {"greedy": {"samples": 1, "temperature": 0},
+         "sampled": {"samples": 3, "temperature": 0.7, "top_p": 0.7}}
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    """A random tiny checkpoint and an lm-eval task over 8 arithmetic test examples.
+    """A random tiny checkpoint and lm-eval tasks over 8 arithmetic test examples.
 
     Half the prompts are 1-digit and half 2-digit questions, so lm-eval's batches are
     left-padded: parity with unbatched generation then checks padding too.
@@ -30,9 +33,9 @@ def setup(tmp_path_factory):
     examples = (get_task("arithmetic", digits=1).splits(seed=1, n_train=0, n_test=4)["test"]
                 + get_task("arithmetic").splits(seed=0, n_train=0, n_test=4)["test"])
     write_jsonl(root / "test.jsonl", examples)
-    task_yaml = write_lmeval_task("arithmetic", {}, root / "test.jsonl", root / "task",
-                                  max_gen_toks=MAX_GEN)
-    return root, model_dir, task_yaml
+    yamls = write_lmeval_task("arithmetic", {}, root / "test.jsonl", root / "task", SMALL,
+                              max_gen_toks=MAX_GEN)
+    return root, model_dir, yamls
 
 
 def greedy(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
@@ -47,24 +50,30 @@ def greedy(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
 
 
 def test_task_files(setup):
-    root, _, task_yaml = setup
-    assert task_yaml == root / "task" / "logra_arithmetic.yaml"
-    text = task_yaml.read_text()
+    root, _, yamls = setup
+    assert yamls == {p: root / "task" / f"logra_arithmetic_{p}.yaml" for p in SMALL}
+    text = yamls["greedy"].read_text()
     assert "process_results: !function logra_arithmetic_utils.process_results" in text
-    config = yaml.load(text.replace("!function", ""), Loader=yaml.SafeLoader)
-    assert config["task"] == "logra_arithmetic"
-    assert config["dataset_kwargs"]["data_files"]["test"] == str((root / "test.jsonl").resolve())
-    assert config["generation_kwargs"] == {"until": ["\n"], "do_sample": False,
-                                           "max_gen_toks": MAX_GEN}
-    assert config["doc_to_text"] == "{{prompt}}" and config["doc_to_target"] == "{{answer}}"
-    assert config["metric_list"] == [{"metric": "acc", "aggregation": "mean",
-                                      "higher_is_better": True}]
+    configs = {p: yaml.load(y.read_text().replace("!function", ""), Loader=yaml.SafeLoader)
+               for p, y in yamls.items()}
+    greedy_, sampled = configs["greedy"], configs["sampled"]
+    assert greedy_["task"] == "logra_arithmetic_greedy"
+    assert greedy_["dataset_kwargs"]["data_files"]["test"] == str((root / "test.jsonl").resolve())
+    assert greedy_["generation_kwargs"] == {"until": ["\n"], "do_sample": False,
+                                            "max_gen_toks": MAX_GEN}
+    assert greedy_["repeats"] == 1 and sampled["repeats"] == 3
+    assert sampled["generation_kwargs"] == {"until": ["\n"], "do_sample": True,
+                                            "temperature": 0.7, "top_p": 0.7, "top_k": 0,
+                                            "max_gen_toks": MAX_GEN}
+    assert sampled["filter_list"] == [{"name": "samples", "filter": [
+        {"function": "take_first_k", "k": 3}]}]
+    assert greedy_["doc_to_text"] == "{{prompt}}" and greedy_["doc_to_target"] == "{{answer}}"
+    assert [m["metric"] for m in greedy_["metric_list"]] == ["acc", "pass"]
     # options (with tuples) are embedded as a literal and reach get_task
-    linear_yaml = write_lmeval_task("linear", {"x_range": (0, 5)}, root / "test.jsonl",
-                                    root / "task")
+    linear = write_lmeval_task("linear", {"x_range": (0, 5)}, root / "test.jsonl", root / "task")
     assert "get_task('linear', **{'x_range': (0, 5)})" in (
         root / "task" / "logra_linear_utils.py").read_text()
-    assert task_yaml.exists() and linear_yaml != task_yaml
+    assert set(linear) == set(PROTOCOLS) and linear["greedy"] != yamls["greedy"]
 
 
 def test_write_task_rejects_bad_input(tmp_path):
@@ -76,35 +85,64 @@ def test_write_task_rejects_bad_input(tmp_path):
 
 
 def test_evaluate_writes_json(setup, tmp_path):
-    root, model_dir, task_yaml = setup
+    root, model_dir, yamls = setup
     out_json = tmp_path / "sub" / "eval.json"
-    summary = evaluate(model_dir, task_yaml.parent, "arithmetic", out_json, batch_size=3)
+    summary = evaluate(model_dir, yamls["greedy"].parent, "arithmetic", out_json, SMALL,
+                       "sampled", batch_size=3)
     assert out_json.exists()
     assert json.loads(out_json.read_text()) == summary
-    assert summary["task"] == "logra_arithmetic" and summary["n"] == 8
-    assert 0.0 <= summary["accuracy"] <= 1.0
-    assert summary["lm_eval_version"] and "acc,none" in summary["results"]
-    assert [set(s) >= {"prompt", "response", "answer", "acc"} for s in summary["samples"]]
+    assert summary["task"] == "arithmetic" and summary["n"] == 8
+    assert summary["primary"] == "sampled"
+    assert summary["accuracy"] == summary["metrics"]["sampled"]["accuracy"]
+    assert summary["lm_eval_version"] and set(summary["metrics"]) == set(SMALL)
+    for p in summary["problems"]:
+        assert len(p["greedy"]["responses"]) == 1 and len(p["sampled"]["responses"]) == 3
+        assert p["sampled"]["pass"] >= p["sampled"]["acc"]
     assert not list(out_json.parent.glob(".*.tmp"))
-    limited = evaluate(model_dir, task_yaml.parent, "logra_arithmetic", tmp_path / "l.json",
-                       limit=2)
-    assert limited["n"] == 2
+    limited = evaluate(model_dir, yamls["greedy"].parent, "logra_arithmetic", tmp_path / "l.json",
+                       SMALL, "greedy", limit=2)
+    assert limited["n"] == 2 and limited["primary"] == "greedy"
+    with pytest.raises(ValueError, match="eval.primary: 't1' is not a protocol"):
+        evaluate(model_dir, yamls["greedy"].parent, "arithmetic", tmp_path / "x.json", SMALL,
+                 "t1")
+    with pytest.raises(FileNotFoundError, match="logra_arithmetic_t1.yaml"):
+        evaluate(model_dir, yamls["greedy"].parent, "arithmetic", tmp_path / "x.json", PROTOCOLS)
 
 
 def test_parity_with_own_generation_and_reward(setup, tmp_path):
-    """lm-eval's responses == our greedy generation; accuracy == mean of our reward."""
-    root, model_dir, task_yaml = setup
-    summary = evaluate(model_dir, task_yaml.parent, "arithmetic", tmp_path / "e.json",
-                       batch_size=3)
+    """lm-eval's greedy responses == our greedy generation; every protocol's per-problem acc
+    and pass == the mean and max of our reward over its responses; accuracy == their mean."""
+    root, model_dir, yamls = setup
+    summary = evaluate(model_dir, yamls["greedy"].parent, "arithmetic", tmp_path / "e.json",
+                       SMALL, batch_size=3)
     examples = read_jsonl(root / "test.jsonl")
     model, tokenizer = load(model_dir)
     task = get_task("arithmetic")
     ours = [greedy(model, tokenizer, ex["prompt"], MAX_GEN) for ex in examples]
-    assert [s["prompt"] for s in summary["samples"]] == [ex["prompt"] for ex in examples]
-    assert [s["response"] for s in summary["samples"]] == ours
-    rewards = [task.reward(c, ex) for c, ex in zip(ours, examples)]
-    assert [s["acc"] for s in summary["samples"]] == rewards
-    assert summary["accuracy"] == pytest.approx(sum(rewards) / len(rewards))
+    problems = summary["problems"]
+    assert [p["prompt"] for p in problems] == [ex["prompt"] for ex in examples]
+    assert [p["greedy"]["responses"] for p in problems] == [[o] for o in ours]
+    for protocol in SMALL:
+        rewards = [[task.reward(c, ex) for c in p[protocol]["responses"]]
+                   for p, ex in zip(problems, examples)]
+        assert [p[protocol]["acc"] for p in problems] == pytest.approx(
+            [sum(r) / len(r) for r in rewards])
+        assert [p[protocol]["pass"] for p in problems] == [max(r) for r in rewards]
+        assert summary["metrics"][protocol]["accuracy"] == pytest.approx(
+            sum(p[protocol]["acc"] for p in problems) / len(problems))
+
+
+def test_sampling_is_seeded(setup, tmp_path):
+    """The same seed draws the same samples; another seed other ones (a random model's
+    completions at temperature 0.7 are far from deterministic)."""
+    _, model_dir, yamls = setup
+    def responses(seed, name):
+        out = evaluate(model_dir, yamls["greedy"].parent, "arithmetic", tmp_path / name, SMALL,
+                       seed=seed, batch_size=4)
+        return [p["sampled"]["responses"] for p in out["problems"]]
+    first = responses(3, "a.json")
+    assert responses(3, "b.json") == first
+    assert responses(4, "c.json") != first
 
 
 def test_overfit_checkpoint_scores_one(tmp_path):
@@ -113,8 +151,8 @@ def test_overfit_checkpoint_scores_one(tmp_path):
     task = get_task("arithmetic")
     examples = task.splits(seed=3, n_train=0, n_test=4)["test"]
     write_jsonl(tmp_path / "test.jsonl", examples)
-    task_yaml = write_lmeval_task("arithmetic", {}, tmp_path / "test.jsonl", tmp_path / "task",
-                                  max_gen_toks=8)
+    yamls = write_lmeval_task("arithmetic", {}, tmp_path / "test.jsonl", tmp_path / "task",
+                              SMALL, max_gen_toks=8)
     model, tokenizer = load(build_tiny(tmp_path / "init", **TINY))
     rows = [(tokenizer(ex["prompt"])["input_ids"],
              tokenizer(task.target(ex))["input_ids"] + [tokenizer.eos_token_id])
@@ -144,7 +182,9 @@ def test_overfit_checkpoint_scores_one(tmp_path):
     model.eval()
     model.save_pretrained(tmp_path / "fit")
     tokenizer.save_pretrained(tmp_path / "fit")
-    summary = evaluate(tmp_path / "fit", task_yaml.parent, "arithmetic", tmp_path / "e.json")
-    assert [s["response"] for s in summary["samples"]] == [ex["answer"] for ex in examples]
+    summary = evaluate(tmp_path / "fit", yamls["greedy"].parent, "arithmetic",
+                       tmp_path / "e.json", SMALL, "greedy")
+    assert [p["greedy"]["responses"] for p in summary["problems"]] == [
+        [ex["answer"] for ex in examples][i:i + 1] for i in range(4)]
     assert summary["accuracy"] == 1.0 and summary["n"] == 4
     assert time.time() - start < 30

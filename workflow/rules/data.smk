@@ -7,6 +7,7 @@ rule data:
         task=lambda w: config["tasks"][w.task],
         data=config["data"],
         max_gen_toks=config["eval"]["max_gen_toks"],
+        protocols=config["eval"]["protocols"],
         hub_models=hub_models(config),  # each must hold the task's prompts and completions
         room=generation_room(config),
     resources:
@@ -31,6 +32,7 @@ use rule data as data_val with:
         task=lambda w: config["tasks"][w.task],
         data=config["data"] | {"n_val": LR_SWEEP.get("n_val", 0)},
         max_gen_toks=config["eval"]["max_gen_toks"],
+        protocols=config["eval"]["protocols"],
         hub_models=hub_models(config),
         room=generation_room(config),
     benchmark:

@@ -1,7 +1,10 @@
+# Test evaluations wait for the analysis plan (verdicts.smk): the metric, margins, seeds and
+# methods are fixed before any of them runs
 rule eval_run:
     input:
         model="results/runs/{task}/{method}/seed{seed}/model",
         lmeval="results/data/{task}/lmeval",
+        plan="results/analysis_plan.json",
     output:
         "results/eval/{task}/{method}/seed{seed}.json",
     params:
@@ -22,7 +25,8 @@ rule eval_run:
 
 rule eval_base:
     input:
-        unpack(lambda w: {"lmeval": f"results/data/{w.task}/lmeval"} | base_input(config, w)),
+        unpack(lambda w: {"lmeval": f"results/data/{w.task}/lmeval",
+                          "plan": "results/analysis_plan.json"} | base_input(config, w)),
     output:
         "results/eval/{task}/base_seed{seed}.json",
     params:

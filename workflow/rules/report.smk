@@ -10,8 +10,19 @@ DEFAULT_BENCHMARKS = (
     + expand(f"{BENCH}/train/train/{{run}}.tsv", run=list(dict.fromkeys(RUNS + LONG_RUNS)))
     + expand(f"{BENCH}/eval/eval_run/{{run}}.tsv", run=RUNS)
     + expand(f"{BENCH}/eval/eval_base/{{task}}/seed{{seed}}.tsv", task=TASKS, seed=SEEDS)
+    + [f"{BENCH}/lr_sweep/lr_sweep_eval/{task}/{run}/seed{seed}.tsv"
+       for task, run in MARGIN_RUNS.items() for seed in MARGIN_SEEDS]
+    + [f"{BENCH}/lr_sweep/lr_sweep_eval_base/{task}/seed{seed}.tsv"
+       for task in MARGIN_RUNS for seed in MARGIN_SEEDS]
+    + [f"{BENCH}/train/train/{task}/{run}/seed{seed}.tsv"
+       for task, run in MARGIN_RUNS.items() for seed in MARGIN_SEEDS]
+    + ([] if start_model(config) else
+       [f"{BENCH}/base/base/{task}/seed{seed}.tsv" for task in MARGIN_RUNS
+        for seed in MARGIN_SEEDS if seed not in SEEDS])
+    + [f"{BENCH}/lr_sweep/data_val/{task}.tsv" for task in MARGIN_RUNS]
     + expand(f"{BENCH}/tables/{{name}}.tsv",
-             name=["summary", "fingerprints"] + (["verdicts"] if VERDICTS else []))
+             name=["summary", "fingerprints", "margin", "analysis_plan"]
+             + (["verdicts"] if VERDICTS else []))
     + expand(f"{BENCH}/figures/{{name}}.tsv", name=["reward_curves"]
              + (["verdicts"] if VERDICTS else [])
              + (["memory_reduction", "stability_27b", "sync_bytes"] if PAPER else []))
@@ -30,6 +41,7 @@ rule report:
         long_metrics=expand("results/runs/{run}/metrics.csv", run=LONG_RUNS),
         summary="results/summary.csv",
         accuracy="results/accuracy.csv",
+        plan="results/analysis_plan.json",
         verdicts=["results/verdicts.csv"] if VERDICTS else [],
         sweep=["results/memory/sweep.csv"] if PAPER else [],
         planner=["results/memory/planner.csv"] if PAPER else [],

@@ -1,14 +1,62 @@
+# Each task's margin, from validation runs only: the lr sweep's runs of the reference at its
+# configured lr and their seeds' SFT bases, on the validation split (logra/analysis/verdict.py)
+rule margin:
+    input:
+        refs=[f"results/lr_sweep/{task}/{run}/seed{seed}.json"
+              for task, run in MARGIN_RUNS.items() for seed in MARGIN_SEEDS],
+        bases=[f"results/lr_sweep/{task}/base_seed{seed}.json"
+               for task in MARGIN_RUNS for seed in MARGIN_SEEDS],
+    output:
+        "results/margin.csv",
+    params:
+        tasks=TASKS,
+        margin=config["verdict"]["margin"],
+        lrs={task: SWEEP[run][1] for task, run in MARGIN_RUNS.items()},
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/tables/margin.tsv",
+    log:
+        "results/logs/margin.log",
+    script:
+        "../scripts/margin.py"
+
+
+# The analysis plan, frozen before any test evaluation (every eval_run and eval_base waits for
+# it): the primary metric, the margins, the gate, the seeds, steps and methods compared
+rule analysis_plan:
+    input:
+        margin="results/margin.csv",
+    output:
+        "results/analysis_plan.json",
+    params:
+        plan={"reference": REFERENCE, "methods": METHODS, "ablation_methods": ABLATIONS,
+              "tasks": TASKS, "seeds": SEEDS, "n_test": config["data"].get("n_test"),
+              "eval": config["eval"], "verdict": config["verdict"],
+              "method_config": {m: config["methods"][m] for m in METHODS + ABLATIONS},
+              "steps": {m: (config["grpo"] | config["methods"][m].get("grpo", {}))["steps"]
+                        for m in METHODS + ABLATIONS}},
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/tables/analysis_plan.tsv",
+    log:
+        "results/logs/analysis_plan.log",
+    script:
+        "../scripts/analysis_plan.py"
+
+
 # Each method against the reference (config `verdict`): paired differences with 95% intervals
 # and a non-inferiority call (logra/analysis/verdict.py), whatever they say.
 rule verdicts:
     input:
         evals=expand("results/eval/{run}.json", run=RUNS),
         base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
+        plan="results/analysis_plan.json",
     output:
         report("results/verdicts.csv", caption="../report/table.rst", category="Tables"),
     params:
         runs=RUNS,
-        verdict=config["verdict"],
     conda:
         "../../environment.yml"
     benchmark:
@@ -41,11 +89,11 @@ use rule verdicts as ablation_verdicts with:
     input:
         evals=expand("results/eval/{run}.json", run=ABLATION_RUNS),
         base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
+        plan="results/analysis_plan.json",
     output:
         "results/ablations/verdicts.csv",
     params:
         runs=ABLATION_RUNS,
-        verdict=config["verdict"],
     benchmark:
         "results/benchmarks/ablations/verdicts.tsv",
     log:

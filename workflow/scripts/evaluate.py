@@ -10,7 +10,9 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     torch.set_num_threads(snakemake.threads)
     e = snakemake.params.eval
     out = evaluate(snakemake.params.model, snakemake.input.lmeval, snakemake.wildcards.task,
-                   snakemake.output[0], limit=e["limit"], batch_size=e["batch_size"],
-                   device=snakemake.config["device"], dtype=e["dtype"])
+                   snakemake.output[0], e["protocols"], e["primary"],
+                   seed=int(snakemake.wildcards.seed), limit=e["limit"],
+                   batch_size=e["batch_size"], device=snakemake.config["device"],
+                   dtype=e["dtype"])
     progress(snakemake.output[0].removeprefix("results/").removesuffix(".json"),
-             accuracy=out["accuracy"], problems=out["n"])
+             **{f"{e['primary']} accuracy": out["accuracy"]}, problems=out["n"])

@@ -25,7 +25,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         write_jsonl(getattr(out, split), splits[split])
     held_out = "val" if "val" in written else "test"
     write_lmeval_task(snakemake.wildcards.task, spec.get("options", {}),
-                      Path(getattr(out, held_out)), Path(out.lmeval),
+                      Path(getattr(out, held_out)), Path(out.lmeval), snakemake.params.protocols,
                       max_gen_toks=snakemake.params.max_gen_toks, task_type=spec["type"])
     print(f"{snakemake.wildcards.task}: " + ", ".join(
         f"{len(splits[split])} {split}" for split in written) + f" examples; lm-eval on {held_out}")

@@ -34,7 +34,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         pd.read_csv(i.summary), pd.read_csv(i.accuracy),
         [json.loads(Path(p).read_text()) for p in i.runs],
         [json.loads(Path(p).read_text()) for p in i.long_runs], ledger,
-        verdicts=table(i.verdicts), sweep=table(i.sweep), planner=table(i.planner),
+        plan=json.loads(Path(i.plan).read_text()), verdicts=table(i.verdicts),
+        sweep=table(i.sweep), planner=table(i.planner),
         paper_setting=table(i.paper_setting),
         lr_sweep=pd.read_csv(lr_sweep) if lr_sweep.exists() else None,
         stability=long_run_tables(i.long_metrics, i.long_runs, snakemake.params.reference_rule)

@@ -1,5 +1,8 @@
-"""results/verdicts.csv: every method against the reference, paired, with intervals."""
+"""results/verdicts.csv: every method against the reference, paired, with intervals, judged by
+the frozen analysis plan (its margins and gate)."""
+import json
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 from logra.analysis.report import base_evals, write_csv
 from logra.analysis.verdict import verdicts
@@ -10,7 +13,10 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         task, method, seed = run.split("/")
         evals[task, method, int(seed.removeprefix("seed"))] = path
     bases = base_evals(snakemake.input.base)
-    v = snakemake.params.verdict
-    table = verdicts(evals, bases, v["reference"], v["margin"])
+    plan = json.loads(Path(snakemake.input.plan).read_text())
+    table = verdicts(evals, bases, plan["reference"],
+                     {task: m["margin"] for task, m in plan["margins"].items()},
+                     plan["gate"]["alpha"], plan["gate"]["share"])
     write_csv(table, snakemake.output[0])
-    print(table[["task", "method", "diff_mean", "diff_lo", "diff_hi", "call"]].to_string())
+    print(table[["task", "method", "diff_mean", "diff_lo", "diff_hi", "margin", "call",
+                 "gate_passed"]].to_string())
