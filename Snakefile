@@ -14,9 +14,9 @@ import os
 from snakemake.utils import min_version
 
 from logra.harness.config import (add_lr_sweep_methods, add_sync_regime_methods, base_input,
-                          generation_room, hub_models, job_resources, margin_runs, resolve,
-                          run_config, stability_runs, start_model, sync_regime_runs,
-                          task_options)
+                          generation_room, hub_models, job_resources, margin_runs,
+                          margin_seeds, resolve, run_config, stability_runs, start_model,
+                          sync_regime_runs, task_options)
 from logra.repro import pin_cpu
 
 min_version("9.0")
@@ -44,9 +44,9 @@ REFERENCE = config["verdict"]["reference"]
 REFERENCE_RULE = config["methods"].get(REFERENCE, {}).get("rule")
 VERDICTS = REFERENCE in METHODS and len(METHODS) > 1
 # the validation runs that fix each task's margin before any test evaluation: {task: the lr
-# sweep's run of the reference at its configured lr}, over verdict.margin.seeds
+# sweep's run of the reference at its configured lr}, at seeds of their own
 MARGIN_RUNS = margin_runs(config, SWEEP) if VERDICTS else {}
-MARGIN_SEEDS = config["verdict"]["margin"].get("seeds") or LR_SWEEP.get("seeds", [0])
+MARGIN_SEEDS = margin_seeds(config)
 
 
 wildcard_constraints:

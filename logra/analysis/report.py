@@ -344,10 +344,11 @@ def _verdicts_section(v: pd.DataFrame, title: str, source: str) -> list[str]:
     mean = v[v["statistic"] == "mean"]
     return _section(title, source, f"Accuracy by {_metric_name(v['metric'].iloc[0])} minus the "
                     "reference's, paired by task and seed, with its 95% interval, called at the "
-                    "task's margin; the gate: the seeds in which the reference gained over its "
-                    "base (one-sided paired t-test on the test problems), a comparison being "
-                    "informative when it passes; seeds needed: for a call at 80% power at the "
-                    "observed spread (logra/analysis/verdict.py says how each is computed).",
+                    "task's margin; the gate: the seeds in which the reference gained more than "
+                    "the margin over its base (one-sided paired t-test on the test problems), a "
+                    "comparison being informative when it passes; seeds needed: for a call at "
+                    "80% power at the observed mean and spread, a guide "
+                    "(logra/analysis/verdict.py says how each is computed).",
                     {"task": mean["task"], "method": mean["method"],
                      "reference": mean["reference"],
                      "difference [95% interval]": [

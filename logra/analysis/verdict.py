@@ -24,23 +24,24 @@ Per task and method:
 - `call` at the task's margin δ (`margin_table`, fixed on validation runs before any test
   evaluation): `non-inferior` if the interval's lower end is above −δ, `inferior` if its upper
   end is below −δ, else `inconclusive`.
-- The gate (assay sensitivity): per seed, did the *reference* gain over its SFT base? A
-  one-sided paired t-test on the per-problem differences (`paired_test`; per-problem means
-  over samples are not binary, and a thousand problems make the t reference exact enough:
-  tests/analysis/test_verdict.py simulates its size), at level `gate_alpha`. `ref_gain_by_seed`
-  lists each seed's gain and p-value; `informative` is True when the share of seeds that
-  passed is at least `gate_share` (1: every seed). A comparison in which the reference learned
-  nothing measurable cannot tell a method that keeps its accuracy from one that learns
-  nothing; one in which it did can call the second inferior.
+- The gate (assay sensitivity): per seed, did the *reference* gain more than δ over its SFT
+  base? A one-sided paired t-test of (per-problem gain − δ) > 0 (`paired_test`; per-problem
+  means over samples are not binary, and a thousand problems make the t reference exact
+  enough: tests/analysis/test_verdict.py simulates its size), at level `gate_alpha`.
+  `ref_gain_by_seed` lists each seed's gain and p-value; `informative` is True when at least
+  `gate_share` of the seeds passed, to the nearest whole seed (1: every seed; 0.67 of 3: 2). Where the reference gained less than δ,
+  a method that learned nothing sits within δ of it and would be called non-inferior; where it
+  gained more, such a method is called inferior or inconclusive.
 - `gain_mean` and its interval: the method's own accuracy minus its SFT base's, per seed
   (descriptive).
 - Power, reported, not acted on: `half_width` of the interval, and `seeds_needed`, the seeds
   for a call at the observed spread sd and mean m of the per-seed differences and the margin:
   the smallest n ≥ 2 with n ≥ ((t₀.₉₇₅ + t₀.₈)·sd / |m + δ|)², t at df = n − 1 (a 95%
-  interval, 80% power). |m + δ| is the distance from the observed mean to −δ, the boundary a call
-  needs the interval to clear on either side; for a method behind the reference (m ≤ 0) it is
-  the δ − |m| of the equivalence design, for one ahead it is larger (non-inferiority is one
-  sided).
+  interval, 80% power). |m + δ| is the distance from the observed mean to −δ, the boundary a
+  call needs the interval to clear on either side; for a method behind the reference (m ≤ 0)
+  it is the δ − |m| of the equivalence design, for one ahead it is larger (non-inferiority is
+  one sided). Both sd and m are estimates from the seeds at hand (three by default: sd is
+  uncertain to a factor of about two), so the count is a guide for the next run, not a test.
 Across tasks (`task == "all"`, `statistic == "IQM"`): the interquartile mean of the
 per-(task, seed) paired differences, with a stratified bootstrap interval that resamples seeds
 within each task (rliable's convention; 2,000 resamples, seeded). Being a bootstrap over a few
@@ -122,7 +123,12 @@ def seeds_needed(d, margin: float, level: float = 0.95, power: float = 0.8) -> f
     sd, distance = float(d.std(ddof=1)), abs(float(d.mean()) + margin)
     if distance == 0:
         return math.inf
-    for n in range(2, 100_001):
+    # t quantiles exceed the normal's, so the normal count is a lower bound to start from
+    from scipy import stats
+    start = ((stats.norm.ppf(0.5 + level / 2) + stats.norm.ppf(power)) * sd / distance) ** 2
+    if start > 100_000:
+        return math.inf
+    for n in range(max(2, math.floor(start)), 100_001):
         z = t_quantile(0.5 + level / 2, n - 1) + t_quantile(power, n - 1)
         if n >= (z * sd / distance) ** 2:
             return n
@@ -135,7 +141,7 @@ def margin_table(ref_evals: dict[tuple[str, int], str | Path],
     """results/margin.csv: per task, the non-inferiority margin fixed before any test
     evaluation: max(`floor`, `fraction` × the reference's mean gain over its SFT bases on the
     validation split), the gain per seed being the paired per-problem mean of the reference's
-    validation run at its configured lr (`lrs`, one of the lr sweep's runs) minus its seed's
+    validation run at its configured lr (`lrs`; at seeds that chose no lr) minus its seed's
     base. A task without them (not in lr_sweep.tasks, or the reference not swept) gets the
     floor. `ref_evals`, `base_evals`: (task, seed) -> validation evaluation JSON."""
     rows = []
@@ -155,7 +161,7 @@ def margin_table(ref_evals: dict[tuple[str, int], str | Path],
             "val_problems": len(per_problem(ref_evals[task, seeds[0]])) if seeds else 0,
             "metric": primary_of(ref_evals[task, seeds[0]]) if seeds else "",
             "source": (f"max(floor, {fraction:g} x the reference's mean validation gain over "
-                       f"{len(seeds)} lr-sweep seed(s))" if gains
+                       f"{len(seeds)} seed(s))" if gains
                        else "the floor: no validation runs of the reference on this task")})
     return pd.DataFrame(rows)
 
@@ -178,8 +184,9 @@ def analysis_plan(spec: dict, margins: pd.DataFrame) -> dict:
                                                   "val_gain_by_seed", "val_seeds",
                                                   "val_problems", "lr", "metric")}
                     for r in margins.to_dict("records")},
-        "gate": {**v["gate"], "test": "per seed, the reference vs its SFT base: a one-sided "
-                 "paired t-test on the per-problem differences of the test problems"},
+        "gate": {**v["gate"], "test": "per seed, did the reference gain more than the margin "
+                 "over its SFT base: a one-sided paired t-test of the per-problem differences "
+                 "minus the margin, on the test problems"},
         "interval": "95% t-interval (df = seeds - 1) on the per-seed paired differences",
         "call": "non-inferior if the interval's lower end is above -margin, inferior if its "
                 "upper end is below -margin, else inconclusive; reported whatever it says",
@@ -258,10 +265,11 @@ def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, referen
                       f"{method} vs {reference}").mean() for s in seeds]
             gain = [diff(scores[task, method, s], b, s, f"{method} vs its base").mean()
                     for s, b in zip(seeds, base)]
-            gate = [paired_test(diff(scores[task, reference, s], b, s, f"{reference} vs its base"))
-                    for s, b in zip(seeds, base)]
-            passed = sum(p < gate_alpha for _, p in gate)
             margin = margins[task]
+            gain_ref = [diff(scores[task, reference, s], b, s, f"{reference} vs its base")
+                        for s, b in zip(seeds, base)]
+            gate = [(float(g.mean()), paired_test(g - margin)[1]) for g in gain_ref]
+            passed = sum(p < gate_alpha for _, p in gate)
             mean, lo, hi = t_interval(d)
             g_mean, g_lo, g_hi = t_interval(gain)
             across.setdefault(method, {})[task] = d
@@ -277,7 +285,8 @@ def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, referen
                 "ref_gain_by_seed": "; ".join(f"seed {s}: {g:+.4f} (p {p:.3g})"
                                               for s, (g, p) in zip(seeds, gate)),
                 "gate_passed": f"{passed}/{len(seeds)}",
-                "informative": bool(len(d) > 1 and passed >= gate_share * len(seeds)),
+                "informative": bool(len(d) > 1 and passed >= max(
+                    1, math.floor(gate_share * len(seeds) + 0.5))),
                 "gain_mean": g_mean, "gain_lo": g_lo, "gain_hi": g_hi,
                 "half_width": (hi - lo) / 2, "seeds_needed": seeds_needed(d, margin),
                 "interval": "t (df = seeds - 1) on per-seed paired differences"})

@@ -444,7 +444,7 @@ def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
 
 def _check_eval_and_margin(config: dict) -> None:
     """eval.primary names a protocol, a greedy protocol draws one sample, and the margin's
-    seeds are the lr sweep's."""
+    seeds are neither the grid's nor the lr sweep's."""
     protocols = config["eval"]["protocols"]
     if config["eval"]["primary"] not in protocols:
         raise ConfigError(f"eval.primary: {config['eval']['primary']!r} is not one of "
@@ -453,19 +453,28 @@ def _check_eval_and_margin(config: dict) -> None:
         if p["temperature"] == 0 and p["samples"] != 1:
             raise ConfigError(f"eval.protocols.{name}: greedy decoding (temperature 0) gives "
                               f"one answer per problem, not samples: {p['samples']}")
+    taken = set(config["seeds"]) | set((config.get("lr_sweep") or {}).get("seeds", [0]))
+    clash = sorted(set(margin_seeds(config)) & taken)
+    if clash:
+        raise ConfigError(f"verdict.margin.seeds: {clash} are seeds of the grid or of the lr "
+                          "sweep: the margin's validation runs take part in neither the lr's "
+                          "choice nor the test comparison")
+
+
+def margin_seeds(config: dict) -> list[int]:
+    """The seeds of the validation runs that set the margins: `verdict.margin.seeds`, else the
+    one after every seed of the grid and the lr sweep."""
     seeds = config["verdict"]["margin"].get("seeds")
-    sweep_seeds = (config.get("lr_sweep") or {}).get("seeds", [0])
-    if seeds is not None and not set(seeds) <= set(sweep_seeds):
-        raise ConfigError(f"verdict.margin.seeds: {sorted(set(seeds) - set(sweep_seeds))} are "
-                          f"not lr_sweep.seeds ({sweep_seeds}): the margin is set on the lr "
-                          "sweep's validation runs")
+    if seeds is not None:
+        return list(seeds)
+    return [max([*config["seeds"], *(config.get("lr_sweep") or {}).get("seeds", [0])]) + 1]
 
 
 def margin_runs(config: dict, sweep: dict[str, tuple[str, float]]) -> dict[str, str]:
     """{task: the lr sweep's run name of the reference at the lr it is configured with on that
-    task}, for the tasks the lr sweep validates on (`add_lr_sweep_methods`'s `sweep`): the
-    validation runs that set the task's margin (none when the reference has no grid). The
-    configured lr must be a point of the reference's grid."""
+    task}, for the tasks the lr sweep validates on (`add_lr_sweep_methods`'s `sweep`): run at
+    `margin_seeds`, the validation runs that set the task's margin (none when the reference has
+    no grid). The configured lr must be a point of the reference's grid."""
     reference = config["verdict"]["reference"]
     tasks = [t for t in (config.get("lr_sweep") or {}).get("tasks", []) if t in config["tasks"]]
     if not tasks:

@@ -11,15 +11,18 @@ batching, seeding and aggregation.
 
 A protocol (config `eval.protocols`) is a number of samples and a sampling temperature and top-p:
 temperature 0 is greedy decoding; every sampled protocol turns HF's default top-k of 50 off
-(`top_k: 0`), as vLLM samples. The primary one (config `eval.primary`, the authors' validation:
+(`top_k: 0`), as vLLM samples. The protocols of one call share lm-eval's batches and random
+stream, so a protocol's samples depend on which others ran beside it (the validation runs
+evaluate the primary one alone). The primary one (config `eval.primary`, the authors' validation:
 4 samples at temperature 0.7, top-p 0.7, `skzhang1/RL` research/logra/configs/logra-s1.yaml) is
 the accuracy every table, choice and verdict uses; the others are reported beside it.
 
 `evaluate` loads a checkpoint with `logra.rl.models.load` (the one loading path; the model and
 tokenizer objects, not a path, are handed to `HFLM`), runs every protocol in one
-`lm_eval.simple_evaluate` call seeded by `seed` (its Python, numpy and torch seeds: a run and the
-base of its seed draw the same random stream), and writes a JSON summary atomically at a fixed
-path: `accuracy` (the primary's), `metrics` (per protocol: accuracy, pass@k, samples, generation
+`lm_eval.simple_evaluate` call seeded by `seed` (its Python, numpy and torch seeds; the
+workflow passes the run's seed, so a run and the base of its seed are sampled from one seed,
+though not one random stream: how many draws a batch takes depends on the model), and writes
+a JSON summary atomically at a fixed path: `accuracy` (the primary's), `metrics` (per protocol: accuracy, pass@k, samples, generation
 arguments) and per problem its prompt, answer and, per protocol, responses, acc and pass.
 
 Typical use (e.g. from a Snakemake script)::

@@ -64,8 +64,9 @@ def test_paired_test_has_its_size_when_nothing_changed():
 
 
 def test_seeds_needed_by_hand():
-    """sd 0.01, mean 0, margin 0.02: n ≥ ((t.975 + t.8)(n − 1) · 0.5)² first holds at n = 5
-    (n = 4: (3.182 + 0.978)² / 4 = 4.33 > 4; n = 5: (2.776 + 0.941)² / 4 = 3.45)."""
+    """sd 0.01, mean 0, margin 0.02: n ≥ ((t.975 + t.8) · 0.01 / 0.02)², the quantiles at
+    df = n − 1, first holds at n = 5 (n = 4: (3.182 + 0.978)² / 4 = 4.33 > 4; n = 5:
+    (2.776 + 0.941)² / 4 = 3.45)."""
     assert verdict.seeds_needed([-0.01, 0.0, 0.01], 0.02) == 5
     assert verdict.seeds_needed([0.0, 0.01, 0.02], 0.02) == 4  # ahead: farther from -margin
     assert verdict.seeds_needed([-0.03, -0.02, -0.01], 0.02) == np.inf  # on -margin
@@ -92,12 +93,12 @@ def _eval(path, scores, primary="sampled"):
     return path
 
 
-def _design(tmp_path, method_scores, n=40, seeds=(0, 1, 2), ref_score=None):
-    """Reference 'ref' answers the first half of the problems (or `ref_score` of them); 'm'
-    answers `method_scores[s]` problems; the base answers a quarter."""
+def _design(tmp_path, method_scores, n=40, seeds=(0, 1, 2), ref_scores=None):
+    """Reference 'ref' answers the first half of the problems (or `ref_scores[s]` of them); 'm'
+    answers `method_scores[s]` problems; the base answers a quarter (10 of 40)."""
     evals = {}
     for s in seeds:
-        k = ref_score if ref_score is not None else n // 2
+        k = ref_scores[s] if ref_scores is not None else n // 2
         evals["t", "ref", s] = _eval(tmp_path / f"ref{s}.json", [1] * k + [0] * (n - k))
         k = method_scores[s]
         evals["t", "m", s] = _eval(tmp_path / f"m{s}.json", [1] * k + [0] * (n - k))
@@ -114,7 +115,7 @@ def test_verdicts_pair_by_seed_and_problem(tmp_path):
     assert (row["diff_lo"], row["diff_hi"]) == pytest.approx((lo, hi))
     assert row["p_better"] == pytest.approx((0.5 + 1 + 1) / 3)
     assert row["gain_mean"] == pytest.approx(21 / 40 - 10 / 40)
-    # the gate: the reference answers 10 more of 40 than its base in every seed
+    # the gate: the reference answers 10 more of 40 than its base in every seed, 0.25 > 0.02
     assert row["ref_gain_mean"] == pytest.approx(10 / 40) and row["gate_passed"] == "3/3"
     assert row["informative"] and row["ref_gain_by_seed"].startswith("seed 0: +0.2500 (p ")
     assert row["call"] == verdict.call(lo, hi, 0.02) and row["margin"] == 0.02
@@ -129,12 +130,24 @@ def test_a_method_that_learns_nothing_beside_a_reference_that_learns_is_inferior
     assert row["informative"] and row["call"] == "inferior"
 
 
-def test_a_reference_that_learns_nothing_makes_the_comparison_uninformative(tmp_path):
-    evals, base = _design(tmp_path, {0: 10, 1: 11, 2: 10}, ref_score=10)
-    row = verdict.verdicts(evals, base, "ref", {"t": 0.02}).iloc[0]
-    assert row["gate_passed"] == "0/3" and not row["informative"]
-    half = verdict.verdicts(evals, base, "ref", {"t": 0.02}, gate_share=0.5).iloc[0]
-    assert not half["informative"]
+def test_a_reference_that_gains_less_than_the_margin_makes_the_comparison_uninformative(
+        tmp_path):
+    """The reference gains nothing, or 1 problem of 40 (0.025, under the margin 0.03): a method
+    that learns nothing is within the margin of it, so the gate fails."""
+    for ref in (10, 11):
+        evals, base = _design(tmp_path, {0: 10, 1: 11, 2: 10}, ref_scores=dict.fromkeys(
+            range(3), ref))
+        row = verdict.verdicts(evals, base, "ref", {"t": 0.03}).iloc[0]
+        assert row["gate_passed"] == "0/3" and not row["informative"], ref
+
+
+def test_the_gate_share_counts_whole_seeds(tmp_path):
+    """The reference gains in seeds 0 and 1, not 2: informative at share 2/3 (rounded: 0.67
+    of 3 seeds is 2 of them), not at 1."""
+    evals, base = _design(tmp_path, {0: 20, 1: 20, 2: 10}, ref_scores={0: 20, 1: 20, 2: 10})
+    row = verdict.verdicts(evals, base, "ref", {"t": 0.02}, gate_share=0.67).iloc[0]
+    assert row["gate_passed"] == "2/3" and row["informative"]
+    assert not verdict.verdicts(evals, base, "ref", {"t": 0.02}).iloc[0]["informative"]
 
 
 def test_a_missing_seed_problem_margin_or_mixed_metric_is_named(tmp_path):

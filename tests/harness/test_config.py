@@ -11,6 +11,7 @@ from logra.harness.config import (
     ConfigError,
     add_lr_sweep_methods,
     margin_runs,
+    margin_seeds,
     resolve,
     run_config,
     task_options,
@@ -142,8 +143,8 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: c.update(eval={"protocols": {"greedy": {"samples": 4, "temperature": 0}},
                               "primary": "greedy"}),
      r"eval.protocols.greedy: greedy decoding \(temperature 0\) gives one answer"),
-    (lambda c: c.update(verdict={"margin": {"seeds": [3]}}),
-     r"verdict.margin.seeds: \[3\] are not lr_sweep.seeds \(\[0\]\)"),
+    (lambda c: c.update(verdict={"margin": {"seeds": [1, 5]}}),
+     r"verdict.margin.seeds: \[1\] are seeds of the grid or of the lr sweep"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
@@ -384,6 +385,7 @@ def test_the_margin_is_set_by_the_sweeps_run_of_the_reference_at_its_configured_
     sweep = add_lr_sweep_methods(config)
     assert margin_runs(config, sweep) == {"arithmetic": "dense_adam_lr5em05",
                                           "countdown": "dense_adam_lr2p5em05"}
+    assert margin_seeds(config) == [13]  # after the grid's 0-2 and the sweep's 10-12
     config = copy.deepcopy(SMOKE)
     config["methods"]["dense_adam"]["options"]["lr"] = 3e-4
     config = validate_file(_write(tmp_path, config))

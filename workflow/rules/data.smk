@@ -2,12 +2,9 @@ rule data:
     output:
         train="results/data/{task}/train.jsonl",
         test="results/data/{task}/test.jsonl",
-        lmeval=directory("results/data/{task}/lmeval"),
     params:
         task=lambda w: config["tasks"][w.task],
         data=config["data"],
-        max_gen_toks=config["eval"]["max_gen_toks"],
-        protocols=config["eval"]["protocols"],
         hub_models=hub_models(config),  # each must hold the task's prompts and completions
         room=generation_room(config),
     resources:
@@ -27,15 +24,47 @@ rule data:
 use rule data as data_val with:
     output:
         val="results/data/{task}/val.jsonl",
-        lmeval=directory("results/data/{task}/lmeval_val"),
     params:
         task=lambda w: config["tasks"][w.task],
         data=config["data"] | {"n_val": LR_SWEEP.get("n_val", 0)},
-        max_gen_toks=config["eval"]["max_gen_toks"],
-        protocols=config["eval"]["protocols"],
         hub_models=hub_models(config),
         room=generation_room(config),
     benchmark:
         "results/benchmarks/lr_sweep/data_val/{task}.tsv",
     log:
         "results/logs/data/{task}_val.log",
+
+
+# The lm-eval tasks that evaluate a held-out split, one per protocol of eval.protocols
+# (logra/harness/evaluate.py): a rule of their own, so a change of protocols re-evaluates
+# checkpoints without re-making the data they were trained on
+rule lmeval_task:
+    input:
+        "results/data/{task}/test.jsonl",
+    output:
+        directory("results/data/{task}/lmeval"),
+    params:
+        task=lambda w: config["tasks"][w.task],
+        max_gen_toks=config["eval"]["max_gen_toks"],
+        protocols=config["eval"]["protocols"],
+    resources:
+        **job_resources(config, "data"),
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/data/lmeval_task/{task}.tsv",
+    log:
+        "results/logs/data/{task}_lmeval.log",
+    script:
+        "../scripts/lmeval_task.py"
+
+
+use rule lmeval_task as lmeval_task_val with:
+    input:
+        "results/data/{task}/val.jsonl",
+    output:
+        directory("results/data/{task}/lmeval_val"),
+    benchmark:
+        "results/benchmarks/lr_sweep/lmeval_task_val/{task}.tsv",
+    log:
+        "results/logs/data/{task}_lmeval_val.log",

@@ -1,10 +1,11 @@
 # Test evaluations wait for the analysis plan (verdicts.smk): the metric, margins, seeds and
-# methods are fixed before any of them runs
+# methods are fixed before any of them runs. `ancient`: the plan orders them, and a later plan
+# (another ablation method, say) re-judges them without re-running them
 rule eval_run:
     input:
         model="results/runs/{task}/{method}/seed{seed}/model",
         lmeval="results/data/{task}/lmeval",
-        plan="results/analysis_plan.json",
+        plan=ancient("results/analysis_plan.json"),
     output:
         "results/eval/{task}/{method}/seed{seed}.json",
     params:
@@ -26,7 +27,8 @@ rule eval_run:
 rule eval_base:
     input:
         unpack(lambda w: {"lmeval": f"results/data/{w.task}/lmeval",
-                          "plan": "results/analysis_plan.json"} | base_input(config, w)),
+                          "plan": ancient("results/analysis_plan.json")}
+                         | base_input(config, w)),
     output:
         "results/eval/{task}/base_seed{seed}.json",
     params:

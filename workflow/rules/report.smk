@@ -4,7 +4,7 @@
 # rule of the default target without a `benchmark:` stops the workflow here.
 BENCH = "results/benchmarks"
 DEFAULT_BENCHMARKS = (
-    expand(f"{BENCH}/data/data/{{task}}.tsv", task=TASKS)
+    expand(f"{BENCH}/data/{{rule}}/{{task}}.tsv", rule=["data", "lmeval_task"], task=TASKS)
     + ([] if start_model(config) else
        expand(f"{BENCH}/base/base/{{task}}/seed{{seed}}.tsv", task=TASKS, seed=SEEDS))
     + expand(f"{BENCH}/train/train/{{run}}.tsv", run=list(dict.fromkeys(RUNS + LONG_RUNS)))
@@ -19,7 +19,8 @@ DEFAULT_BENCHMARKS = (
     + ([] if start_model(config) else
        [f"{BENCH}/base/base/{task}/seed{seed}.tsv" for task in MARGIN_RUNS
         for seed in MARGIN_SEEDS if seed not in SEEDS])
-    + [f"{BENCH}/lr_sweep/data_val/{task}.tsv" for task in MARGIN_RUNS]
+    + [f"{BENCH}/lr_sweep/{rule}/{task}.tsv" for task in MARGIN_RUNS
+       for rule in ("data_val", "lmeval_task_val")]
     + expand(f"{BENCH}/tables/{{name}}.tsv",
              name=["summary", "fingerprints", "margin", "analysis_plan"]
              + (["verdicts"] if VERDICTS else []))

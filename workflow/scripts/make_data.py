@@ -1,11 +1,9 @@
-"""Write a task's splits as JSONL (each split this rule outputs) and the lm-eval task definition
-that evaluates its held-out split: `val` for the lr sweep's rule, `test` otherwise."""
+"""Write a task's splits as JSONL (each split this rule outputs), after checking their lengths and
+that every hub model's context holds them."""
 from contextlib import redirect_stderr, redirect_stdout
-from pathlib import Path
 
 from transformers import AutoConfig, AutoTokenizer
 
-from logra.harness.evaluate import write_lmeval_task
 from logra.rl.models import check_context, context_needed
 from logra.rl.tasks import check_lengths, get_task, write_jsonl
 
@@ -23,9 +21,5 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         check_context(AutoConfig.from_pretrained(name), needed, snakemake.wildcards.task, name)
     for split in written:
         write_jsonl(getattr(out, split), splits[split])
-    held_out = "val" if "val" in written else "test"
-    write_lmeval_task(snakemake.wildcards.task, spec.get("options", {}),
-                      Path(getattr(out, held_out)), Path(out.lmeval), snakemake.params.protocols,
-                      max_gen_toks=snakemake.params.max_gen_toks, task_type=spec["type"])
     print(f"{snakemake.wildcards.task}: " + ", ".join(
-        f"{len(splits[split])} {split}" for split in written) + f" examples; lm-eval on {held_out}")
+        f"{len(splits[split])} {split}" for split in written) + " examples")
