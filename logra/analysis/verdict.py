@@ -29,9 +29,10 @@ Per task and method:
   means over samples are not binary, and a thousand problems make the t reference exact
   enough: tests/analysis/test_verdict.py simulates its size), at level `gate_alpha`.
   `ref_gain_by_seed` lists each seed's gain and p-value; `informative` is True when at least
-  `gate_share` of the seeds passed, to the nearest whole seed (1: every seed; 0.67 of 3: 2). Where the reference gained less than δ,
-  a method that learned nothing sits within δ of it and would be called non-inferior; where it
-  gained more, such a method is called inferior or inconclusive.
+  `gate_share` of the seeds passed, to the nearest whole seed (1: every seed; 0.67 of 3: 2).
+  Where the reference gained less than δ, a method that learned nothing sits within δ of it
+  and would be called non-inferior; where it gained more, such a method is called inferior
+  or inconclusive.
 - `gain_mean` and its interval: the method's own accuracy minus its SFT base's, per seed
   (descriptive).
 - Power, reported, not acted on: `half_width` of the interval, and `seeds_needed`, the seeds

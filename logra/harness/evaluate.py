@@ -22,8 +22,9 @@ tokenizer objects, not a path, are handed to `HFLM`), runs every protocol in one
 `lm_eval.simple_evaluate` call seeded by `seed` (its Python, numpy and torch seeds; the
 workflow passes the run's seed, so a run and the base of its seed are sampled from one seed,
 though not one random stream: how many draws a batch takes depends on the model), and writes
-a JSON summary atomically at a fixed path: `accuracy` (the primary's), `metrics` (per protocol: accuracy, pass@k, samples, generation
-arguments) and per problem its prompt, answer and, per protocol, responses, acc and pass.
+a JSON summary atomically at a fixed path: `accuracy` (the primary's), `metrics` (per
+protocol: accuracy, pass@k, samples, generation arguments) and per problem its prompt, answer
+and, per protocol, responses, acc and pass.
 
 Typical use (e.g. from a Snakemake script)::
 
@@ -70,8 +71,8 @@ dataset_kwargs:
 test_split: test
 output_type: generate_until
 num_fewshot: 0
-doc_to_text: "{{{{prompt}}}}"
-doc_to_target: "{{{{answer}}}}"
+doc_to_text: prompt
+doc_to_target: answer
 repeats: {samples}
 generation_kwargs: {generation}
 filter_list:

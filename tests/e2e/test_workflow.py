@@ -109,7 +109,7 @@ def test_an_overlay_of_one_key_plans_and_runs_the_default_with_it(tmp_path):
            str(overlay), "--directory", str(tmp_path)]
     plan = subprocess.run(cmd + ["-n"], capture_output=True, text=True)
     assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
-    assert re.search(r"^train\s+16$", plan.stdout, re.M)
+    assert re.search(r"^train\s+18$", plan.stdout, re.M)  # 12 + 4 stability + the margin's 2
     run = "results/runs/arithmetic/dense_adam/seed0/summary.json"
     out = subprocess.run(cmd + ["--cores", "2", run, "--config",
                                 "sft={steps: {arithmetic: 5, countdown: 5}}"],

@@ -67,7 +67,8 @@ def test_task_files(setup):
                                             "max_gen_toks": MAX_GEN}
     assert sampled["filter_list"] == [{"name": "samples", "filter": [
         {"function": "take_first_k", "k": 3}]}]
-    assert greedy_["doc_to_text"] == "{{prompt}}" and greedy_["doc_to_target"] == "{{answer}}"
+    # the fields themselves, verbatim (a Jinja template would be compiled once per problem)
+    assert greedy_["doc_to_text"] == "prompt" and greedy_["doc_to_target"] == "answer"
     assert [m["metric"] for m in greedy_["metric_list"]] == ["acc", "pass"]
     # options (with tuples) are embedded as a literal and reach get_task
     linear = write_lmeval_task("linear", {"x_range": (0, 5)}, root / "test.jsonl", root / "task")
