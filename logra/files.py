@@ -71,6 +71,7 @@ def progress(job: str, *notes: str, **measured) -> str:
               for k, v in measured.items()}
     line = f"{job}: " + ", ".join([*notes, *(f"{k} {v}" for k, v in values.items())])
     print(line, flush=True)
-    if sys.stdout is not sys.__stdout__:
-        print(line, file=sys.__stderr__, flush=True)
+    if sys.stdout is not sys.__stdout__:  # one write: jobs side by side share the console
+        sys.__stderr__.write(line + "\n")
+        sys.__stderr__.flush()
     return line
