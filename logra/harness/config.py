@@ -296,10 +296,15 @@ def _check_method_grpo(config: dict) -> None:
         merged = config["grpo"] | m.get("grpo", {})
         def key(k: str, name=name, m=m) -> str:  # the method's own grpo key, else the global
             return f"methods.{name}.grpo.{k}" if k in m.get("grpo", {}) else f"grpo.{k}"
-        if merged["cosine_step"] in (1, min(merged["profile_step"], merged["steps"])):
+        if merged["measure_memory"] and merged["cosine_step"] in (
+                1, min(merged["profile_step"], merged["steps"])):
             raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']} is a memory-profiled "
                               f"step (step 1 and grpo.profile_step, method {name}): the "
                               "diagnostic's copies would count in the measured peak")
+        if (not merged["measure_memory"] and config.get("memory_budget_gb")
+                and config["device"] == "cpu" and name in trained):
+            raise ConfigError(f"{key('measure_memory')}: false, with memory_budget_gb set: a "
+                              f"CPU run is held to its budget by its measured peak ({name})")
         if merged["cosine_step"] and merged["nproc_per_node"] > 1 and name in trained:
             raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']}: the diagnostic "
                               f"runs in one process only; set 0 with grpo.nproc_per_node > 1 ({name})")
@@ -426,7 +431,8 @@ def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
     config["methods"], a copy with its step size replaced (the rule's `step_size_option`: `lr`,
     LoGRA's `update_ratio`), named `<method>_lr<lr>` (`dense_adam_lr0p0001`,
     `dense_adam_lr2p5em05`), the configured one too: adopting the sweep's choice in the config
-    renames no sweep run. Returns {name: (method, lr)}."""
+    renames no sweep run. The copies measure no memory (`grpo.measure_memory`: the weights are
+    the same; what the sweep reads is their validation accuracy). Returns {name: (method, lr)}."""
     sweep, spec = {}, config.get("lr_sweep") or {"anchors": {}}
     for method, anchor in spec["anchors"].items():
         base = config["methods"][method]
@@ -436,8 +442,9 @@ def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
                 raise ConfigError(f"lr_sweep.anchors.{method}: the run name {name!r} for "
                                   f"lr={lr} is already a method")
             knob = rules.rule_class(base["rule"]).step_size_option
-            config["methods"][name] = {**copy.deepcopy(base),
-                                       "options": {**base.get("options", {}), knob: lr}}
+            config["methods"][name] = {  # validation runs: their memory is not read
+                **copy.deepcopy(base), "options": {**base.get("options", {}), knob: lr},
+                "grpo": {**base.get("grpo", {}), "measure_memory": False}}
             sweep[name] = (method, lr)
     return sweep
 

@@ -11,7 +11,8 @@ per step `sample` (rollouts, rewards, advantages), `update` (logra/rl/step.py), 
 Per step it writes one row of `metrics.csv` (columns in `METRIC_COLUMNS`). Two steps are
 measured with `logra.measure.memory.MemoryMeter` around the whole update phase (forward, backward,
 propose, apply): step 1, where every rule builds its state and LoGRA and GaLore refresh their
-bases (LoGRA holds its range finder's sketches then), and `grpo.profile_step`, a steady step.
+bases (LoGRA holds its range finder's sketches then), and `grpo.profile_step`, a steady step
+(none with `grpo.measure_memory: false`: the weights are the same, the memory fields null).
 The larger peak is the run's `peak_mem_bytes`, stored with its step's breakdown and the
 analytic one beside it; `peak_mem_bytes_by_step` keeps both. Rollout memory lives in the
 engine's process and is not part of the trainer's peak on CPU.
@@ -201,7 +202,8 @@ def setup(cfg: dict, base_dir, train_jsonl, out_dir, checkpoint_dir=None) -> Run
     ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir and not sharded else None
     # CPU + FSDP: the profiler's memory timeline cannot follow FSDP's storage resizes (it fails
     # its own version checks), so sharded CPU runs are not measured; CUDA uses the allocator
-    profiled = set() if sharded and device.type == "cpu" else {1, grpo["profile_step"]}
+    profiled = (set() if (sharded and device.type == "cpu") or not grpo["measure_memory"]
+                else {1, grpo["profile_step"]})
     return Run(cfg, grpo, Path(base_dir), out_dir, device, mesh, collectives.rank(), task, rows,
                model, tokenizer, ref_model, autocast, rule, kl_control, rng, shuffle_gen, eos,
                ckpt_path, weight_norm(model), base_median_w, param_bytes, profiled)
@@ -492,8 +494,9 @@ def memory_summary(run: Run, progress: dict) -> dict:
         "peak_mem_step": step,
         "peak_mem_bytes_by_step": {str(s): r.peak_bytes for s, r in sorted(memory.items())},
         "mem_breakdown": report.by_category if report else None,
-        "mem_measure": (report.method if report else
-                        "not measured (FSDP on CPU)" if not run.profiled else None),
+        "mem_measure": (report.method if report else None if run.profiled else
+                        "not measured (grpo.measure_memory: false)"
+                        if not run.grpo["measure_memory"] else "not measured (FSDP on CPU)"),
         "mem_rss_peak_bytes": report.rss_peak_bytes if report else None,
         "mem_analytic": analytic, "mem_check": check}
 

@@ -145,6 +145,10 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"eval.protocols.greedy: greedy decoding \(temperature 0\) gives one answer"),
     (lambda c: c.update(verdict={"margin": {"seeds": [1, 5]}}),
      r"verdict.margin.seeds: \[1\] are seeds of the grid or of the lr sweep"),
+    (lambda c: (c.update(memory_budget_gb=4), c["methods"]["logra"].update(
+        grpo={"measure_memory": False})),
+     r"methods.logra.grpo.measure_memory: false, with memory_budget_gb set: a CPU run is held "
+     r"to its budget by its measured peak \(logra\)"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
@@ -269,7 +273,7 @@ def test_a_paper_setting_method_is_checked_as_a_run_method_is(tmp_path):
 
 def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
     """Every method's grid holds its configured step size; each copy sets the rule's own step
-    size option (LoGRA's update_ratio) and keeps every other key."""
+    size option (LoGRA's update_ratio), measures no memory and keeps every other key."""
     config = validate_file(ROOT / "config/config.yaml")
     configured = config["methods"]["dense_adam"]["options"]["lr"]
     ratio = config["methods"]["logra"]["options"]["update_ratio"]
@@ -292,6 +296,9 @@ def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
     assert derived["options"] == config["methods"]["logra"]["options"] | {"update_ratio": 6e-3}
     derived = config["methods"]["galore_lr0p0005"]
     assert derived["options"] == config["methods"]["galore"]["options"] | {"lr": 5e-4}
+    assert derived["grpo"] == {"measure_memory": False}
+    assert {k: v for k, v in derived.items() if k not in ("options", "grpo")} == {
+        k: v for k, v in config["methods"]["galore"].items() if k not in ("options", "grpo")}
     assert config["methods"]["logra"]["options"]["update_ratio"] == ratio  # untouched
 
 

@@ -274,24 +274,32 @@ def test_a_state_with_other_options_is_refused_and_loads_weights_only(llama_dir)
                for a, b in zip(rule.targets, same.targets))
 
 
-def test_the_update_cosine_diagnostic_leaves_the_run_as_it_is(tmp_path, tiny_dir):
+def test_the_update_cosine_diagnostic_and_the_memory_measure_leave_the_run_as_it_is(
+        tmp_path, tiny_dir):
     """At grpo.cosine_step the run keeps the batch's dense gradient once and records
-    cos(ΔW, −G): the run's weights are those of a run without it, bit for bit; LoGRA's step is a
-    descent direction (cos > 0: ⟨D·A, G⟩ = Σ_rows scale·‖(G·Aᵀ)_row‖²/T > 0), as dense Adam's."""
+    cos(ΔW, −G); the memory profiler watches steps 1 and 3 (grpo.measure_memory). A LoGRA run
+    with the diagnostic and without the profiler ends at the weights of one with the profiler
+    and without the diagnostic, bit for bit: neither changes the run. LoGRA's step is a descent
+    direction (cos > 0: ⟨D·A, G⟩ = Σ_rows scale·‖(G·Aᵀ)_row‖²/T > 0), as dense Adam's (whose
+    gradients are dense already: its diagnostic only reads them)."""
     from runs import make_run, weights
 
     from logra.rl.loop import train
+    cosines = {}
     for method in ("logra", "dense_adam"):
         (tmp_path / method).mkdir()
         cfg, train_jsonl = make_run(tmp_path / method, method)
-        cfg["grpo"].update(checkpoint_every=0, steps=4)
-        plain = train(cfg, tiny_dir, train_jsonl, tmp_path / method / "plain")
-        cfg["grpo"]["cosine_step"] = 2
+        cfg["grpo"].update(checkpoint_every=0, steps=3)
+        if method == "logra":
+            plain = train(cfg, tiny_dir, train_jsonl, tmp_path / method / "plain")
+            assert plain["update_cosine"] is None and plain["peak_mem_bytes"] > 0
+        cfg["grpo"].update(cosine_step=2, measure_memory=False)
         diag = train(cfg, tiny_dir, train_jsonl, tmp_path / method / "diag")
-        assert plain["update_cosine"] is None and diag["update_cosine"]["step"] == 2
-        assert 0 < diag["update_cosine"]["cosine"] <= 1, diag["update_cosine"]
-        a, b = weights(tmp_path / method / "plain"), weights(tmp_path / method / "diag")
-        assert all(torch.equal(a[n], b[n]) for n in a), method
+        assert diag["update_cosine"]["step"] == 2 and diag["peak_mem_bytes"] is None
+        cosines[method] = diag["update_cosine"]["cosine"]
+    assert all(0 < c <= 1 for c in cosines.values()), cosines
+    a, b = weights(tmp_path / "logra" / "plain"), weights(tmp_path / "logra" / "diag")
+    assert all(torch.equal(a[n], b[n]) for n in a)
 
 
 def test_sequences_sharing_a_forward_predict_what_one_at_a_time_predicts(llama_dir):

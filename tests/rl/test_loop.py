@@ -32,16 +32,28 @@ def steps(run, engine, syncer, progress, n):
     return batch
 
 
-@pytest.fixture
-def started(tmp_path, tiny_dir):
+def start(tmp_path, tiny_dir, measure_memory):
     """A LoGRA run set up, its engine and syncer, with a fresh progress."""
-    cfg, train_jsonl = make_run(tmp_path, "logra")
+    cfg, train_jsonl = make_run(tmp_path, "logra", measure_memory=measure_memory)
     run = loop.setup(cfg, tiny_dir, train_jsonl, tmp_path / "out", tmp_path / "ckpt")
     engine = engine_for(run)
     syncer = loop.EngineSync(run.rule, "auto", getattr(torch, cfg["rollout"]["dtype"]),
                              has_engine=True)
     yield run, engine, syncer, loop.fresh_progress()
     engine.close()
+
+
+@pytest.fixture
+def started(tmp_path, tiny_dir):
+    """`start`, its memory not measured (grpo.measure_memory: false): a profiled step takes
+    seconds on CPU, and these phases do not read it."""
+    yield from start(tmp_path, tiny_dir, False)
+
+
+@pytest.fixture
+def measured(tmp_path, tiny_dir):
+    """`start`, measuring memory at step 1 and grpo.profile_step (3)."""
+    yield from start(tmp_path, tiny_dir, True)
 
 
 def test_setup_draws_what_is_random_from_the_run_seed(tmp_path, tiny_dir):
@@ -74,13 +86,20 @@ def test_sample_shuffles_groups_and_takes_the_probe_from_the_front(started):
     assert (mask.sum(1) > 0).any() and mask.shape == (len(ids), ids.shape[1] - 1)
 
 
-def test_update_measures_only_the_profiled_steps(started):
-    run, engine, _, progress = started
+def test_update_measures_only_the_profiled_steps(measured):
+    run, engine, _, progress = measured
     for step in (1, 2):
         loss, eta, kl_pred, kl_real, mismatch = loop.update(
             run, loop.sample(run, engine, step), step, progress)
         assert math.isfinite(loss) and math.isfinite(kl_real) and "step_at_cap" in mismatch
     assert set(progress["memory"]) == {1} and progress["memory"][1].peak_bytes > 0
+
+
+def test_a_run_that_measures_no_memory_profiles_no_step(started):
+    run, engine, _, progress = started
+    assert run.profiled == set()
+    loop.update(run, loop.sample(run, engine, 1), 1, progress)
+    assert progress["memory"] == {}
 
 
 def test_stopped_names_a_divergence_and_counts_zero_gradients(started):
@@ -96,8 +115,8 @@ def test_stopped_names_a_divergence_and_counts_zero_gradients(started):
     assert progress["weight_ratio_max"] == max(1.0, ratio) and progress["zero_grad_steps"] == 0
 
 
-def test_stopped_on_cpu_compares_the_profiled_peak_with_the_budget(started):
-    run, engine, _, progress = started
+def test_stopped_on_cpu_compares_the_profiled_peak_with_the_budget(measured):
+    run, engine, _, progress = measured
     run.cfg["memory_budget_bytes"] = 1  # every step needs more
     last = max(run.profiled)
     batch = loop.sample(run, engine, last)
@@ -156,5 +175,6 @@ def test_save_model_of_a_finished_run_removes_its_checkpoint(started):
     end = {"status": "ok", "diverged_at_step": None, "diverged_because": None}
     summary = loop.summarise(run, progress, end, syncer, model_step, None, [], 1.0)
     assert summary["steps"] == 2 and summary["status"] == "ok" and summary["checkpoint"] is None
-    assert summary["control"]["kind"] == "BudgetControl" and summary["peak_mem_step"] == 1
+    assert summary["control"]["kind"] == "BudgetControl"
+    assert summary["peak_mem_bytes"] is None and "measure_memory" in summary["mem_measure"]
     assert summary["step_size"] == {"option": "update_ratio", "value": 1.0e-2}
