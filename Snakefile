@@ -7,7 +7,9 @@ memory_sweep.ablation_methods: results/ablations/memory_sweep.csv), `lr_sweep` (
 `memory_large` (the memory sweep with memory_sweep.opt_in_sizes: results/memory/sweep_large.csv),
 `stability` (the long runs over stability.opt_in_seeds: figures/stability_27b_seeds), `trl`
 (TRL's GRPOTrainer with LoGRA and with AdamW on each task: results/trl/{task}.json),
-`sync_regime` (bf16 delta vs low-rank sync at two lr regimes: results/sync_regime.csv).
+`sync_regime` (bf16 delta vs low-rank sync at two lr regimes: results/sync_regime.csv),
+`reinforce` (reinforce_methods, the LoGRA authors' estimator, on every task and seed:
+results/reinforce/, figures/reinforce/; no verdict: the plan's margins are GRPO's reference's).
 """
 import os
 
@@ -79,7 +81,8 @@ include: "workflow/rules/report.smk"
 # cluster executor runs these beside Snakemake; every other rule's jobs are submitted, with the
 # resources the config gives their stage (logra.harness.config.job_resources)
 localrules:
-    summary, ablation_summary, reward_curves, ablation_reward_curves, verdicts,
+    summary, ablation_summary, reinforce_summary, reward_curves, ablation_reward_curves,
+    reinforce_reward_curves, verdicts,
     ablation_verdicts, verdicts_figure, ablation_verdicts_figure, margin, analysis_plan,
     memory_sweep, ablation_memory_sweep, planner, paper_setting,
     memory_reduction, stability_27b, stability_27b_seeds, sync_bytes, lr_sweep, report,
@@ -116,6 +119,13 @@ rule ablations:
         else [],
         expand("figures/ablations/{fig}.{ext}", fig=["reward_curves"]
                + (["verdicts"] if VERDICTS else []), ext=["png", "pdf"]),
+
+
+rule reinforce:
+    input:
+        "results/reinforce/summary.csv",
+        "results/reinforce/accuracy.csv",
+        expand("figures/reinforce/reward_curves.{ext}", ext=["png", "pdf"]),
 
 
 rule memory_large:

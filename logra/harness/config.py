@@ -217,6 +217,7 @@ def _check_references(config: dict) -> None:
     sweep = config.get("lr_sweep") or {"anchors": {}}
     for key, names in [("run_methods", config["run_methods"]),
                        ("ablation_methods", config.get("ablation_methods", [])),
+                       ("reinforce_methods", config.get("reinforce_methods", [])),
                        ("lr_sweep.anchors", list(sweep["anchors"])),
                        *[(f"{k}.methods", config[k]["methods"])
                          for k in ("memory_sweep", "planner", "stability") if k in config],
@@ -285,6 +286,7 @@ def _check_method_grpo(config: dict) -> None:
     that shards, a batch that splits over the ranks and no checkpoints."""
     sweep = config.get("lr_sweep") or {"anchors": {}}
     trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["anchors"],
+               *config.get("reinforce_methods", []),
                *(config.get("stability") or {}).get("methods", []),
                *(config.get("stability") or {}).get("opt_in_methods", []),
                *(config.get("sync_regime") or {}).get("methods", [])}
@@ -301,6 +303,14 @@ def _check_method_grpo(config: dict) -> None:
             raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']} is a memory-profiled "
                               f"step (step 1 and grpo.profile_step, method {name}): the "
                               "diagnostic's copies would count in the measured peak")
+        if merged["estimator"] == "grpo" and merged["group_size"] < 2:
+            raise ConfigError(f"{key('group_size')}={merged['group_size']}: GRPO's advantages "
+                              "compare the responses of one prompt (at least 2), or set "
+                              f"grpo.estimator: reinforce_baseline ({name})")
+        if merged["decay_steps"] and merged["decay_steps"] <= merged["warmup_steps"]:
+            raise ConfigError(f"{key('decay_steps')}={merged['decay_steps']}: the decay ends "
+                              f"after the warmup ({key('warmup_steps')}="
+                              f"{merged['warmup_steps']}; method {name})")
         if (not merged["measure_memory"] and config.get("memory_budget_gb")
                 and config["device"] == "cpu" and name in trained):
             raise ConfigError(f"{key('measure_memory')}: false, with memory_budget_gb set: a "

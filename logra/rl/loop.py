@@ -83,7 +83,7 @@ from logra.optim.kl_control import KLControl
 from logra.optim.kl_control import calibration as kl_calibration
 from logra.optim.rule import tensor_bytes
 from logra.rl import checkpoint, fsdp
-from logra.rl.loss import group_advantages
+from logra.rl.loss import group_advantages, running_baseline_advantages
 from logra.rl.models import load, median_abs_weight, n_params
 from logra.rl.rollout import EngineError, make_engine
 from logra.rl.step import cap_cuda_memory, compute_context, cuda_oom, update_step
@@ -212,6 +212,7 @@ def setup(cfg: dict, base_dir, train_jsonl, out_dir, checkpoint_dir=None) -> Run
 def fresh_progress() -> dict:
     """The loop's state besides the weights and the rule's, checkpointed with them."""
     return {"step": 0, "metrics": [], "memory": {}, "memory_seq_len": {},  # by profiled step
+            "baseline": 0.0,  # grpo.estimator reinforce_baseline's running baseline
             "lowrank_bytes": 0,  # low-rank sync bytes ...
             "lowrank_full": 0,  # ... and what those weights take in full
             "wall_s": 0.0, "resumed_from": [],
@@ -251,10 +252,11 @@ class Batch:
     probe: tuple[torch.Tensor, ...]
 
 
-def sample(run: Run, engine, step: int) -> Batch:
-    """The step's prompts, their rollouts (rank 0's engine, broadcast), rewards and advantages;
-    shuffled, so that each micro-batch (and the probe) mixes prompts instead of being one
-    prompt's group (the loss does not depend on the order)."""
+def sample(run: Run, engine, step: int, progress: dict) -> Batch:
+    """The step's prompts, their rollouts (rank 0's engine, broadcast), rewards and advantages
+    (GRPO's, or REINFORCE's against `progress["baseline"]`, which it moves on); shuffled, so
+    that each micro-batch (and the probe) mixes prompts instead of being one prompt's group
+    (the loss does not depend on the order)."""
     grpo, group = run.grpo, run.grpo["group_size"]
     examples = run.rng.sample(run.rows, grpo["prompts_per_step"])
     rollouts = collectives.broadcast(engine.generate(
@@ -262,7 +264,13 @@ def sample(run: Run, engine, step: int) -> Batch:
         run.cfg["seed"] * 1_000_003 + step) if engine else None)
     rewards = torch.tensor([run.task.reward(r.text, examples[i // group])
                             for i, r in enumerate(rollouts)])
-    adv = group_advantages(rewards, group, scale=grpo["scale_advantages"])
+    if grpo["estimator"] == "grpo":
+        adv = group_advantages(rewards, group, scale=grpo["scale_advantages"])
+    else:  # the authors' REINFORCE: its running baseline is the loop's state (checkpointed)
+        adv, progress["baseline"] = running_baseline_advantages(
+            rewards, torch.tensor([len(r.completion_ids) for r in rollouts]),
+            progress["baseline"], grpo["baseline_weight"], grpo["failure_reward"],
+            grpo["length_reference"])
     perm = torch.randperm(len(rollouts), generator=run.shuffle_gen)
     ids, attn, mask, engine_logp = (t[perm].to(run.device)
                                     for t in pad_batch(rollouts, run.tokenizer.pad_token_id))
@@ -285,13 +293,28 @@ def update(run: Run, batch: Batch, step: int, progress: dict) -> tuple:
     with meter, run.autocast:
         out = update_step(
             run.model, run.ref_model, rule, run.kl_control, batch.tensors, batch.probe, grpo,
-            max_scale=min(1.0, step / grpo["warmup_steps"]) if grpo["warmup_steps"] else 1.,
+            max_scale=scheduled_scale(step, grpo),
             phase=getattr(meter, "phase", None), engine_logp=batch.engine_logp,
             completed=batch.completed, cosine=step == grpo["cosine_step"])
     if step in run.profiled:
         progress["memory"][step] = meter.report
         progress["memory_seq_len"][step] = batch.tensors[0].shape[1]
     return out
+
+
+def scheduled_scale(step: int, grpo: dict) -> float:
+    """The step scale's schedule at update `step` (from 1), the largest scale the step's
+    control may take: step/W over the warmup (W = grpo.warmup_steps), then a cosine from 1 to
+    f = grpo.decay_final reached at update D = grpo.decay_steps, f + (1 − f)·(1 + cos πp)/2
+    with p = min((step − W)/(D − W), 1): the LoGRA authors' dense schedule (`research/logra/
+    schedule.py`: W 9, D 300, f 0.1). 1 without either."""
+    warmup, decay = grpo["warmup_steps"], grpo["decay_steps"]
+    if warmup and step <= warmup:
+        return step / warmup
+    if not decay:
+        return 1.
+    p = min((step - warmup) / (decay - warmup), 1.0)
+    return grpo["decay_final"] + (1 - grpo["decay_final"]) * (1 + math.cos(math.pi * p)) / 2
 
 
 def stopped(run: Run, batch: Batch, step: int, progress: dict, loss: float,
@@ -308,8 +331,10 @@ def stopped(run: Run, batch: Batch, step: int, progress: dict, loss: float,
             return {"status": "oom", "oom_at_step": step, "oom_check": (
                 "measured peak vs budget, after the step (the larger of the profiled "
                 "steps' peaks)"), "oom_needed_bytes": peak}
-    group = run.grpo["group_size"]
-    varied = bool((batch.rewards.view(-1, group).std(dim=1) > 0).any())
+    if run.grpo["estimator"] == "grpo":
+        varied = bool((batch.rewards.view(-1, run.grpo["group_size"]).std(dim=1) > 0).any())
+    else:  # REINFORCE: every response whose outcome is not the baseline has a gradient
+        varied = bool((batch.tensors[3] != 0).any())
     progress["zero_grad_steps"] = (progress["zero_grad_steps"] + 1
                                    if run.rule.grad_norm == 0 and varied else 0)
     ratio = weight_norm(run.model) / run.base_norm
@@ -396,7 +421,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         for step in tqdm(range(progress["step"] + 1, run.grpo["steps"] + 1),
                          desc=f"grpo {cfg['run_id']}", mininterval=5):
             t0 = time.time()
-            batch = sample(run, engine, step)
+            batch = sample(run, engine, step, progress)
             try:
                 loss, eta, kl_pred, kl_real, mismatch = update(run, batch, step, progress)
             except FloatingPointError as e:  # a control's prediction was not finite

@@ -1,4 +1,4 @@
-"""The GRPO objective: group-normalised advantages, the clipped policy loss and the policy's
+"""The policy-gradient objectives, GRPO's and the LoGRA authors' REINFORCE, and the policy's
 token log-probs (in chunks of tokens).
 
 No loop code (that lives in `logra/rl/loop.py`).
@@ -12,8 +12,25 @@ Conventions follow TRL's GRPOTrainer, with these choices stated:
   Under gradient accumulation pass `normalizer` (total tokens, or total sequences for "grpo")
   so that the micro-batch losses add up to the full-batch loss exactly.
 - KL to a reference: the k3 estimator exp(ref-logp) - (ref-logp) - 1, used only when beta > 0.
+
+`grpo.estimator: reinforce_baseline` is the LoGRA authors' estimator and loss (`skzhang1/RL`:
+`RunningBaselineAdvantageEstimator` in `nemo_rl/algorithms/advantage_estimator.py`, the
+`loss_fn` of `research/logra/configs/*.yaml`), one response per prompt:
+- rewards binarised: 1 where the reward is ≥ 1, else `failure_reward` (−0.01);
+- A = outcome − b, where b is a running mean of previous batches only: 0 at the start, then
+  b ← (1 − w)·b + w·mean(this batch's outcomes) after the batch's advantages are formed
+  (w = `baseline_weight`, 0.1; responses with no token are left out of the mean); advantages
+  are not normalised;
+- optionally A·L_ref/len (`length_reference`; the authors' dense configuration, 1024);
+- loss −w_t·A·log π per token, no PPO ratio, with the truncated importance weight
+  w_t = min(π_trainer/π_engine, cap) detached (cap 2), aggregated as GRPO's (`dapo`: a token
+  mean over the whole batch, as theirs). With an fp32 engine w_t is 1 up to rounding.
+A non-finite reward makes its outcome NaN: the loss is then not finite and the loop stops the
+run (as GRPO's would), where the authors raise at once.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +52,37 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True,
     return adv.flatten()
 
 
+def running_baseline_advantages(rewards: torch.Tensor, lengths: torch.Tensor, baseline: float,
+                                weight: float = 0.1, failure_reward: float = -0.01,
+                                length_reference: float | None = None
+                                ) -> tuple[torch.Tensor, float]:
+    """The authors' REINFORCE advantages of `rewards` (one response each, `lengths` its
+    completion tokens) against `baseline`, the running mean of earlier batches' outcomes, and
+    the baseline after this batch (see the module docstring)."""
+    r = rewards.float()
+    outcomes = torch.where(r >= 1.0, 1.0, failure_reward).masked_fill(~torch.isfinite(r),
+                                                                      math.nan)
+    adv = outcomes - baseline
+    if length_reference:
+        adv = adv * length_reference / lengths.clamp(min=1)
+    valid = lengths > 0
+    if valid.any():
+        baseline = (1 - weight) * baseline + weight * outcomes[valid].mean().item()
+    return adv, baseline
+
+
+def reinforce_loss(logp: torch.Tensor, engine_logp: torch.Tensor | None,
+                   advantages: torch.Tensor, mask: torch.Tensor, cap: float = 2.0,
+                   aggregation: str = "dapo", *, normalizer: float | None = None
+                   ) -> torch.Tensor:
+    """−w_t·A·log π per completion token, w_t = min(exp(log π − log π_engine), cap) detached
+    (1 without `engine_logp`), aggregated as `policy_loss`. Shapes as `policy_loss`'s."""
+    weight = (torch.exp(logp.detach() - engine_logp.to(logp.dtype)).clamp(max=cap)
+              if engine_logp is not None else torch.ones_like(logp))
+    per_token = -weight * advantages.to(logp.dtype).unsqueeze(1) * logp
+    return _aggregate(per_token, mask.to(logp.dtype), aggregation, normalizer)
+
+
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
                 mask: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.28,
                 aggregation: str = "dapo", *, normalizer: float | None = None) -> torch.Tensor:
@@ -44,12 +92,18 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     advantages: (batch,). `normalizer` defaults to this batch's own token count ("dapo") or
     sequence count ("grpo").
     """
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"grpo.aggregation: unknown {aggregation!r}; known: {AGGREGATIONS}")
     mask = mask.to(logp.dtype)
     ratio = torch.exp(logp - old_logp)
     adv = advantages.to(logp.dtype).unsqueeze(1)
     per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv)
+    return _aggregate(per_token, mask, aggregation, normalizer)
+
+
+def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: str,
+               normalizer: float | None) -> torch.Tensor:
+    """The masked per-token losses as one number (`policy_loss`'s aggregations)."""
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"grpo.aggregation: unknown {aggregation!r}; known: {AGGREGATIONS}")
     if aggregation == "dapo":
         return (per_token * mask).sum() / (normalizer if normalizer is not None
                                            else mask.sum().clamp(min=1))

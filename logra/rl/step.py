@@ -14,7 +14,7 @@ import torch
 from logra.optim import collectives
 from logra.optim.collectives import local
 from logra.optim.kl_control import at_cap, probe_base, probe_kl, split_probe
-from logra.rl.loss import kl_k3, policy_loss, token_logprobs
+from logra.rl.loss import kl_k3, policy_loss, reinforce_loss, token_logprobs
 
 CONTROL_METRICS = ("kl_budget", "mismatch_ema", "control_seconds", "step_at_cap")
 
@@ -97,10 +97,12 @@ def update_cosine(named, before: dict, dense: dict) -> float:
 def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
                          engine_logp=None, completed=None) -> tuple[float, dict]:
     """Forward/backward over micro-batches; gradients accumulate (or are consumed by the
-    update rule's hooks). Returns the full-batch loss and the mismatch between the trainer's
-    and the engine's log-probs of the sampled completion tokens, from this forward (the old
-    log-probs) and `engine_logp` (`pad_batch`): {"logp_mismatch_mean", "logp_mismatch_max"}
-    of |log π_trainer − log π_engine| over every completion token, and
+    update rule's hooks). The loss is GRPO's, or the authors' REINFORCE with grpo["estimator"]
+    reinforce_baseline (its importance weights from `engine_logp`). Returns the full-batch
+    loss and the mismatch between the trainer's and the engine's log-probs of the sampled
+    completion tokens, from this forward (the old log-probs) and `engine_logp` (`pad_batch`):
+    {"logp_mismatch_mean", "logp_mismatch_max"} of |log π_trainer − log π_engine| over every
+    completion token, and
     "logp_mismatch_signed", the mean of log π_engine − log π_trainer over the tokens of the
     responses that ended with eos (`completed`, per sequence; LoGRA's controller subtracts
     it; nan without such tokens), all nan without `engine_logp`."""
@@ -124,8 +126,13 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
                 done = mask[c].bool() & completed[c].to(mask.device)[:, None]
                 gap[3] += signed[done].sum()
                 gap[4] += done.sum()
-        loss = policy_loss(logp, logp.detach(), adv[c], mask[c], grpo["clip_low"],
-                           grpo["clip_high"], grpo["aggregation"], normalizer=normalizer)
+        if grpo.get("estimator", "grpo") == "grpo":
+            loss = policy_loss(logp, logp.detach(), adv[c], mask[c], grpo["clip_low"],
+                               grpo["clip_high"], grpo["aggregation"], normalizer=normalizer)
+        else:  # the authors' REINFORCE (logra/rl/loss.py)
+            loss = reinforce_loss(logp, None if engine_logp is None else engine_logp[c],
+                                  adv[c], mask[c], grpo["importance_cap"], grpo["aggregation"],
+                                  normalizer=normalizer)
         if ref_model is not None:
             with torch.no_grad():
                 ref = token_logprobs(ref_model, ids[c], attn[c], grpo["temperature"],

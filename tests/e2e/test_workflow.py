@@ -48,6 +48,10 @@ def test_lint_is_clean(tmp_path):
     ("stability", {"train": 12, "base": 3, "stability_27b_seeds": 1}),
     # opt-in: TRL's GRPOTrainer, LoGRA and AdamW in one job per task, from its seed-0 base
     ("trl", {"data": 2, "base": 2, "trl_grpo": 2}),
+    # opt-in: the authors' REINFORCE, dense Adam and LoGRA on each task and seed, evaluated
+    # after the plan (which waits for the margin's 2 validation runs)
+    ("reinforce", {"train": 12 + 2, "eval_run": 12, "eval_base": 6, "reinforce_summary": 1,
+                   "reinforce_reward_curves": 1}),
     # opt-in: dense Adam (delta) and LoGRA (low_rank), bf16 engine, at 2 lr regimes, one seed
     ("sync_regime", {"data": 1, "base": 1, "train": 4, "sync_regime_table": 1}),
 ])
@@ -65,9 +69,10 @@ def test_paper_config_resolves_on_slurm(tmp_path):
     """config/paper.yaml through snakemake-executor-plugin-slurm and the slurm workflow profile,
     dry, as the README's cluster command runs it from the repository root: in a copy of the
     root's config/ and profile, so no results of the checkout count (paper.yaml is complete:
-    config/config.yaml is not merged under it). The full paper grid
-    resolves, sharded runs ask for the node's 8 GPUs, LoRA runs and lm-eval for one, and each
-    job for the host memory the config gives its stage."""
+    config/config.yaml is not merged under it). The authors' run and the 27B stability runs
+    resolve, sharded runs ask for their GPUs (4; a node's 8 at 27B), lm-eval for one, and each
+    job for the host memory the config gives its stage; the authors' values arrive in the runs'
+    configs."""
     import shutil
 
     import yaml
@@ -79,10 +84,10 @@ def test_paper_config_resolves_on_slurm(tmp_path):
                          capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     stats = out.stdout[out.stdout.index("Job stats"):]
-    # 2 tasks x 7 run_methods x 3 seeds + 2 stability methods x 3 seeds; hub models: no SFT
-    # base, the hub model evaluated once per seed
+    # the authors' run: 2 tasks x {dense AdamW, LoGRA} x 3 seeds + 2 stability methods x 3
+    # seeds; hub models: no SFT base, the hub model evaluated once per seed
     assert "Config file config/config.yaml" not in out.stdout + out.stderr
-    for rule, count in {"train": 42 + 6, "eval_run": 42, "eval_base": 6, "memory_point": 8,
+    for rule, count in {"train": 12 + 6, "eval_run": 12, "eval_base": 6, "memory_point": 8,
                         "stability_27b": 1, "memory_reduction": 1}.items():
         assert re.search(rf"^{rule}\s+{count}$", stats, re.M), (rule, stats)
     assert not re.search(r"^base\s", stats, re.M)
@@ -91,12 +96,29 @@ def test_paper_config_resolves_on_slurm(tmp_path):
     resources = {(rule, dict(kv.split("=") for kv in w.split(", ")).get("method")):
                  dict(kv.split("=", 1) for kv in r.split(", ")) for rule, w, r in jobs}
     gpus = {job: r.get("gpu") for job, r in resources.items()}
-    assert gpus[("train", "logra_32b")] == gpus[("train", "logra")] == "8"
-    assert gpus[("train", "lora")] == gpus[("eval_run", "logra")] == "1"
+    assert gpus[("train", "logra_32b")] == "8"  # a node; the authors' run: 4 training GPUs
+    assert gpus[("train", "logra")] == gpus[("train", "dense_adam")] == "4"
+    assert gpus[("eval_run", "logra")] == "1"
     cluster = yaml.safe_load((ROOT / "config/paper.yaml").read_text())["cluster"]
     assert resources[("train", "logra")]["mem_mb"] == str(cluster["mem_gb"]["train"] * 1024)
     assert resources[("eval_run", "logra")]["mem_mb"] == str(cluster["mem_gb"]["eval"] * 1024)
     assert "slurm" in out.stdout + out.stderr  # the plugin was the executor
+    from logra.harness.config import resolve, run_config
+    config = resolve([str(ROOT / "config/paper.yaml")], {})
+    dense, logra = (run_config(config, "math", m, 0) for m in ("dense_adam", "logra"))
+    assert dense["model_name"] == logra["model_name"] == "Qwen/Qwen2.5-Math-1.5B"
+    for run in (dense, logra):
+        g = run["grpo"]
+        assert (g["estimator"], g["prompts_per_step"], g["group_size"], g["steps"],
+                g["micro_batch_size"], g["gradient_checkpointing"], g["beta"]) == (
+            "reinforce_baseline", 128, 1, 200, 1, True, 0.0)
+        assert (g["baseline_weight"], g["failure_reward"], g["importance_cap"]) == (
+            0.1, -0.01, 2.0)
+    assert dense["method"]["options"] == {"lr": 1e-6, "betas": [0.9, 0.95], "eps": 1e-8,
+                                          "weight_decay": 0.0}
+    assert (dense["grpo"]["warmup_steps"], dense["grpo"]["decay_steps"],
+            dense["grpo"]["decay_final"], dense["grpo"]["length_reference"]) == (9, 300, 0.1, 1024)
+    assert logra["method"]["options"] == {"seed": 0} and logra["grpo"]["length_reference"] is None
 
 
 def test_an_overlay_of_one_key_plans_and_runs_the_default_with_it(tmp_path):
@@ -124,7 +146,7 @@ def test_an_overlay_of_one_key_plans_and_runs_the_default_with_it(tmp_path):
 def test_complete_configs_resolve_from_the_repository_root(tmp_path):
     """`--configfile config/paper.yaml` (and the smoke config) as the README writes it, from the
     root: each declares `complete: true`, so the default's tasks do not join them."""
-    for config, jobs in (("config/paper.yaml", {"train": 48}), ("tests/data/smoke.yaml",
+    for config, jobs in (("config/paper.yaml", {"train": 18}), ("tests/data/smoke.yaml",
                                                                 {"train": 9, "data": 2})):
         out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", config,
                               "--directory", str(tmp_path)], capture_output=True, text=True,

@@ -145,6 +145,14 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"eval.protocols.greedy: greedy decoding \(temperature 0\) gives one answer"),
     (lambda c: c.update(verdict={"margin": {"seeds": [1, 5]}}),
      r"verdict.margin.seeds: \[1\] are seeds of the grid or of the lr sweep"),
+    (lambda c: c["grpo"].update(group_size=1),
+     r"grpo.group_size=1: GRPO's advantages compare the responses of one prompt \(at least 2\), "
+     r"or set grpo.estimator: reinforce_baseline"),
+    (lambda c: c["methods"]["dense_adam"].update(grpo={"warmup_steps": 9, "decay_steps": 9}),
+     r"methods.dense_adam.grpo.decay_steps=9: the decay ends after the warmup "
+     r"\(methods.dense_adam.grpo.warmup_steps=9"),
+    (lambda c: c.update(reinforce_methods=["logra_reinforce"]),
+     r"reinforce_methods\[0\]: 'logra_reinforce' is not defined under methods"),
     (lambda c: (c.update(memory_budget_gb=4), c["methods"]["logra"].update(
         grpo={"measure_memory": False})),
      r"methods.logra.grpo.measure_memory: false, with memory_budget_gb set: a CPU run is held "

@@ -1,10 +1,11 @@
-"""GRPO advantages and loss against values computed by hand."""
+"""GRPO's and the authors' REINFORCE advantages and losses against values computed by hand."""
 import math
 
 import pytest
 import torch
 
-from logra.rl.loss import group_advantages, kl_k3, policy_loss
+from logra.rl.loss import (group_advantages, kl_k3, policy_loss, reinforce_loss,
+                           running_baseline_advantages)
 
 
 def test_group_advantages_by_hand():
@@ -39,6 +40,45 @@ def test_policy_loss_by_hand():
     assert sum(parts).item() == pytest.approx(dapo.item(), rel=1e-6)
     with pytest.raises(ValueError, match="aggregation"):
         policy_loss(logp, old, adv, mask, 0.2, 0.28, "sum")
+
+
+def test_running_baseline_advantages_use_earlier_batches_only_by_hand():
+    """Outcomes 1 where the reward is ≥ 1, else −0.01; A = outcome − b from earlier batches
+    (b starts at 0), then b ← 0.9·b + 0.1·mean over the responses with tokens."""
+    rewards, lengths = torch.tensor([1.0, 0.0, 1.5, 0.3]), torch.tensor([3, 2, 0, 4])
+    adv, b = running_baseline_advantages(rewards, lengths, 0.0)
+    assert adv.tolist() == pytest.approx([1.0, -0.01, 1.0, -0.01])
+    assert b == pytest.approx(0.1 * (1.0 - 0.01 - 0.01) / 3)  # the empty response left out
+    adv, b2 = running_baseline_advantages(torch.tensor([0.0, 1.0, 1.0, 1.0]), lengths, b)
+    assert adv.tolist() == pytest.approx([-0.01 - b, 1 - b, 1 - b, 1 - b])
+    assert b2 == pytest.approx(0.9 * b + 0.1 * (-0.01 + 1 + 1) / 3)
+    # from b = 0.2 with outcomes 1 and −0.01: 0.9·0.2 + 0.1·0.495
+    assert running_baseline_advantages(torch.tensor([1.0, 0.0]), torch.tensor([2, 6]), 0.2)[
+        1] == pytest.approx(0.2295)
+    # length_reference: each advantage × L / its response's tokens (an empty one's: / 1)
+    adv, _ = running_baseline_advantages(rewards, lengths, 0.2, length_reference=1024)
+    assert adv.tolist() == pytest.approx([0.8 * 1024 / 3, -0.21 * 1024 / 2, 0.8 * 1024,
+                                          -0.21 * 1024 / 4])
+    adv, b = running_baseline_advantages(torch.tensor([math.nan, 1.0]), torch.tensor([2, 2]), 0.)
+    assert math.isnan(adv[0]) and adv[1] == 1.0 and math.isnan(b)  # the loss will not be finite
+
+
+def test_reinforce_loss_weighs_log_probs_by_the_truncated_detached_importance_weight():
+    """d/d log π of the loss is −min(π/π_engine, 2)·A·mask / T: no ratio, the weight capped
+    and detached (its own derivative would add a term); without engine log-probs it is 1."""
+    probs = torch.tensor([[0.5, 0.6, 0.1], [0.9, 0.2, 0.3]])
+    ratios = torch.tensor([[0.5, 3.0, 1.0], [1.0, 1.5, 2.5]])  # π_trainer / π_engine
+    adv, mask = torch.tensor([1.0, -2.0]), torch.tensor([[1, 1, 0], [1, 1, 1]])
+    logp = probs.log().requires_grad_()
+    loss = reinforce_loss(logp, probs.log() - ratios.log(), adv, mask, cap=2.0)
+    w = ratios.clamp(max=2.0)
+    assert loss.item() == pytest.approx(
+        (-(w * adv[:, None] * probs.log() * mask).sum() / 5).item(), rel=1e-6)
+    loss.backward()
+    assert torch.allclose(logp.grad, -(w * adv[:, None] * mask) / 5)
+    logp.grad = None
+    reinforce_loss(logp, None, adv, mask).backward()
+    assert torch.allclose(logp.grad, -(adv[:, None] * mask) / 5)
 
 
 def test_policy_gradient_at_ratio_one_is_advantage_weighted_logp():

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from runs import make_run
+from runs import CoinFlip, make_run
 
 from logra.rl import checkpoint, loop
 from logra.rl.rollout import make_engine
@@ -21,7 +21,7 @@ def engine_for(run):
 def steps(run, engine, syncer, progress, n):
     """n steps through the phases, as `train` runs them; the last step's batch."""
     for step in range(progress["step"] + 1, progress["step"] + n + 1):
-        batch = loop.sample(run, engine, step)
+        batch = loop.sample(run, engine, step, progress)
         loss, eta, kl_pred, kl_real, mismatch = loop.update(run, batch, step, progress)
         assert loop.stopped(run, batch, step, progress, loss, kl_real) is None
         synced = loop.sync(run, syncer, engine, step, progress)
@@ -32,9 +32,9 @@ def steps(run, engine, syncer, progress, n):
     return batch
 
 
-def start(tmp_path, tiny_dir, measure_memory):
+def start(tmp_path, tiny_dir, measure_memory, **grpo):
     """A LoGRA run set up, its engine and syncer, with a fresh progress."""
-    cfg, train_jsonl = make_run(tmp_path, "logra", measure_memory=measure_memory)
+    cfg, train_jsonl = make_run(tmp_path, "logra", measure_memory=measure_memory, **grpo)
     run = loop.setup(cfg, tiny_dir, train_jsonl, tmp_path / "out", tmp_path / "ckpt")
     engine = engine_for(run)
     syncer = loop.EngineSync(run.rule, "auto", getattr(torch, cfg["rollout"]["dtype"]),
@@ -75,8 +75,8 @@ def test_setup_draws_what_is_random_from_the_run_seed(tmp_path, tiny_dir):
 
 
 def test_sample_shuffles_groups_and_takes_the_probe_from_the_front(started):
-    run, engine, _, _ = started
-    batch = loop.sample(run, engine, 1)
+    run, engine, _, progress = started
+    batch = loop.sample(run, engine, 1, progress)
     ids, attn, mask, adv = batch.tensors
     grpo = run.grpo
     assert len(batch.rewards) == len(ids) == grpo["prompts_per_step"] * grpo["group_size"]
@@ -90,7 +90,7 @@ def test_update_measures_only_the_profiled_steps(measured):
     run, engine, _, progress = measured
     for step in (1, 2):
         loss, eta, kl_pred, kl_real, mismatch = loop.update(
-            run, loop.sample(run, engine, step), step, progress)
+            run, loop.sample(run, engine, step, progress), step, progress)
         assert math.isfinite(loss) and math.isfinite(kl_real) and "step_at_cap" in mismatch
     assert set(progress["memory"]) == {1} and progress["memory"][1].peak_bytes > 0
 
@@ -98,13 +98,13 @@ def test_update_measures_only_the_profiled_steps(measured):
 def test_a_run_that_measures_no_memory_profiles_no_step(started):
     run, engine, _, progress = started
     assert run.profiled == set()
-    loop.update(run, loop.sample(run, engine, 1), 1, progress)
+    loop.update(run, loop.sample(run, engine, 1, progress), 1, progress)
     assert progress["memory"] == {}
 
 
 def test_stopped_names_a_divergence_and_counts_zero_gradients(started):
     run, engine, _, progress = started
-    batch = loop.sample(run, engine, 2)  # step 2: no memory check (profile_step is 3)
+    batch = loop.sample(run, engine, 2, progress)  # step 2: no memory check (profile_step is 3)
     loop.update(run, batch, 2, progress)
     assert loop.stopped(run, batch, 2, progress, 0.1, 0.01) is None
     too_far = loop.stopped(run, batch, 2, progress, 0.1, run.grpo["max_kl_per_step"] * 2)
@@ -119,7 +119,7 @@ def test_stopped_on_cpu_compares_the_profiled_peak_with_the_budget(measured):
     run, engine, _, progress = measured
     run.cfg["memory_budget_bytes"] = 1  # every step needs more
     last = max(run.profiled)
-    batch = loop.sample(run, engine, last)
+    batch = loop.sample(run, engine, last, progress)
     loop.update(run, batch, last, progress)
     stop = loop.stopped(run, batch, last, progress, 0.1, 0.01)
     assert stop["status"] == "oom" and stop["oom_needed_bytes"] == progress["memory"][
@@ -178,3 +178,48 @@ def test_save_model_of_a_finished_run_removes_its_checkpoint(started):
     assert summary["control"]["kind"] == "BudgetControl"
     assert summary["peak_mem_bytes"] is None and "measure_memory" in summary["mem_measure"]
     assert summary["step_size"] == {"option": "update_ratio", "value": 1.0e-2}
+
+
+def test_reinforce_answers_each_prompt_once_against_the_baseline_of_earlier_steps(
+        tmp_path, tiny_dir):
+    """grpo.estimator reinforce_baseline: one response per prompt; each step's advantages are
+    its binarised rewards (1, else −0.01) minus the running baseline of the steps before it,
+    which then takes 0.1 of the step's mean; the checkpoint keeps the baseline."""
+    runs = start(tmp_path, tiny_dir, False, estimator="reinforce_baseline", group_size=1,
+                 prompts_per_step=8)
+    run, engine, syncer, progress = next(runs)
+    run.task = CoinFlip(digits=1)  # rewards 0 and 1 in turn: both outcomes in every step
+    baseline = 0.0
+    for step in (1, 2):
+        batch = loop.sample(run, engine, step, progress)
+        assert len(batch.rewards) == run.grpo["prompts_per_step"]
+        outcomes = torch.where(batch.rewards >= 1, 1.0, -0.01)
+        assert sorted(batch.tensors[3].tolist()) == pytest.approx(
+            sorted((outcomes - baseline).tolist()))
+        baseline = 0.9 * baseline + 0.1 * outcomes.mean().item()
+        assert progress["baseline"] == pytest.approx(baseline)
+        loss, eta, kl_pred, kl_real, mismatch = loop.update(run, batch, step, progress)
+        assert math.isfinite(loss) and loop.stopped(run, batch, step, progress, loss,
+                                                    kl_real) is None
+        loop.record(run, progress, step, batch, loop.sync(run, syncer, engine, step, progress)
+                    | mismatch | {"loss": loss, "kl_pred": kl_pred, "kl_real": kl_real,
+                                  "step_scale": eta, "step_time_s": 0.0})
+        loop.save_checkpoint(run, engine, step, progress)  # after step 2 (checkpoint_every 2)
+    again = loop.setup(run.cfg, tiny_dir, tmp_path / "train.jsonl", tmp_path / "out",
+                       tmp_path / "ckpt")
+    assert loop.restore(again)[0]["baseline"] == progress["baseline"]
+    next(runs, None)  # closes the engine
+
+
+def test_the_step_scale_warms_up_then_decays_as_the_authors_dense_schedule():
+    """research/logra/schedule.py's factor at update index i (from 0): (i + 1)/W for i < W,
+    then f + (1 − f)(1 + cos πp)/2 with p = min((i − W + 1)/(D − W), 1); W 9, D 300, f 0.1."""
+    g = {"warmup_steps": 9, "decay_steps": 300, "decay_final": 0.1}
+    for i in range(320):
+        p = min((i - 9 + 1) / (300 - 9), 1.0)
+        want = (i + 1) / 9 if i < 9 else 0.1 + 0.9 * (1 + math.cos(math.pi * p)) / 2
+        assert loop.scheduled_scale(i + 1, g) == pytest.approx(want, rel=1e-12)
+    assert loop.scheduled_scale(300, g) == pytest.approx(0.1)
+    assert loop.scheduled_scale(5, {"warmup_steps": 10, "decay_steps": 0}) == 0.5
+    assert loop.scheduled_scale(11, {"warmup_steps": 10, "decay_steps": 0}) == 1.0
+    assert loop.scheduled_scale(1, {"warmup_steps": 0, "decay_steps": 0}) == 1.0

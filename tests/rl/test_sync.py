@@ -139,6 +139,29 @@ def test_logp_mismatch_is_zero_for_equal_logprobs_and_matches_a_constructed_diff
     assert math.isnan(none["logp_mismatch_signed"])
 
 
+def test_reinforce_on_a_bf16_engine_weighs_each_token_by_its_truncated_ratio(tiny_dir):
+    """The authors' REINFORCE (grpo.estimator reinforce_baseline) on a bf16 engine's rollouts:
+    accumulate_gradients's gradients are those of −Σ w·A·log π / T with w = min(π/π_engine, 2)
+    from the engine's own log-probs, whose bf16 rounding moves w off 1 (an fp32 engine's w is 1
+    up to kernel order: the test above bounds its gap by 1e-4)."""
+    model, tok = load(tiny_dir)
+    with HFRolloutEngine(str(tiny_dir), dtype="bfloat16") as engine:
+        rollouts = engine.generate(PROMPTS, 3, 6, G["temperature"], seed=0)
+    ids, attn, mask, engine_logp = pad_batch(rollouts, tok.pad_token_id)
+    adv = torch.linspace(-1, 1, len(rollouts))
+    g = G | {"estimator": "reinforce_baseline", "importance_cap": 2.0}
+    accumulate_gradients(model, None, ids, attn, mask, adv, g, engine_logp=engine_logp)
+    got = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    logp = token_logprobs(model, ids, attn, G["temperature"])
+    w = torch.exp(logp.detach() - engine_logp).clamp(max=2.0)
+    (-(w * adv[:, None] * logp * mask).sum() / mask.sum()).backward()
+    assert all(torch.allclose(got[n], p.grad, rtol=1e-4, atol=1e-7)
+               for n, p in model.named_parameters())
+    m = mask.bool()
+    assert (w[m] - 1).abs().max() > 1e-3 and w[m].max() <= 2.0
+
+
 @pytest.mark.parametrize("dtype, bound", [("float32", 1e-4), ("bfloat16", 0.5)])
 def test_engine_logprobs_follow_the_trainers_temperature_convention(tiny_dir, dtype, bound):
     """With the trainer's weights, the engine's log-probs of its sampled tokens are the

@@ -2,6 +2,9 @@ RUNS = expand("{task}/{method}/seed{seed}", task=TASKS, method=METHODS, seed=SEE
 ABLATION_RUNS = RUNS + expand(
     "{task}/{method}/seed{seed}", task=TASKS, method=ABLATIONS, seed=SEEDS
 )
+REINFORCE_RUNS = expand(
+    "{task}/{method}/seed{seed}", task=TASKS, method=config["reinforce_methods"], seed=SEEDS
+)
 
 
 rule summary:
@@ -52,6 +55,33 @@ use rule summary as ablation_summary with:
         "results/benchmarks/ablations/summary.tsv",
     log:
         "results/logs/ablations/summary.log",
+
+
+use rule summary as reinforce_summary with:
+    input:
+        runs=expand("results/runs/{run}/summary.json", run=REINFORCE_RUNS),
+        evals=expand("results/eval/{run}.json", run=REINFORCE_RUNS),
+        base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
+    output:
+        summary="results/reinforce/summary.csv",
+        accuracy="results/reinforce/accuracy.csv",
+    benchmark:
+        "results/benchmarks/reinforce/summary.tsv",
+    log:
+        "results/logs/reinforce/summary.log",
+
+
+use rule reward_curves as reinforce_reward_curves with:
+    input:
+        summary="results/reinforce/summary.csv",
+        metrics=expand("results/runs/{run}/metrics.csv", run=REINFORCE_RUNS),
+    output:
+        png="figures/reinforce/reward_curves.png",
+        pdf="figures/reinforce/reward_curves.pdf",
+    benchmark:
+        "results/benchmarks/reinforce/reward_curves.tsv",
+    log:
+        "results/logs/figures/reinforce/reward_curves.log",
 
 
 use rule reward_curves as ablation_reward_curves with:
