@@ -105,7 +105,8 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
             if step == 2 and dev.type == "cuda":
                 rollout_peak = torch.cuda.max_memory_allocated(dev)
             meter = (MemoryMeter(dev, labels={"optimizer": rule.state_tensors(),
-                                              "grads": rule.grad_buffers()})
+                                              "grads": rule.grad_buffers(),
+                                              "weights": list(model.parameters())})
                      if step == 2 else contextlib.nullcontext())
             if step > 2 and dev.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(dev)

@@ -222,14 +222,14 @@ def _import_memory_profiler():
         ) from e
 
 
-def _new_profiler():
+def _new_profiler(with_stack: bool):
     from torch.profiler import ProfilerActivity, profile
 
     return profile(
         activities=[ProfilerActivity.CPU],
         profile_memory=True,
         record_shapes=True,
-        with_stack=True,
+        with_stack=with_stack,
     )
 
 
@@ -437,8 +437,13 @@ class MemoryMeter:
                  labels: dict[str, Iterable[torch.Tensor]] | None = None) -> None:
         """`labels` names tensors the profiler cannot categorise itself, e.g. the state of an
         update rule that is not a `torch.optim.Optimizer`: {"optimizer": tensors}. They must
-        stay alive through the region (they are matched by storage address)."""
+        stay alive through the region (they are matched by storage address). Labelled
+        "weights" (the model's parameters) spare the CPU profiler its Python tracer, through
+        whose module calls it otherwise finds them: several seconds a step where Python hooks
+        run (LoGRA's sketches, torch.compile'd optimizers), the same breakdown on the loop's
+        rules."""
         self.device = torch.device(device)
+        self._with_stack = "weights" not in (labels or {})
         self._labels = {local(t).untyped_storage().data_ptr(): name
                         for name, ts in (labels or {}).items() for t in ts if t is not None}
         self._label_bytes = {local(t).untyped_storage().data_ptr(): local(t).untyped_storage().nbytes()
@@ -484,7 +489,7 @@ class MemoryMeter:
         self._rss_before = _read_rss_now_bytes()
         self._rss_reset = _reset_rss_hwm()
         self._phase_ends = []
-        self._prof = _new_profiler()
+        self._prof = _new_profiler(self._with_stack)
         self._t0 = time.perf_counter()
         self._prof.__enter__()
         return self

@@ -288,7 +288,8 @@ def update(run: Run, batch: Batch, step: int, progress: dict) -> tuple:
     torch.OutOfMemoryError."""
     grpo, rule = run.grpo, run.rule
     meter = (MemoryMeter(run.device, labels={"optimizer": rule.state_tensors(),
-                                             "grads": rule.grad_buffers()})
+                                             "grads": rule.grad_buffers(),
+                                             "weights": list(run.model.parameters())})
              if step in run.profiled else contextlib.nullcontext())
     with meter, run.autocast:
         out = update_step(
