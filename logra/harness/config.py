@@ -282,8 +282,10 @@ def _check_tasks(config: dict) -> None:
 
 def _check_method_grpo(config: dict) -> None:
     """Each method's grpo keys (merged over grpo) exist and fit together: the cosine
-    diagnostic off the profiled steps, and sharded runs (grpo.nproc_per_node > 1) with a rule
-    that shards, a batch that splits over the ranks and no checkpoints."""
+    diagnostic off the profiled steps, GRPO's groups of two or more (REINFORCE's keys only
+    with it), a decay that ends after the warmup, no CPU memory budget without a measure, and
+    sharded runs (grpo.nproc_per_node > 1) with a rule that shards, a batch that splits over
+    the ranks and no checkpoints."""
     sweep = config.get("lr_sweep") or {"anchors": {}}
     trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["anchors"],
                *config.get("reinforce_methods", []),
@@ -307,6 +309,9 @@ def _check_method_grpo(config: dict) -> None:
             raise ConfigError(f"{key('group_size')}={merged['group_size']}: GRPO's advantages "
                               "compare the responses of one prompt (at least 2), or set "
                               f"grpo.estimator: reinforce_baseline ({name})")
+        if merged["estimator"] == "grpo" and merged["length_reference"] is not None:
+            raise ConfigError(f"{key('length_reference')}: weighs REINFORCE's advantages; set "
+                              f"grpo.estimator: reinforce_baseline or drop it ({name})")
         if merged["decay_steps"] and merged["decay_steps"] <= merged["warmup_steps"]:
             raise ConfigError(f"{key('decay_steps')}={merged['decay_steps']}: the decay ends "
                               f"after the warmup ({key('warmup_steps')}="

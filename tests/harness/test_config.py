@@ -148,6 +148,8 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: c["grpo"].update(group_size=1),
      r"grpo.group_size=1: GRPO's advantages compare the responses of one prompt \(at least 2\), "
      r"or set grpo.estimator: reinforce_baseline"),
+    (lambda c: c["methods"]["dense_adam"].update(grpo={"length_reference": 1024}),
+     r"methods.dense_adam.grpo.length_reference: weighs REINFORCE's advantages"),
     (lambda c: c["methods"]["dense_adam"].update(grpo={"warmup_steps": 9, "decay_steps": 9}),
      r"methods.dense_adam.grpo.decay_steps=9: the decay ends after the warmup "
      r"\(methods.dense_adam.grpo.warmup_steps=9"),
