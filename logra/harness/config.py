@@ -283,8 +283,7 @@ def _check_tasks(config: dict) -> None:
 def _check_method_grpo(config: dict) -> None:
     """Each method's grpo keys (merged over grpo) exist and fit together: the cosine
     diagnostic off the profiled steps, GRPO's groups of two or more (REINFORCE's keys only
-    with it), a decay that ends after the warmup, no CPU memory budget without a measure, and
-    sharded runs (grpo.nproc_per_node > 1) with a rule that shards, a batch that splits over
+    with it), a decay that ends after the warmup, and sharded runs (grpo.nproc_per_node > 1) with a rule that shards, a batch that splits over
     the ranks and no checkpoints."""
     sweep = config.get("lr_sweep") or {"anchors": {}}
     trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["anchors"],
@@ -292,11 +291,20 @@ def _check_method_grpo(config: dict) -> None:
                *(config.get("stability") or {}).get("methods", []),
                *(config.get("stability") or {}).get("opt_in_methods", []),
                *(config.get("sync_regime") or {}).get("methods", [])}
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+    schema = yaml.safe_load(SCHEMA.read_text())
+    grpo_values = Draft202012Validator({"$defs": schema["$defs"],
+                                        **schema["properties"]["grpo"]})
     for name, m in config["methods"].items():
         unknown = sorted(set(m.get("grpo", {})) - set(config["grpo"]))
         if unknown:
             raise ConfigError(f"methods.{name}.grpo: unknown key {unknown[0]!r} "
                               f"(grpo keys: {sorted(config['grpo'])})")
+        error = best_match(grpo_values.iter_errors(m.get("grpo", {})))
+        if error is not None:  # a method's grpo values as the grpo section's (no defaults)
+            raise ConfigError(f"methods.{name}.grpo."
+                              f"{'.'.join(map(str, error.absolute_path))}: {error.message}")
         merged = config["grpo"] | m.get("grpo", {})
         def key(k: str, name=name, m=m) -> str:  # the method's own grpo key, else the global
             return f"methods.{name}.grpo.{k}" if k in m.get("grpo", {}) else f"grpo.{k}"
@@ -316,10 +324,6 @@ def _check_method_grpo(config: dict) -> None:
             raise ConfigError(f"{key('decay_steps')}={merged['decay_steps']}: the decay ends "
                               f"after the warmup ({key('warmup_steps')}="
                               f"{merged['warmup_steps']}; method {name})")
-        if (not merged["measure_memory"] and config.get("memory_budget_gb")
-                and config["device"] == "cpu" and name in trained):
-            raise ConfigError(f"{key('measure_memory')}: false, with memory_budget_gb set: a "
-                              f"CPU run is held to its budget by its measured peak ({name})")
         if merged["cosine_step"] and merged["nproc_per_node"] > 1 and name in trained:
             raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']}: the diagnostic "
                               f"runs in one process only; set 0 with grpo.nproc_per_node > 1 ({name})")

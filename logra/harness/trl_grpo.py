@@ -174,8 +174,14 @@ def logra_or_torch(optimizer):
 
 def config_options(config: dict, task: str) -> dict:
     """compare()'s options from the workflow's config: LoGRA's options on `task` (method
-    `logra`), AdamW's lr (method `dense_adam`'s) and the `grpo` batch sizes."""
+    `logra`), AdamW's lr (method `dense_adam`'s) and the `grpo` batch sizes; TRL's GRPO
+    only (its groups of two or more)."""
     g = config["grpo"]
+    estimator = g.get("estimator", "grpo")  # a config as read (the example's) or validated
+    if estimator != "grpo" or g["group_size"] < 2:
+        raise ValueError(f"trl: TRL's GRPOTrainer runs GRPO with groups of two or more; this "
+                         f"config's grpo.estimator is {estimator!r}, grpo.group_size "
+                         f"{g['group_size']}")
     return dict(logra=task_options(config["methods"]["logra"]["options"], task),
                 adamw_lr=task_options(config["methods"]["dense_adam"]["options"], task)["lr"],
                 prompts_per_step=g["prompts_per_step"], group_size=g["group_size"],

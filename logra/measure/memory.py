@@ -10,7 +10,8 @@ Two independent views of the same quantity, so they can be checked against each 
     and includes every tensor that was alive before the region.  ``by_category`` is ``{}``
     (the allocator does not know what a block is for).
   - CPU: the region runs under ``torch.profiler.profile(activities=[CPU], profile_memory=True,
-    record_shapes=True, with_stack=True)``.  Every CPU allocation/free inside the region is
+    record_shapes=True, with_stack=True)`` (``with_stack=False`` where the caller labels the
+    weights: see ``MemoryMeter``).  Every CPU allocation/free inside the region is
     recorded by the c10 CPU allocator's memory reporter; ``torch.profiler._memory_profiler.
     MemoryProfile`` turns those events into a timeline of
     ``(time_ns, Action, (key, version), nbytes)`` and assigns each tensor a category

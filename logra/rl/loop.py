@@ -202,7 +202,9 @@ def setup(cfg: dict, base_dir, train_jsonl, out_dir, checkpoint_dir=None) -> Run
     ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir and not sharded else None
     # CPU + FSDP: the profiler's memory timeline cannot follow FSDP's storage resizes (it fails
     # its own version checks), so sharded CPU runs are not measured; CUDA uses the allocator
-    profiled = (set() if (sharded and device.type == "cpu") or not grpo["measure_memory"]
+    # grpo.measure_memory: false skips it, unless a budget is checked by the measured peak
+    measure = grpo["measure_memory"] or cfg.get("memory_budget_bytes")
+    profiled = (set() if (sharded and device.type == "cpu") or not measure
                 else {1, grpo["profile_step"]})
     return Run(cfg, grpo, Path(base_dir), out_dir, device, mesh, collectives.rank(), task, rows,
                model, tokenizer, ref_model, autocast, rule, kl_control, rng, shuffle_gen, eos,
@@ -289,7 +291,9 @@ def update(run: Run, batch: Batch, step: int, progress: dict) -> tuple:
     grpo, rule = run.grpo, run.rule
     meter = (MemoryMeter(run.device, labels={"optimizer": rule.state_tensors(),
                                              "grads": rule.grad_buffers(),
-                                             "weights": list(run.model.parameters())})
+                                             "weights": [*run.model.parameters(), *(
+                                                 run.ref_model.parameters() if run.ref_model
+                                                 else ())]})
              if step in run.profiled else contextlib.nullcontext())
     with meter, run.autocast:
         out = update_step(
@@ -521,8 +525,8 @@ def memory_summary(run: Run, progress: dict) -> dict:
         "peak_mem_bytes_by_step": {str(s): r.peak_bytes for s, r in sorted(memory.items())},
         "mem_breakdown": report.by_category if report else None,
         "mem_measure": (report.method if report else None if run.profiled else
-                        "not measured (grpo.measure_memory: false)"
-                        if not run.grpo["measure_memory"] else "not measured (FSDP on CPU)"),
+                        "not measured (FSDP on CPU)" if run.sharded else
+                        "not measured (grpo.measure_memory: false)"),
         "mem_rss_peak_bytes": report.rss_peak_bytes if report else None,
         "mem_analytic": analytic, "mem_check": check}
 

@@ -155,10 +155,10 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"\(methods.dense_adam.grpo.warmup_steps=9"),
     (lambda c: c.update(reinforce_methods=["logra_reinforce"]),
      r"reinforce_methods\[0\]: 'logra_reinforce' is not defined under methods"),
-    (lambda c: (c.update(memory_budget_gb=4), c["methods"]["logra"].update(
-        grpo={"measure_memory": False})),
-     r"methods.logra.grpo.measure_memory: false, with memory_budget_gb set: a CPU run is held "
-     r"to its budget by its measured peak \(logra\)"),
+    (lambda c: c["methods"]["logra"].update(grpo={"estimator": "reinforce"}),
+     r"methods.logra.grpo.estimator: 'reinforce' is not one of \['grpo', 'reinforce_baseline'\]"),
+    (lambda c: c["methods"]["logra"].update(grpo={"decay_final": 5}),
+     r"methods.logra.grpo.decay_final: 5 is greater than the maximum of 1"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)

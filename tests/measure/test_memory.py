@@ -419,3 +419,41 @@ def test_logra_activation_estimate_matches_saved_tensors_exactly(attn):
     est = activation_bytes_estimate(cfg, B, T, attn_implementation=attn, attention_mask=True,
                                     loss="chunked", sketch_rank=rule.rank)
     assert est == saved
+
+
+@pytest.mark.parametrize("rule, options", [
+    ("logra", {"rank": 4, "update_ratio": 3e-3, "probe_responses": 2}),  # Python hooks
+    ("lora", {"lr": 1e-3, "rank": 2}),                                   # peft's modules
+])
+def test_labelled_weights_spare_the_python_tracer_and_keep_the_breakdown(rule, options):
+    """The same update step measured twice from the same state: once with the model's
+    parameters labelled "weights" (the profiler runs without its Python tracer, as the loop
+    measures) and once without (the profiler finds them through module calls): the same peak
+    and the same breakdown."""
+    from transformers import AutoModelForCausalLM
+
+    from logra import rules
+    from logra.harness.memory_point import fixed_batch
+    from logra.rl.models import tiny_config
+    from logra.rl.step import update_step
+    grpo = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28,
+            "probe_size": 4, "micro_batch_size": 4}
+    reports = []
+    for label_weights in (True, False):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(tiny_config(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4))
+        update = rules.build(rule, model, options)
+        batch, probe = fixed_batch(model.config.vocab_size, 8, 6, 6, 4)
+        update_step(model, None, update, None, batch, probe, grpo)  # the rule's state exists
+        labels = {"optimizer": update.state_tensors(), "grads": update.grad_buffers()}
+        if label_weights:
+            labels["weights"] = list(model.parameters())
+        meter = MemoryMeter("cpu", labels=labels)
+        assert meter._with_stack is not label_weights
+        with meter:
+            update_step(model, None, update, None, batch, probe, grpo)
+        reports.append(meter.report)
+    fast, traced = reports
+    assert fast.peak_bytes == traced.peak_bytes
+    assert fast.by_category == traced.by_category, (fast.by_category, traced.by_category)

@@ -93,18 +93,25 @@ def test_update_measures_only_the_profiled_steps(measured):
             run, loop.sample(run, engine, step, progress), step, progress)
         assert math.isfinite(loss) and math.isfinite(kl_real) and "step_at_cap" in mismatch
     assert set(progress["memory"]) == {1} and progress["memory"][1].peak_bytes > 0
+    summary = loop.memory_summary(run, progress)
+    assert summary["peak_mem_step"] == 1 and summary["peak_mem_bytes_by_step"] == {
+        "1": progress["memory"][1].peak_bytes}
 
 
-def test_a_run_that_measures_no_memory_profiles_no_step(started):
+def test_a_run_that_measures_no_memory_profiles_no_step(started, tmp_path, tiny_dir):
     run, engine, _, progress = started
     assert run.profiled == set()
     loop.update(run, loop.sample(run, engine, 1, progress), 1, progress)
     assert progress["memory"] == {}
+    # unless a memory budget is set: the CPU checks it by the measured peak
+    budgeted = loop.setup(run.cfg | {"memory_budget_bytes": 2**30}, tiny_dir,
+                          tmp_path / "train.jsonl", tmp_path / "out")
+    assert budgeted.profiled == {1, run.grpo["profile_step"]}
 
 
 def test_stopped_names_a_divergence_and_counts_zero_gradients(started):
     run, engine, _, progress = started
-    batch = loop.sample(run, engine, 2, progress)  # step 2: no memory check (profile_step is 3)
+    batch = loop.sample(run, engine, 2, progress)  # step 2: no memory check
     loop.update(run, batch, 2, progress)
     assert loop.stopped(run, batch, 2, progress, 0.1, 0.01) is None
     too_far = loop.stopped(run, batch, 2, progress, 0.1, run.grpo["max_kl_per_step"] * 2)
