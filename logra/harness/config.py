@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -154,6 +155,12 @@ def _number_hint(value) -> str:
             f"and with a sign; write {sign}{whole}.{frac or '0'}e{exp_sign or '+'}{exp})")
 
 
+@functools.cache
+def _schema() -> dict:
+    """workflow/schemas/config.schema.yaml, read once (callers do not modify it)."""
+    return yaml.safe_load(SCHEMA.read_text())
+
+
 def validate(config: dict, sources: dict | None = None, how: str = "") -> None:
     """Validate `config` against the schema, filling defaults in place, then refuse any
     non-finite number. An error names the key, the value, the file that set it and `how` the
@@ -163,7 +170,7 @@ def validate(config: dict, sources: dict | None = None, how: str = "") -> None:
     from snakemake.utils import validate as fill_defaults
 
     sources = sources or {}
-    error = best_match(Draft202012Validator(yaml.safe_load(SCHEMA.read_text()))
+    error = best_match(Draft202012Validator(_schema())
                        .iter_errors(config))
     if error is not None:
         path = tuple(error.absolute_path)
@@ -281,10 +288,11 @@ def _check_tasks(config: dict) -> None:
 
 
 def _check_method_grpo(config: dict) -> None:
-    """Each method's grpo keys (merged over grpo) exist and fit together: the cosine
-    diagnostic off the profiled steps, GRPO's groups of two or more (REINFORCE's keys only
-    with it), a decay that ends after the warmup, and sharded runs (grpo.nproc_per_node > 1) with a rule that shards, a batch that splits over
-    the ranks and no checkpoints."""
+    """Each method's grpo keys (merged over grpo) exist, take the grpo section's values and
+    fit together: the cosine diagnostic off the profiled steps, GRPO's groups of two or more
+    (REINFORCE's keys only with it), a decay that ends after the warmup, and sharded runs
+    (grpo.nproc_per_node > 1) with a rule that shards, a batch that splits over the ranks and
+    no checkpoints."""
     sweep = config.get("lr_sweep") or {"anchors": {}}
     trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["anchors"],
                *config.get("reinforce_methods", []),
@@ -293,7 +301,7 @@ def _check_method_grpo(config: dict) -> None:
                *(config.get("sync_regime") or {}).get("methods", [])}
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
-    schema = yaml.safe_load(SCHEMA.read_text())
+    schema = _schema()
     grpo_values = Draft202012Validator({"$defs": schema["$defs"],
                                         **schema["properties"]["grpo"]})
     for name, m in config["methods"].items():
@@ -308,8 +316,7 @@ def _check_method_grpo(config: dict) -> None:
         merged = config["grpo"] | m.get("grpo", {})
         def key(k: str, name=name, m=m) -> str:  # the method's own grpo key, else the global
             return f"methods.{name}.grpo.{k}" if k in m.get("grpo", {}) else f"grpo.{k}"
-        if merged["measure_memory"] and merged["cosine_step"] in (
-                1, min(merged["profile_step"], merged["steps"])):
+        if merged["cosine_step"] in (1, min(merged["profile_step"], merged["steps"])):
             raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']} is a memory-profiled "
                               f"step (step 1 and grpo.profile_step, method {name}): the "
                               "diagnostic's copies would count in the measured peak")
@@ -352,7 +359,7 @@ def _check_rule_options(config: dict) -> None:
     a rule whose step can be scaled."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
-    defs = yaml.safe_load(SCHEMA.read_text())["$defs"]
+    defs = _schema()["$defs"]
     specs = [(f"methods.{n}", n, m) for n, m in config["methods"].items()]
     specs += [(f"paper_setting.methods.{n}", n, m)  # predicted only: no sync, no runs
               for n, m in (config.get("paper_setting") or {}).get("methods", {}).items()]

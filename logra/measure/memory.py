@@ -440,9 +440,9 @@ class MemoryMeter:
         update rule that is not a `torch.optim.Optimizer`: {"optimizer": tensors}. They must
         stay alive through the region (they are matched by storage address). Labelled
         "weights" (the model's parameters) spare the CPU profiler its Python tracer, through
-        whose module calls it otherwise finds them: several seconds a step where Python hooks
-        run (LoGRA's sketches, torch.compile'd optimizers), the same breakdown on the loop's
-        rules."""
+        whose module calls it otherwise finds them: seconds a profiled step where Python hooks
+        run (LoGRA's sketches, torch.compile'd optimizers; the default config's tiny model on
+        a 2-core CPU), the same breakdown (tests/measure/test_memory.py)."""
         self.device = torch.device(device)
         self._with_stack = "weights" not in (labels or {})
         self._labels = {local(t).untyped_storage().data_ptr(): name

@@ -203,7 +203,7 @@ def setup(cfg: dict, base_dir, train_jsonl, out_dir, checkpoint_dir=None) -> Run
     # CPU + FSDP: the profiler's memory timeline cannot follow FSDP's storage resizes (it fails
     # its own version checks), so sharded CPU runs are not measured; CUDA uses the allocator
     # grpo.measure_memory: false skips it, unless a budget is checked by the measured peak
-    measure = grpo["measure_memory"] or cfg.get("memory_budget_bytes")
+    measure = grpo["measure_memory"] or bool(cfg.get("memory_budget_bytes"))
     profiled = (set() if (sharded and device.type == "cpu") or not measure
                 else {1, grpo["profile_step"]})
     return Run(cfg, grpo, Path(base_dir), out_dir, device, mesh, collectives.rank(), task, rows,

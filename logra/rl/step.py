@@ -27,15 +27,15 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
     The step's control is the rule's own (`rule.control`, LoGRA's budget) or `kl_control` (the
     config's), or none (scale `max_scale`). The probe is split (logra/optim/kl_control.py): the
     control predicts on its first half, the realized KL is measured on the second.
-    `max_scale` caps the step scale (the schedule's: warmup, decay). `phase(name)`, if given, is called at the
-    end of each phase (`MemoryMeter.phase`: forward_backward, propose, kl_control, apply).
-    Returns (loss, step scale η, predicted KL at η or nan, realized KL, {the trainer-vs-engine
-    log-prob mismatch (`accumulate_gradients`) and CONTROL_METRICS: the control's budget and
-    mismatch EMA where it has them, its seconds, whether η is at its cap}). `completed`: per
-    sequence, whether its response ended with eos (the signed mismatch's). `cosine`: also
-    "update_cosine", the cosine between the applied step and the batch's negative dense
-    gradient over every trained weight (`rule.dense_gradients`; nan where the rule cannot keep
-    it), a diagnostic that copies the weights and gradients once."""
+    `max_scale` caps the step scale (the schedule's: warmup, decay). `phase(name)`, if given,
+    is called at the end of each phase (`MemoryMeter.phase`: forward_backward, propose,
+    kl_control, apply). Returns (loss, step scale η, predicted KL at η or nan, realized KL,
+    {the trainer-vs-engine log-prob mismatch (`accumulate_gradients`) and CONTROL_METRICS: the
+    control's budget and mismatch EMA where it has them, its seconds, whether η is at its
+    cap}). `completed`: per sequence, whether its response ended with eos (the signed
+    mismatch's). `cosine`: also "update_cosine", the cosine between the applied step and the
+    batch's negative dense gradient over every trained weight (`rule.dense_gradients`; nan
+    where the rule cannot keep it), a diagnostic that copies the weights and gradients once."""
     phase = phase or (lambda name: None)
     control = rule.control or kl_control
     fit, held_out = split_probe(probe)
