@@ -17,8 +17,8 @@ from snakemake.utils import min_version
 
 from logra.harness.config import (add_lr_sweep_methods, add_sync_regime_methods, base_input,
                           generation_room, hub_models, job_resources, margin_runs,
-                          margin_seeds, resolve, run_config, stability_runs, start_model,
-                          sync_regime_runs, task_options)
+                          margin_seeds, resolve, run_config, run_tasks, stability_runs,
+                          start_model, sweep_knobs, sync_regime_runs, task_options)
 from logra.repro import pin_cpu
 
 min_version("9.0")
@@ -36,7 +36,7 @@ if config["model"]["name"] == "tiny":  # built locally: nothing may come from a 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-TASKS, METHODS, SEEDS = list(config["tasks"]), config["run_methods"], config["seeds"]
+TASKS, METHODS, SEEDS = run_tasks(config), config["run_methods"], config["seeds"]
 ABLATIONS = [m for m in config["ablation_methods"] if m not in METHODS]
 SWEEP = add_lr_sweep_methods(config)  # {method name: (method, lr)}
 REGIMES = add_sync_regime_methods(config)  # {sync regime: its method names}

@@ -31,10 +31,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is built locally
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import torch  # noqa: E402
-import yaml  # noqa: E402
 
 from logra.files import write_json
-from logra.harness.config import task_options
+from logra.harness.config import resolve, task_options
 from logra.harness.trl_grpo import compare, config_options
 from logra.rl.models import build_tiny, load
 from logra.rl.sft import sft
@@ -55,7 +54,8 @@ def warm_base(config: dict, task_name: str, task, rows: list[dict], out_dir: Pat
     s = task_options(config["sft"], task_name)
     result = sft(model, tokenizer, task, rows, steps=s["steps"], batch_size=s["batch_size"],
                  lr=s["lr"], stop_at_accuracy=None, eval_every=s["eval_every"],
-                 eval_examples=s["eval_examples"],
+                 eval_examples=s["eval_examples"], warmup_steps=s["warmup_steps"],
+                 decay=s["decay"], decay_final=s["decay_final"],
                  max_new_tokens=config["grpo"]["max_new_tokens"], seed=seed)
     print(f"SFT base: {result['steps']} steps, held-out greedy accuracy {result['accuracy']:.3f}")
     model.save_pretrained(path)
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", help="output JSON (default results/trl/<task>.json)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    config = yaml.safe_load(Path(args.config).read_text())
+    config = resolve([args.config])  # over config/config.yaml, as the workflow reads it
     if args.task not in config["tasks"]:
         raise SystemExit(f"--task {args.task}: not in {args.config} (tasks: "
                          f"{', '.join(config['tasks'])})")

@@ -2,6 +2,8 @@
 analysis imports this, and it loads no torch)."""
 from __future__ import annotations
 
+import math
+
 # how the engine receives weights (logra/rl/weight_sync.py), and the per-step sync metrics
 TRANSPORTS = ("full", "delta", "low_rank")
 SYNC_METRICS = ("sync_bytes", *(f"sync_bytes_{t}" for t in TRANSPORTS), "sync_seconds",
@@ -15,6 +17,20 @@ INDEX_BYTES = 4  # a delta's flat index: int32 below 2^31 words per tensor (logr
 # changed fraction of bf16 words per step reported for production RL at 7B-355B (verl at 72B:
 # 2.1-2.6%); reported elsewhere, not measured here: drawn beside the runs' own fractions
 REPORTED_CHANGED_FRACTION = (0.01, 0.03)
+
+
+def warmup_cosine(step: int, warmup: int, decay: int, final: float) -> float:
+    """A step-size multiplier at step `step` (from 1): step/W over a linear warmup of W =
+    `warmup` steps, then a cosine from 1 to `final` reached at step D = `decay` and kept after,
+    final + (1 − final)·(1 + cos πp)/2 with p = min((step − W)/(D − W), 1); 1 after the warmup
+    when D is 0. The LoGRA authors' dense schedule is W 9, D 300, final 0.1
+    (`research/logra/schedule.py`)."""
+    if warmup and step <= warmup:
+        return step / warmup
+    if not decay:
+        return 1.
+    p = min((step - warmup) / (decay - warmup), 1.0)
+    return final + (1 - final) * (1 + math.cos(math.pi * p)) / 2
 
 
 def delta_bytes(trained_words: int, changed_fraction: float, b: int) -> int:

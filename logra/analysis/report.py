@@ -98,10 +98,12 @@ def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
-                   sweep: dict[str, tuple[str, float]]) -> pd.DataFrame:
-    """One row per (task, method, lr): lm-eval accuracy (the primary metric, `metric`) on the
-    task's validation split and final
-    training reward (mean of the last 10 steps), mean ± sd over the seeds whose run finished ok,
+                   sweep: dict[str, tuple[str, float]], knobs: dict[str, str]) -> pd.DataFrame:
+    """One row per (task, method, lr): `option`, what the point `lr` sets (`knobs[method]`:
+    an lr, LoGRA's kl_budget), lm-eval accuracy (the primary metric, `metric`) on the task's
+    validation split, final training reward (mean of the last 10 steps) and the share of
+    steps its control held at its cap (`at_cap_share`; NaN without a control), mean ± sd over
+    the seeds whose run finished ok,
     `chosen`: per task and method, the one lr with the best mean validation accuracy among
     the lrs whose every seed finished ok (the smaller lr on a tie; none if no lr qualifies),
     `budget`: the method's number of lrs, and `on_edge`: the choice is its grid's smallest or
@@ -117,14 +119,17 @@ def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
         rows.append({"task": s["task"], "method": method, "lr": lr, "seed": s["seed"],
                      "status": s["status"], "metric": v["primary"],
                      "val_accuracy": v["accuracy"] if ok else float("nan"),
-                     "final_reward": s["final_reward"] if ok else float("nan")})
+                     "final_reward": s["final_reward"] if ok else float("nan"),
+                     "at_cap_share": (s.get("control") or {}).get("steps_at_cap_share")})
     out = pd.DataFrame(rows).groupby(["task", "method", "lr"]).agg(
         metric=("metric", "first"), val_accuracy_mean=("val_accuracy", "mean"),
         val_accuracy_sd=("val_accuracy", "std"),
         final_reward_mean=("final_reward", "mean"), final_reward_sd=("final_reward", "std"),
+        at_cap_share=("at_cap_share", "mean"),
         n_ok=("val_accuracy", "count"), n_seeds=("seed", "nunique")).reset_index()
     complete = out[out["n_ok"] == out["n_seeds"]]
     best = complete.groupby(["task", "method"])["val_accuracy_mean"].idxmax()
+    out.insert(3, "option", out["method"].map(knobs))
     out["chosen"] = out.index.isin(best)
     grids = pd.DataFrame(sweep.values(), columns=["method", "lr"]).groupby("method")["lr"]
     out["budget"] = out["method"].map(grids.size())
@@ -440,7 +445,8 @@ class ReportInputs:
     """What results/REPORT.md is written from: the workflow's tables; `runs` and `long_runs`
     are the summary.json contents of the grid's runs and of the stability runs, `stability`
     their metrics and summary as `logra.analysis.verdict.factor_effects` takes them;
-    `reference` the method low-rank sync and measured peaks are compared with; `plan` the
+    `reference` the method low-rank sync and measured peaks are compared with; `sft` the
+    sft.json of each base the grid starts from (its held-out curve); `plan` the
     frozen analysis plan (results/analysis_plan.json); `ablations` the
     tables of `snakemake ablations` (results/ablations/: summary, accuracy, verdicts, sweep). A
     table that is None (its stage is not in the config, or the lr sweep, `snakemake
@@ -461,6 +467,7 @@ class ReportInputs:
     reference: str | None = None
     sync_regime: pd.DataFrame | None = None
     ablations: dict[str, pd.DataFrame | None] | None = None
+    sft: list[dict] | None = None
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -528,7 +535,20 @@ def _bases(inputs: ReportInputs) -> list[str]:
                     f"base, {_metric_name(bases['metric'].iloc[0])}, mean over seeds; beside it "
                     "the other protocols'.",
                     {"task": bases["task"], "base accuracy": _fmt(bases["base_accuracy"]),
-                     **_others(bases, "base_")})
+                     **_others(bases, "base_")}) + _sft_curves(inputs.sft)
+
+
+def _sft_curves(sft: list[dict] | None) -> list[str]:
+    """Each base's held-out greedy accuracy along its SFT steps: a jump shows here."""
+    rows = [{"task": s["task"], "seed": s["seed"],
+             **{f"step {h['step']}": f"{h['accuracy']:.3f}" for h in s["history"]}}
+            for s in sorted(sft or [], key=lambda s: (s["task"], s["seed"])) if s["history"]]
+    if not rows:
+        return []
+    return _section("SFT curves", "results/base/{task}/seed{seed}/sft.json", "Greedy accuracy "
+                    "on SFT's held-out slice of the train split (`sft.eval_examples`) every "
+                    "`sft.eval_every` steps, per base.",
+                    pd.DataFrame(rows).fillna("").to_dict("list"))
 
 
 def _results(inputs: ReportInputs) -> list[str]:
@@ -732,13 +752,17 @@ def _lr_sweep(inputs: ReportInputs) -> list[str]:
     out = []
     if lr_sweep is not None:
         chosen = lr_sweep[lr_sweep["chosen"]]
-        out += _section("lr sweep", "results/lr_sweep.csv", "The lr with the best mean "
-                        f"validation accuracy, by {_metric_name(chosen['metric'].iloc[0])}, per "
-                        "task and method, out of `budget` lrs (the "
-                        "method's grid); `edge`: the choice is the grid's smallest or largest lr.",
+        out += _section("lr sweep", "results/lr_sweep.csv", "The point (an lr; LoGRA's KL "
+                        "budget) with the best mean validation accuracy, by "
+                        f"{_metric_name(chosen['metric'].iloc[0])}, per task and method, out "
+                        "of `budget` points (the method's grid); `edge`: the choice is the "
+                        "grid's smallest or largest point; `at cap`: the share of its steps "
+                        "its control held at its cap (LoGRA: alpha_max).",
                         {"task": chosen["task"], "method": chosen["method"],
-                         "lr": _fmt(chosen["lr"], "g"), "budget": chosen["budget"],
+                         "option": chosen["option"], "point": _fmt(chosen["lr"], "g"),
+                         "budget": chosen["budget"],
                          "edge": chosen["on_edge"].map({True: "yes", False: ""}),
+                         "at cap": _fmt(chosen["at_cap_share"], ".0%"),
                          "validation accuracy": _pm(chosen["val_accuracy_mean"],
                                                     chosen["val_accuracy_sd"]),
                          "seeds": chosen["n_seeds"]})

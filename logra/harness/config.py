@@ -241,7 +241,8 @@ def _check_references(config: dict) -> None:
         raise ConfigError(f"verdict.reference: {config['verdict']['reference']!r} is not "
                           f"defined under methods (defined: {sorted(config['methods'])})")
     _check_eval_and_margin(config)
-    for key, tasks in [("stability.task", [(config.get("stability") or {}).get("task")]),
+    for key, tasks in [("run_tasks", config.get("run_tasks") or []),
+                       ("stability.task", [(config.get("stability") or {}).get("task")]),
                        ("sync_regime.task", [(config.get("sync_regime") or {}).get("task")]),
                        ("lr_sweep.tasks", sweep.get("tasks", []))]:
         for task in tasks:
@@ -253,6 +254,11 @@ def _check_references(config: dict) -> None:
     if len(unscaled) > 1:
         raise ConfigError(f"sync_regime.lr_scales: regimes {unscaled} all run the methods as "
                           "they are (scale 1), the same runs; keep one")
+
+
+def run_tasks(config: dict) -> list[str]:
+    """The tasks the grid runs on: `run_tasks`, else every task."""
+    return list(config.get("run_tasks") or config["tasks"])
 
 
 def _check_per_task_values(config: dict) -> None:
@@ -454,11 +460,12 @@ def lr_grid(anchor: float, points: int, factor: float) -> list[float]:
 
 def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
     """Add one method per (method, lr) of `lr_sweep` (each anchor's `lr_grid`) to
-    config["methods"], a copy with its step size replaced (the rule's `step_size_option`: `lr`,
-    LoGRA's `update_ratio`), named `<method>_lr<lr>` (`dense_adam_lr0p0001`,
-    `dense_adam_lr2p5em05`), the configured one too: adopting the sweep's choice in the config
-    renames no sweep run. The copies measure no memory (`grpo.measure_memory`: the weights are
-    the same; what the sweep reads is their validation accuracy). Returns {name: (method, lr)}."""
+    config["methods"], a copy at that point of the rule's knob (its `tuned` options: the lr;
+    LoGRA's KL budget, its update_ratio following), named `<method>_lr<lr>`
+    (`dense_adam_lr0p0001`, `logra_lr0p0002`), the configured one too: adopting the choice
+    in the config renames no sweep run. The copies measure no memory (`grpo.measure_memory`:
+    the weights are the same; what the sweep reads is their validation accuracy). Returns
+    {name: (method, lr)}, lr the point of the knob."""
     sweep, spec = {}, config.get("lr_sweep") or {"anchors": {}}
     for method, anchor in spec["anchors"].items():
         base = config["methods"][method]
@@ -467,12 +474,19 @@ def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
             if name in config["methods"]:
                 raise ConfigError(f"lr_sweep.anchors.{method}: the run name {name!r} for "
                                   f"lr={lr} is already a method")
-            knob = rules.rule_class(base["rule"]).step_size_option
+            cls = rules.rule_class(base["rule"])
             config["methods"][name] = {  # validation runs: their memory is not read
-                **copy.deepcopy(base), "options": {**base.get("options", {}), knob: lr},
+                **copy.deepcopy(base), "options": cls.tuned(dict(base.get("options", {})), lr),
                 "grpo": {**base.get("grpo", {}), "measure_memory": False}}
             sweep[name] = (method, lr)
     return sweep
+
+
+def sweep_knobs(config: dict) -> dict[str, str]:
+    """{method: the option its lr sweep's points set} for each of `lr_sweep.anchors`."""
+    return {m: rules.rule_class(config["methods"][m]["rule"]).tuning_option(
+        config["methods"][m].get("options", {}))
+        for m in (config.get("lr_sweep") or {}).get("anchors", {})}
 
 
 def _check_eval_and_margin(config: dict) -> None:
@@ -513,7 +527,7 @@ def margin_runs(config: dict, sweep: dict[str, tuple[str, float]]) -> dict[str, 
     if not tasks:
         return {}
     method = config["methods"][reference]
-    knob = rules.rule_class(method["rule"]).step_size_option
+    knob = rules.rule_class(method["rule"]).tuning_option(method.get("options", {}))
     points = {lr: name for name, (m, lr) in sweep.items() if m == reference}
     if not points:  # the reference is not swept: every margin is the floor
         return {}

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import math
 import re
 from dataclasses import dataclass, field
@@ -154,6 +155,17 @@ class Target:
         return self.module.weight
 
 
+def _per_task(f, *values):
+    """f(*values) rounded to 12 significant digits, or {task: that} where a value is given per
+    task ({task: value}, `default` for the tasks it does not name)."""
+    tasks = sorted({t for v in values if isinstance(v, dict) for t in v})
+    def at(task):
+        return [v.get(task, v.get("default")) if isinstance(v, dict) else v for v in values]
+    if not tasks:
+        return float(f"{f(*values):.12g}")
+    return {t: float(f"{f(*at(t)):.12g}") for t in tasks}
+
+
 class LoGRA(UpdateRule):
     options = {
         "rank": POSINT | {"description": "r: rows of each projection A (authors: 256 at "
@@ -172,8 +184,9 @@ class LoGRA(UpdateRule):
                               "α = 1 (one per task, as an lr may be)"},
         "controller": {"type": "boolean", "description": "α from the predicted-KL budget "
                        "(logra.optim.kl_control.BudgetControl); false: α = 1"},
-        "kl_budget": POSNUM | {"description": "budget of the first update (nats)"},
-        "kl_budget_final": POSNUM | {"description": "budget at schedule_steps (cosine)"},
+        "kl_budget": LR | {"description": "budget of the first update (nats; one per task, as "
+                           "an lr may be)"},
+        "kl_budget_final": LR | {"description": "budget at schedule_steps (cosine)"},
         "schedule_steps": POSINT,
         "alpha_max": POSNUM,
         "probe_responses": POSINT | {"description": "sequences of the batch the prediction "
@@ -187,6 +200,28 @@ class LoGRA(UpdateRule):
     shardable = True
     transports = ("low_rank", "full", "delta")  # its own: the applied factors
     step_size_option = "update_ratio"
+
+    @classmethod
+    def tuning_option(cls, options: dict) -> str:
+        """The authors' knob: the KL budget (the step size without the controller)."""
+        return "kl_budget" if options.get("controller", True) else cls.step_size_option
+
+    @classmethod
+    def tuned(cls, options: dict, value: float) -> dict:
+        """A sweep point of the KL budget (with the controller): kl_budget = `value`,
+        kl_budget_final in the configured proportion (the authors': a tenth) and update_ratio
+        times √(value / the configured budget), so that the α = 1 step's predicted KL, which
+        grows as the step squared, keeps its ratio to the budget and α its distance from
+        alpha_max. Values given per task are scaled task by task; results are rounded to 12
+        significant digits (the same point from any configured point of the family)."""
+        if cls.tuning_option(options) != "kl_budget":
+            return super().tuned(options, value)
+        defaults = inspect.signature(cls).parameters
+        budget, final, ratio = (options.get(k, defaults[k].default)
+                                for k in ("kl_budget", "kl_budget_final", "update_ratio"))
+        return {**options, "kl_budget": value,
+                "kl_budget_final": _per_task(lambda b, f: value * f / b, budget, final),
+                "update_ratio": _per_task(lambda b, r: r * math.sqrt(value / b), budget, ratio)}
 
     def __init__(self, model: torch.nn.Module, rank: int = 256, seed: int = 42,
                  distribution: str = "rademacher", refresh: bool = True,

@@ -113,8 +113,19 @@ class UpdateRule:
     # the rule's own step control (between propose and apply), or None: then the config's
     # `kl_control`, if any (logra/optim/kl_control.py)
     control = None
-    # the option a tuning sweep varies and a regime scales (logra/harness/config.py): the step size
+    # the option a regime scales (logra/harness/config.py): the step size
     step_size_option: str = "lr"
+
+    @classmethod
+    def tuning_option(cls, options: dict) -> str:
+        """The option a tuning sweep's point sets (`tuned`): the step size."""
+        return cls.step_size_option
+
+    @classmethod
+    def tuned(cls, options: dict, value: float) -> dict:
+        """The options of a tuning sweep's point `value`: `options` with the step size
+        replaced."""
+        return {**options, cls.step_size_option: value}
 
     def propose(self):
         raise NotImplementedError

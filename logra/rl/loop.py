@@ -69,7 +69,7 @@ import torch
 from tqdm import tqdm
 
 from logra import repro, rules
-from logra.common import SYNC_METRICS
+from logra.common import SYNC_METRICS, warmup_cosine
 from logra.files import atomic_path, save_pretrained, write_json
 from logra.measure.memory import (
     MemoryMeter,
@@ -309,17 +309,10 @@ def update(run: Run, batch: Batch, step: int, progress: dict) -> tuple:
 
 def scheduled_scale(step: int, grpo: dict) -> float:
     """The step scale's schedule at update `step` (from 1), the largest scale the step's
-    control may take: step/W over the warmup (W = grpo.warmup_steps), then a cosine from 1 to
-    f = grpo.decay_final reached at update D = grpo.decay_steps, f + (1 − f)·(1 + cos πp)/2
-    with p = min((step − W)/(D − W), 1): the LoGRA authors' dense schedule (`research/logra/
-    schedule.py`: W 9, D 300, f 0.1). 1 without either."""
-    warmup, decay = grpo["warmup_steps"], grpo["decay_steps"]
-    if warmup and step <= warmup:
-        return step / warmup
-    if not decay:
-        return 1.
-    p = min((step - warmup) / (decay - warmup), 1.0)
-    return grpo["decay_final"] + (1 - grpo["decay_final"]) * (1 + math.cos(math.pi * p)) / 2
+    control may take: `warmup_cosine` over grpo.warmup_steps, grpo.decay_steps and
+    grpo.decay_final (1 without either)."""
+    return warmup_cosine(step, grpo["warmup_steps"], grpo["decay_steps"],
+                         grpo["decay_final"])
 
 
 def stopped(run: Run, batch: Batch, step: int, progress: dict, loss: float,

@@ -3,8 +3,11 @@
 RL needs a policy that is right sometimes: with zero accuracy every group's rewards are equal
 and GRPO's advantages vanish; with full accuracy there is nothing to learn. So SFT trains on
 `prompt + target + <eos>` (loss on the target and eos only) for `steps` steps, a fixed
-schedule; greedy accuracy on a held-out slice of the train split is logged every `eval_every`
-steps. `stop_at_accuracy` stops as soon as that accuracy reaches it instead: a threshold stop
+schedule: the lr warms up, then (the workflow's default) decays by a cosine to 0 at the last
+step, so the base is the end of a converging run, not a point on a curve still climbing (a
+constant lr left arithmetic's bases anywhere on its jump from 0.1 to 0.6). Greedy accuracy on
+a held-out slice of the train split is logged every `eval_every` steps, the curve that shows
+a jump. `stop_at_accuracy` stops as soon as that accuracy reaches it instead: a threshold stop
 lands on very different bases when accuracy jumps between two checks, so the workflow's
 default is the fixed schedule. The test split is never seen.
 """
@@ -15,6 +18,7 @@ import random
 import torch
 from tqdm import tqdm
 
+from logra.common import warmup_cosine
 from logra.rl.rollout import generate_rollouts
 
 
@@ -29,15 +33,21 @@ def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int) -> fl
 
 def sft(model, tokenizer, task, rows: list[dict], *, steps: int, batch_size: int, lr: float,
         stop_at_accuracy: float | None, eval_every: int, eval_examples: int, max_new_tokens: int,
-        seed: int) -> dict:
-    """Train in place; returns {"steps": n, "accuracy": held-out greedy accuracy, "history"}."""
+        seed: int, warmup_steps: int, decay: str, decay_final: float) -> dict:
+    """Train in place; returns {"steps": n, "accuracy": held-out greedy accuracy, "history"}.
+    The lr warms up linearly over `warmup_steps`, then stays (decay "none") or follows a cosine
+    to `decay_final` x lr at the last step (decay "cosine"; `logra.common.warmup_cosine`)."""
+    if decay not in ("none", "cosine"):
+        raise ValueError(f"sft decay must be 'none' or 'cosine', got {decay!r}")
     rng = random.Random(seed)
     torch.manual_seed(seed)
     rows = list(rows)
     rng.shuffle(rows)
     held_out, rows = rows[:eval_examples], rows[eval_examples:]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
+    decay_steps = steps if decay == "cosine" else 0
+    sched = torch.optim.lr_scheduler.LambdaLR(  # LambdaLR counts from 0, the schedule from 1
+        opt, lambda s: warmup_cosine(s + 1, warmup_steps, decay_steps, decay_final))
     model.train()
     history, acc, step = [], 0.0, 0
     for step in tqdm(range(1, steps + 1), desc="sft", mininterval=5):

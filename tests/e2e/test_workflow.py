@@ -27,30 +27,30 @@ def test_lint_is_clean(tmp_path):
 
 
 @pytest.mark.parametrize("target, jobs", [
-    # 2 tasks x 2 run_methods x 3 seeds + the 2 x 2 stability methods x 1 seed + the margin's
-    # validation run of the reference per task (seed 13, its own base); 2 sizes x 4
-    # methods; an SFT base and its evaluation per task and seed
-    ("all", {"train": 12 + 4 + 2, "eval_run": 12, "base": 6 + 2, "eval_base": 6,
-             "lr_sweep_eval": 2, "lr_sweep_eval_base": 2, "margin": 1, "analysis_plan": 1,
+    # 1 run task x 2 run_methods x 5 seeds + the 2 x 2 stability methods x 1 seed (on arithmetic,
+    # a task outside run_tasks: its own base) + the margin's validation run of the reference
+    # (seed 13, its own base); 2 sizes x 4 methods; an SFT base and its evaluation per seed
+    ("all", {"train": 10 + 4 + 1, "eval_run": 10, "base": 5 + 1 + 1, "eval_base": 5,
+             "lr_sweep_eval": 1, "lr_sweep_eval_base": 1, "margin": 1, "analysis_plan": 1,
              "memory_point": 8, "planner": 1, "verdicts": 1, "fingerprints": 1,
              "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
     # the two run_methods are shared; the 17 ablation methods (LoGRA's 7 component ablations,
-    # Sketch-Adam, the peers) add 2 tasks x 3 seeds each, beside the margin's 2 validation runs;
+    # Sketch-Adam, the peers) add 5 seeds each, beside the margin's validation run;
     # the memory sweep's 2 default sizes x (its 4 methods + Sketch-Adam and the 6 peers)
-    ("ablations", {"train": 19 * 2 * 3 + 2, "eval_run": 114, "ablation_summary": 1,
+    ("ablations", {"train": 19 * 5 + 1, "eval_run": 95, "ablation_summary": 1,
                    "memory_point": 2 * 11, "ablation_memory_sweep": 1}),
-    # 10 methods x 6 lrs (an equal budget) x 3 seeds on each of 2 tasks, on the validation split
-    ("lr_sweep", {"data": 2, "data_val": 2, "base": 6, "train": 360, "lr_sweep_eval": 360,
+    # 10 methods x 6 points (an equal budget) x 3 seeds on the run task's validation split
+    ("lr_sweep", {"data": 1, "data_val": 1, "base": 3, "train": 180, "lr_sweep_eval": 180,
                   "lr_sweep": 1}),
     # the default sizes and the opt-in ones (4 more), x 4 methods, in one table
     ("memory_large", {"memory_point": 24, "memory_sweep": 1}),
     # the 1,100-step 2 x 2 over three seeds
     ("stability", {"train": 12, "base": 3, "stability_27b_seeds": 1}),
     # opt-in: TRL's GRPOTrainer, LoGRA and AdamW in one job per task, from its seed-0 base
-    ("trl", {"data": 2, "base": 2, "trl_grpo": 2}),
+    ("trl", {"data": 1, "base": 1, "trl_grpo": 1}),
     # opt-in: the authors' REINFORCE, dense Adam and LoGRA on each task and seed, evaluated
-    # after the plan (which waits for the margin's 2 validation runs)
-    ("reinforce", {"train": 12 + 2, "eval_run": 12, "eval_base": 6, "reinforce_summary": 1,
+    # after the plan (which waits for the margin's validation run)
+    ("reinforce", {"train": 10 + 1, "eval_run": 10, "eval_base": 5, "reinforce_summary": 1,
                    "reinforce_reward_curves": 1}),
     # opt-in: dense Adam (delta) and LoGRA (low_rank), bf16 engine, at 2 lr regimes, one seed
     ("sync_regime", {"data": 1, "base": 1, "train": 4, "sync_regime_table": 1}),

@@ -282,11 +282,12 @@ def test_a_paper_setting_method_is_checked_as_a_run_method_is(tmp_path):
 
 
 def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
-    """Every method's grid holds its configured step size; each copy sets the rule's own step
-    size option (LoGRA's update_ratio), measures no memory and keeps every other key."""
+    """Every method's grid holds its configured step size; each copy sets the rule's knob (an
+    lr; LoGRA's KL budget, its final budget and update_ratio following), measures no memory
+    and keeps every other key."""
     config = validate_file(ROOT / "config/config.yaml")
     configured = config["methods"]["dense_adam"]["options"]["lr"]
-    ratio = config["methods"]["logra"]["options"]["update_ratio"]
+    logra = copy.deepcopy(config["methods"]["logra"]["options"])
     sweep = add_lr_sweep_methods(config)
     # an equal budget: every method gets `points` lrs, `factor` apart, around its anchor
     points, anchors = config["lr_sweep"]["points"], config["lr_sweep"]["anchors"]
@@ -301,15 +302,19 @@ def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
     assert all(("dense_adam", lr) in sweep.values() for lr in configured)
     assert sweep["dense_adam_lr2p5em05"] == ("dense_adam", 2.5e-05)
     assert sweep["dense_adam_lr0p0001"] == ("dense_adam", 1e-04)
-    assert ("logra", ratio) in sweep.values()
-    derived = config["methods"]["logra_lr0p006"]
-    assert derived["options"] == config["methods"]["logra"]["options"] | {"update_ratio": 6e-3}
+    assert ("logra", logra["kl_budget"]) in sweep.values()
+    # the configured point's copy is the configured run; 4x its budget: 2x its update_ratio
+    point = config["methods"][f"logra_lr{logra['kl_budget']:g}".replace("-", "m").replace(".", "p")]
+    assert point["options"] == logra
+    assert config["methods"]["logra_lr0p0008"]["options"] == logra | {
+        "kl_budget": 8e-4, "kl_budget_final": 8e-4 * logra["kl_budget_final"] / logra["kl_budget"],
+        "update_ratio": 2 * logra["update_ratio"]}
     derived = config["methods"]["galore_lr0p0005"]
     assert derived["options"] == config["methods"]["galore"]["options"] | {"lr": 5e-4}
     assert derived["grpo"] == {"measure_memory": False}
     assert {k: v for k, v in derived.items() if k not in ("options", "grpo")} == {
         k: v for k, v in config["methods"]["galore"].items() if k not in ("options", "grpo")}
-    assert config["methods"]["logra"]["options"]["update_ratio"] == ratio  # untouched
+    assert config["methods"]["logra"]["options"] == logra  # untouched
 
 
 def test_lrs_given_per_task_take_the_runs_task(tmp_path):
@@ -400,9 +405,10 @@ def test_the_margin_is_set_by_the_sweeps_run_of_the_reference_at_its_configured_
     config gives it on that task; an lr off the grid is refused naming the key."""
     config = validate_file(ROOT / "config/config.yaml")
     sweep = add_lr_sweep_methods(config)
-    assert margin_runs(config, sweep) == {"arithmetic": "dense_adam_lr5em05",
-                                          "countdown": "dense_adam_lr2p5em05"}
-    assert margin_seeds(config) == [13]  # after the grid's 0-2 and the sweep's 10-12
+    named = {lr: name for name, (m, lr) in sweep.items() if m == "dense_adam"}
+    lrs = config["methods"]["dense_adam"]["options"]["lr"]
+    assert margin_runs(config, sweep) == {t: named[lrs[t]] for t in config["lr_sweep"]["tasks"]}
+    assert margin_seeds(config) == [13]  # after the grid's 0-4 and the sweep's 10-12
     config = copy.deepcopy(SMOKE)
     config["methods"]["dense_adam"]["options"]["lr"] = 3e-4
     config = validate_file(_write(tmp_path, config))

@@ -353,3 +353,19 @@ def test_the_engine_draws_the_projections_from_their_seeds(llama_dir, variant):
         for n, p in model.named_parameters():
             assert torch.equal(engine[n], p.detach()), (k, n)
         assert rule.sync_payload() == {"lowrank": {}}  # a step is never sent twice
+
+
+def test_a_tuning_point_sets_the_kl_budget_and_moves_the_step_by_its_root():
+    """The sweep's knob is the budget: the final budget keeps its proportion and update_ratio
+    scales by √(point / budget), task by task where given per task (the α = 1 step's predicted
+    KL keeps its ratio to the budget); without the controller the knob is the step size."""
+    options = {"update_ratio": {"a": 1e-3, "default": 4e-3}, "kl_budget": 1e-4, "rank": 8}
+    assert LoGRA.tuning_option(options) == "kl_budget"
+    assert LoGRA.tuned(options, 4e-4) == {"rank": 8, "kl_budget": 4e-4,
+                                          "kl_budget_final": 8e-5,  # the default 2e-5 x 4
+                                          "update_ratio": {"a": 2e-3, "default": 8e-3}}
+    again = LoGRA.tuned(LoGRA.tuned(options, 9e-4), 4e-4)  # from another point of the family
+    assert again == LoGRA.tuned(options, 4e-4)
+    plain = {"controller": False, "update_ratio": 1e-3}
+    assert LoGRA.tuning_option(plain) == "update_ratio"
+    assert LoGRA.tuned(plain, 5e-3) == {"controller": False, "update_ratio": 5e-3}

@@ -7,6 +7,7 @@ import pytest
 import torch
 from runs import CoinFlip, make_run
 
+from logra.common import warmup_cosine
 from logra.rl import checkpoint, loop
 from logra.rl.rollout import make_engine
 
@@ -227,6 +228,7 @@ def test_the_step_scale_warms_up_then_decays_as_the_authors_dense_schedule():
         want = (i + 1) / 9 if i < 9 else 0.1 + 0.9 * (1 + math.cos(math.pi * p)) / 2
         assert loop.scheduled_scale(i + 1, g) == pytest.approx(want, rel=1e-12)
     assert loop.scheduled_scale(300, g) == pytest.approx(0.1)
-    assert loop.scheduled_scale(5, {"warmup_steps": 10, "decay_steps": 0}) == 0.5
-    assert loop.scheduled_scale(11, {"warmup_steps": 10, "decay_steps": 0}) == 1.0
-    assert loop.scheduled_scale(1, {"warmup_steps": 0, "decay_steps": 0}) == 1.0
+    assert warmup_cosine(5, 10, 0, 0.1) == 0.5
+    assert warmup_cosine(11, 10, 0, 0.1) == 1.0
+    assert warmup_cosine(1, 0, 0, 0.1) == 1.0
+    assert warmup_cosine(20, 0, 20, 0.0) == 0.0  # SFT's cosine to 0 at its last step

@@ -3,22 +3,22 @@
 # (the first folder under results/benchmarks/). Its inputs name every job's benchmark, so a
 # rule of the default target without a `benchmark:` stops the workflow here.
 BENCH = "results/benchmarks"
+# every GRPO run of the default target, and the (task, seed) of each SFT base they start from
+TRAINED = list(dict.fromkeys(RUNS + LONG_RUNS + [
+    f"{task}/{run}/seed{seed}" for task, run in MARGIN_RUNS.items() for seed in MARGIN_SEEDS]))
+BASES = sorted({(run.split("/")[0], run.rsplit("seed", 1)[1]) for run in TRAINED})
 DEFAULT_BENCHMARKS = (
-    expand(f"{BENCH}/data/{{rule}}/{{task}}.tsv", rule=["data", "lmeval_task"], task=TASKS)
+    expand(f"{BENCH}/data/data/{{task}}.tsv", task=sorted({task for task, _ in BASES}))
+    + expand(f"{BENCH}/data/lmeval_task/{{task}}.tsv", task=TASKS)
     + ([] if start_model(config) else
-       expand(f"{BENCH}/base/base/{{task}}/seed{{seed}}.tsv", task=TASKS, seed=SEEDS))
-    + expand(f"{BENCH}/train/train/{{run}}.tsv", run=list(dict.fromkeys(RUNS + LONG_RUNS)))
+       [f"{BENCH}/base/base/{task}/seed{seed}.tsv" for task, seed in BASES])
+    + expand(f"{BENCH}/train/train/{{run}}.tsv", run=TRAINED)
     + expand(f"{BENCH}/eval/eval_run/{{run}}.tsv", run=RUNS)
     + expand(f"{BENCH}/eval/eval_base/{{task}}/seed{{seed}}.tsv", task=TASKS, seed=SEEDS)
     + [f"{BENCH}/lr_sweep/lr_sweep_eval/{task}/{run}/seed{seed}.tsv"
        for task, run in MARGIN_RUNS.items() for seed in MARGIN_SEEDS]
     + [f"{BENCH}/lr_sweep/lr_sweep_eval_base/{task}/seed{seed}.tsv"
        for task in MARGIN_RUNS for seed in MARGIN_SEEDS]
-    + [f"{BENCH}/train/train/{task}/{run}/seed{seed}.tsv"
-       for task, run in MARGIN_RUNS.items() for seed in MARGIN_SEEDS]
-    + ([] if start_model(config) else
-       [f"{BENCH}/base/base/{task}/seed{seed}.tsv" for task in MARGIN_RUNS
-        for seed in MARGIN_SEEDS if seed not in SEEDS])
     + [f"{BENCH}/lr_sweep/{rule}/{task}.tsv" for task in MARGIN_RUNS
        for rule in ("data_val", "lmeval_task_val")]
     + expand(f"{BENCH}/tables/{{name}}.tsv",
@@ -40,6 +40,8 @@ rule report:
         runs=expand("results/runs/{run}/summary.json", run=RUNS),
         long_runs=expand("results/runs/{run}/summary.json", run=LONG_RUNS),
         long_metrics=expand("results/runs/{run}/metrics.csv", run=LONG_RUNS),
+        sft=[] if start_model(config) else
+        expand("results/base/{task}/seed{seed}/sft.json", task=TASKS, seed=SEEDS),
         summary="results/summary.csv",
         accuracy="results/accuracy.csv",
         plan="results/analysis_plan.json",

@@ -50,6 +50,7 @@ rule lr_sweep:
         "results/lr_sweep.csv",
     params:
         sweep=SWEEP,
+        knobs=sweep_knobs(config),
     conda:
         "../../environment.yml"
     benchmark:

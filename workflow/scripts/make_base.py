@@ -29,9 +29,12 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         report = sft(model, tokenizer, task, rows, steps=s["steps"],
                      batch_size=s["batch_size"], lr=s["lr"],
                      stop_at_accuracy=s["stop_at_accuracy"], eval_every=s["eval_every"],
-                     eval_examples=s["eval_examples"],
+                     eval_examples=s["eval_examples"], warmup_steps=s["warmup_steps"],
+                     decay=s["decay"], decay_final=s["decay_final"],
                      max_new_tokens=snakemake.params.max_new_tokens, seed=snakemake.params.seed)
     save_pretrained(model, tokenizer, snakemake.output.model)
-    write_json(snakemake.output.sft, {"source": str(m["name"]), **report, "machine": machine()})
+    write_json(snakemake.output.sft, {"task": snakemake.wildcards.task,
+                                      "seed": snakemake.params.seed, "source": str(m["name"]),
+                                      **report, "machine": machine()})
     progress(f"base {snakemake.wildcards.task}/seed{snakemake.params.seed}",
              sft_steps=report["steps"], accuracy=report["accuracy"])

@@ -43,7 +43,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         trl=[json.loads(p.read_text()) for p in sorted(Path(snakemake.params.trl).glob("*.json"))],
         reference=snakemake.params.reference,
         sync_regime=pd.read_csv(regime) if regime.exists() else None,
-        ablations=ablation_tables(Path(snakemake.params.ablations))))
+        ablations=ablation_tables(Path(snakemake.params.ablations)),
+        sft=[json.loads(Path(p).read_text()) for p in i.sft]))
     with atomic_path(snakemake.output[0]) as tmp:
         tmp.write_text(text)
     progress("report results/REPORT.md", jobs=int(ledger["jobs"].sum()),
