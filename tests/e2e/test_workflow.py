@@ -223,14 +223,14 @@ def test_smoke_run_end_to_end(smoke_run):
     assert s["config"]["method"]["options"]["lr"] == 2e-4  # the smoke config's countdown lr
     assert s["mem_breakdown"]["optimizer"] == s["optimizer_state_bytes"]
     assert (run / "model/config.json").exists()
-    # the divergence bounds are far from every run of the smoke grid (a diverged run would be
-    # scored on its last good checkpoint and move the verdicts)
+    # the divergence bounds are far from every run of the smoke grid, 50x (a diverged run would
+    # be scored on its last good checkpoint and move the verdicts)
     for path in (tmp_path / "results/runs").glob("*/*/seed*/summary.json"):
         r = json.loads(path.read_text())
         g = r["config"]["grpo"]
         assert r["status"] == "ok" and r["diverged_because"] is None, path
-        assert r["kl"]["max_real"] < g["max_kl_per_step"] / 100, (path, r["kl"])
-        assert r["weight_norm_ratio_max"] < 1 + (g["max_weight_norm_ratio"] - 1) / 100, path
+        assert r["kl"]["max_real"] < g["max_kl_per_step"] / 50, (path, r["kl"])
+        assert r["weight_norm_ratio_max"] < 1 + (g["max_weight_norm_ratio"] - 1) / 50, path
     ev = json.loads((tmp_path / "results/eval/countdown/dense_adam/seed1.json").read_text())
     assert ev["n"] == 6
     verdicts = pd.read_csv(tmp_path / "results/verdicts.csv")
