@@ -302,13 +302,17 @@ def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
     assert all(("dense_adam", lr) in sweep.values() for lr in configured)
     assert sweep["dense_adam_lr2p5em05"] == ("dense_adam", 2.5e-05)
     assert sweep["dense_adam_lr0p0001"] == ("dense_adam", 1e-04)
-    assert ("logra", logra["kl_budget"]) in sweep.values()
-    # the configured point's copy is the configured run; 4x its budget: 2x its update_ratio
-    point = config["methods"][f"logra_lr{logra['kl_budget']:g}".replace("-", "m").replace(".", "p")]
-    assert point["options"] == logra
-    assert config["methods"]["logra_lr0p0008"]["options"] == logra | {
-        "kl_budget": 8e-4, "kl_budget_final": 8e-4 * logra["kl_budget_final"] / logra["kl_budget"],
-        "update_ratio": 2 * logra["update_ratio"]}
+    # on each task the configured point's copy is the configured run; a quarter of its budget:
+    # half its update_ratio, a quarter its final budget
+    for task in config["lr_sweep"]["tasks"]:
+        conf = task_options(logra, task)
+        assert ("logra", conf["kl_budget"]) in sweep.values()
+        name = f"logra_lr{conf['kl_budget']:g}".replace("-", "m").replace(".", "p")
+        assert task_options(config["methods"][name]["options"], task) == conf
+        quarter = f"logra_lr{conf['kl_budget'] / 4:g}".replace("-", "m").replace(".", "p")
+        assert task_options(config["methods"][quarter]["options"], task) == pytest.approx(
+            conf | {"kl_budget": conf["kl_budget"] / 4, "update_ratio": conf["update_ratio"] / 2,
+                    "kl_budget_final": conf["kl_budget_final"] / 4}, rel=1e-12)
     derived = config["methods"]["galore_lr0p0005"]
     assert derived["options"] == config["methods"]["galore"]["options"] | {"lr": 5e-4}
     assert derived["grpo"] == {"measure_memory": False}
