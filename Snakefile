@@ -12,6 +12,7 @@ memory_sweep.ablation_methods: results/ablations/memory_sweep.csv), `lr_sweep` (
 results/reinforce/, figures/reinforce/; no verdict: the plan's margins are GRPO's reference's).
 """
 import os
+import re
 
 from snakemake.utils import min_version
 

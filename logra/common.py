@@ -22,14 +22,14 @@ REPORTED_CHANGED_FRACTION = (0.01, 0.03)
 def warmup_cosine(step: int, warmup: int, decay: int, final: float) -> float:
     """A step-size multiplier at step `step` (from 1): step/W over a linear warmup of W =
     `warmup` steps, then a cosine from 1 to `final` reached at step D = `decay` and kept after,
-    final + (1 − final)·(1 + cos πp)/2 with p = min((step − W)/(D − W), 1); 1 after the warmup
-    when D is 0. The LoGRA authors' dense schedule is W 9, D 300, final 0.1
+    final + (1 − final)·(1 + cos πp)/2 with p = min((step − W)/(D − W), 1) (`final` after the
+    warmup when D ≤ W: an SFT shorter than its warmup); 1 after the warmup when D is 0. The LoGRA authors' dense schedule is W 9, D 300, final 0.1
     (`research/logra/schedule.py`)."""
     if warmup and step <= warmup:
         return step / warmup
     if not decay:
         return 1.
-    p = min((step - warmup) / (decay - warmup), 1.0)
+    p = min((step - warmup) / (decay - warmup), 1.0) if decay > warmup else 1.0
     return final + (1 - final) * (1 + math.cos(math.pi * p)) / 2
 
 

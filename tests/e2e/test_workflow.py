@@ -131,8 +131,8 @@ def test_an_overlay_of_one_key_plans_and_runs_the_default_with_it(tmp_path):
            str(overlay), "--directory", str(tmp_path)]
     plan = subprocess.run(cmd + ["-n"], capture_output=True, text=True)
     assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
-    assert re.search(r"^train\s+18$", plan.stdout, re.M)  # 12 + 4 stability + the margin's 2
-    run = "results/runs/arithmetic/dense_adam/seed0/summary.json"
+    assert re.search(r"^train\s+15$", plan.stdout, re.M)  # 10 + 4 stability + the margin's
+    run = "results/runs/countdown/dense_adam/seed0/summary.json"
     out = subprocess.run(cmd + ["--cores", "2", run, "--config",
                                 "sft={steps: {arithmetic: 5, countdown: 5}}"],
                          capture_output=True, text=True, timeout=900)
@@ -140,7 +140,8 @@ def test_an_overlay_of_one_key_plans_and_runs_the_default_with_it(tmp_path):
     summary = json.loads((tmp_path / run).read_text())
     default = validate_file(ROOT / "config/config.yaml")
     assert summary["steps"] == 2 and summary["status"] == "ok"
-    assert summary["config"]["grpo"] == default["grpo"] | {"steps": 2, "profile_step": 2}
+    assert summary["config"]["grpo"] == default["grpo"] | default["methods"]["dense_adam"][
+        "grpo"] | {"steps": 2, "profile_step": 2}
 
 
 def test_complete_configs_resolve_from_the_repository_root(tmp_path):

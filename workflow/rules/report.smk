@@ -6,7 +6,7 @@ BENCH = "results/benchmarks"
 # every GRPO run of the default target, and the (task, seed) of each SFT base they start from
 TRAINED = list(dict.fromkeys(RUNS + LONG_RUNS + [
     f"{task}/{run}/seed{seed}" for task, run in MARGIN_RUNS.items() for seed in MARGIN_SEEDS]))
-BASES = sorted({(run.split("/")[0], run.rsplit("seed", 1)[1]) for run in TRAINED})
+BASES = sorted({re.fullmatch(r"(\w+)/\w+/seed(\d+)", run).groups() for run in TRAINED})
 DEFAULT_BENCHMARKS = (
     expand(f"{BENCH}/data/data/{{task}}.tsv", task=sorted({task for task, _ in BASES}))
     + expand(f"{BENCH}/data/lmeval_task/{{task}}.tsv", task=TASKS)
