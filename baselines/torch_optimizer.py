@@ -6,8 +6,11 @@ is what they share through the method interface:
 
 - `propose()` records the gradient norm and runs `optimizer.step()`: the weights change here,
   and the step it returns is None;
-- `apply(step, scale)` accepts only scale 1 and frees the gradients (the update is already in),
-  so `scalable` is False and predicted-KL control cannot scale these rules' steps;
+- `apply(step, scale)` frees the gradients (the update is already in), so `scalable` is False
+  and predicted-KL control cannot scale these rules' steps; the loop's schedule (warmup,
+  decay) scales them as a user's lr scheduler would: `lr_scale` multiplies every param group's
+  lr for the one `step()` (the lrs as built are restored after it, so a checkpoint keeps
+  them), and `apply` accepts only that scale;
 - the state is the optimizer's `state_dict()` (pickled with whatever objects the package keeps
   there, e.g. projectors), restored by `load_state_dict` on an optimizer built the same way;
 - `state_tensors()` lists every tensor in the optimizer's state as it is stored: a tensor
@@ -37,13 +40,21 @@ class TorchOptimizerRule(UpdateRule):
         grads = [p.grad for _, p in self.named if p.grad is not None]
         self.grad_norm = torch.linalg.vector_norm(
             torch.stack(torch._foreach_norm(grads))).item() if grads else 0.0
-        self.optimizer.step()
+        groups = self.optimizer.param_groups
+        lrs = [g["lr"] for g in groups]
+        for g in groups:
+            g["lr"] = g["lr"] * self.lr_scale
+        try:
+            self.optimizer.step()
+        finally:
+            for g, lr in zip(groups, lrs, strict=True):
+                g["lr"] = lr
 
     def apply(self, step, scale: float = 1.0) -> None:
-        if scale != 1.0:
+        if scale != self.lr_scale:
             raise ValueError(f"{type(self).__name__}: {type(self.optimizer).__name__} applies "
                              "its update inside step(); the step cannot be scaled "
-                             f"(got scale={scale})")
+                             f"(got scale={scale}, its lr's schedule factor {self.lr_scale})")
         self.optimizer.zero_grad(set_to_none=True)
 
     def state_tensors(self) -> list[torch.Tensor]:

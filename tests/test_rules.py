@@ -126,6 +126,32 @@ def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, case):
         torch.testing.assert_close(loaded(**ids).logits, logits, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("case", sorted(c for c in CASES
+                                         if not rules.rule_class(CASES[c][0]).scalable))
+def test_a_rule_that_steps_in_propose_takes_the_schedule_as_a_factor_on_its_lr(tiny_dir, case):
+    """A rule whose update cannot be scaled (it applies it in propose) is scheduled as a user's
+    lr scheduler would do it: steps at `lr_scale` s are the steps of the rule built with every
+    lr times s, and its lrs as built are left in its state (a checkpoint resumes the
+    schedule from the loop, not from the lr it saved). Powers of two: the products are exact."""
+    rule_name, options = CASES[case]
+    lrs = {k: v for k, v in options.items() if k in ("lr", "dense_lr")}
+    models, built = [], []
+    for scale, opts in ((0.25, {k: 2.0 ** -6 for k in lrs}), (1.0, {k: 2.0 ** -8 for k in lrs})):
+        torch.manual_seed(0)
+        model, tok = load(tiny_dir)
+        rule = rules.build(rule_name, model, options | opts)
+        for _ in range(2):
+            _backward(model, tok)
+            rule.lr_scale = scale
+            rule.apply(rule.propose(), scale)
+        models.append(_weights(model))
+        built.append([float(g["lr"]) for g in rule.state_dict()["param_groups"]])
+    _assert_same(*models)
+    assert built[0] == [4 * lr for lr in built[1]]  # as built, not scaled
+    with pytest.raises(ValueError, match="cannot be scaled"):
+        rule.apply(None, 0.5)  # a scale other than the schedule's
+
+
 def _compared_rule_names(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
     """(line, name) of each string constant equal to a rule name inside a comparison (`==`,
     `!=`, `in`, `not in`, as either side or in a literal collection there)."""

@@ -99,6 +99,9 @@ class UpdateRule:
     options: dict = {}             # option name -> JSON-schema fragment (see ADAM_OPTIONS)
     shardable: bool = False        # runs under FSDP (grpo.nproc_per_node > 1)
     scalable: bool = True          # apply() takes any scale: predicted-KL control can run
+    # a rule that is not scalable forms and applies its update in propose(): the loop sets the
+    # schedule's factor (warmup, decay) here before it, and the rule scales its lr by it there
+    lr_scale: float = 1.0
     # sync transports that apply (logra/rl/weight_sync.py); the first is the rule's own (`auto`):
     # a rule whose sync_payload() is low-rank puts "low_rank" first
     transports: tuple[str, ...] = ("full", "delta")

@@ -27,7 +27,8 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
     The step's control is the rule's own (`rule.control`, LoGRA's budget) or `kl_control` (the
     config's), or none (scale `max_scale`). The probe is split (logra/optim/kl_control.py): the
     control predicts on its first half, the realized KL is measured on the second.
-    `max_scale` caps the step scale (the schedule's: warmup, decay). `phase(name)`, if given,
+    `max_scale` caps the step scale (the schedule's: warmup, decay; a rule that is not
+    `scalable` takes it as a factor on its lr, `UpdateRule.lr_scale`). `phase(name)`, if given,
     is called at the end of each phase (`MemoryMeter.phase`: forward_backward, propose,
     kl_control, apply). Returns (loss, step scale η, predicted KL at η or nan, realized KL,
     {the trainer-vs-engine log-prob mismatch (`accumulate_gradients`) and CONTROL_METRICS: the
@@ -57,6 +58,8 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
             model, probe, grpo["temperature"], chunk).split(fit)
     else:  # only the realized KL, on the held-out half
         base_fit, base_held_out = None, probe_base(model, held_out, grpo["temperature"], chunk)
+    if not rule.scalable:  # it steps inside propose(): the schedule scales its lr there
+        rule.lr_scale = max_scale
     step_delta = rule.propose()
     phase("propose")
     start, info = time.time(), {}
