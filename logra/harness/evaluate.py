@@ -4,10 +4,11 @@ Evaluation and the RL reward are one piece of code: `write_lmeval_task` writes o
 per protocol (YAML + a shared small `process_results` module) whose metrics are the project's
 own `logra.rl.tasks.get_task(name, **options).reward(completion, example)`: `acc`, the mean
 reward over the protocol's samples of a problem, and `pass`, the best of them (pass@k at k =
-samples). lm-eval supplies the rest: data loading from our JSONL (the test split, or the lr
-sweep's validation split), generation stopped at the task's stop strings or `<eos>`
-(`HFLM.generate_until`), `repeats` samples per problem kept by its `take_first_k` filter,
-batching, seeding and aggregation.
+samples); each of the task's `extra_scores` (GSM8K's `math_verify`) adds `acc_<name>` and
+`pass_<name>` the same way from `task.scores`. lm-eval supplies the rest: data loading from
+our JSONL (the test split, or the lr sweep's validation split), generation stopped at the
+task's stop strings or `<eos>` (`HFLM.generate_until`), `repeats` samples per problem kept by
+its `take_first_k` filter, batching, seeding and aggregation.
 
 A protocol (config `eval.protocols`) is a number of samples and a sampling temperature and top-p:
 temperature 0 is greedy decoding; every sampled protocol turns HF's default top-k of 50 off
@@ -23,8 +24,9 @@ tokenizer objects, not a path, are handed to `HFLM`), runs every protocol in one
 workflow passes the run's seed, so a run and the base of its seed are sampled from one seed,
 though not one random stream: how many draws a batch takes depends on the model), and writes
 a JSON summary atomically at a fixed path: `accuracy` (the primary's), `metrics` (per
-protocol: accuracy, pass@k, samples, generation arguments) and per problem its prompt, answer
-and, per protocol, responses, acc and pass.
+protocol: accuracy, pass@k, samples, generation arguments, the extra scores' accuracy and
+pass@k) and per problem its prompt, answer and, per protocol, responses, acc and pass (and
+acc_<name>, pass_<name> per extra score).
 
 Typical use (e.g. from a Snakemake script)::
 
@@ -57,7 +59,12 @@ TASK = get_task({name!r}, **{options!r})
 def process_results(doc, results):
     """`results[0]`: the problem's sampled completions (cut at the stop strings / eos)."""
     rewards = [float(TASK.reward(completion, doc)) for completion in results[0]]
-    return {{"acc": sum(rewards) / len(rewards), "pass": max(rewards)}}
+    out = {{"acc": sum(rewards) / len(rewards), "pass": max(rewards)}}
+    extra = [TASK.scores(completion, doc) for completion in results[0]]
+    for name in TASK.extra_scores:
+        values = [float(scores[name]) for scores in extra]
+        out[f"acc_{{name}}"], out[f"pass_{{name}}"] = sum(values) / len(values), max(values)
+    return out
 '''
 
 
@@ -82,16 +89,16 @@ filter_list:
         k: {samples}
 process_results: !function {utils}.process_results
 metric_list:
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-  - metric: pass
-    aggregation: mean
-    higher_is_better: true
-metadata:
+{metrics}metadata:
   version: 2.0
   task_options: {options}
 """
+
+
+def metric_names(task) -> list[str]:
+    """The lm-eval metrics of a task: acc, pass, and acc_<name>, pass_<name> per extra score."""
+    return ["acc", "pass",
+            *(f"{m}_{name}" for name in task.extra_scores for m in ("acc", "pass"))]
 
 
 def generation_kwargs(protocol: dict, until: list[str], max_gen_toks: int) -> dict:
@@ -142,7 +149,10 @@ def write_lmeval_task(task_name: str, task_options: dict, split_jsonl: Path, out
     utils_module = f"{TASK_PREFIX}{task_name}_utils"
     with atomic_path(out_dir / f"{utils_module}.py") as tmp:
         tmp.write_text(_UTILS_TEMPLATE.format(name=task_type or task_name, options=options))
-    until = list(get_task(task_type or task_name, **options).eval_until)
+    task = get_task(task_type or task_name, **options)
+    until = list(task.eval_until)
+    metrics = "".join(f"  - metric: {m}\n    aggregation: mean\n    higher_is_better: true\n"
+                      for m in metric_names(task))
     paths = {}
     for protocol, spec in protocols.items():
         name = lmeval_task_name(task_name, protocol)
@@ -150,7 +160,7 @@ def write_lmeval_task(task_name: str, task_options: dict, split_jsonl: Path, out
         text = _YAML_TEMPLATE.format(
             name=name, data=json.dumps(str(split_jsonl)), samples=int(spec["samples"]),
             generation=json.dumps(generation_kwargs(spec, until, int(max_gen_toks))),
-            utils=utils_module, options=json.dumps(options, default=str))
+            utils=utils_module, metrics=metrics, options=json.dumps(options, default=str))
         paths[protocol] = out_dir / f"{name}.yaml"
         with atomic_path(paths[protocol]) as tmp:
             tmp.write_text(text)
@@ -166,8 +176,10 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
 
     Writes the summary JSON at exactly `out_json` and returns it: `task`, `model_dir`, `primary`,
     `accuracy` (the primary protocol's), `n`, `seed`, `lm_eval_version`, `metrics` (per
-    protocol: `accuracy`, `pass_at_k`, `samples`, lm-eval's `generation_kwargs`) and `problems`
-    (per problem: doc_id, prompt, answer and per protocol its `responses`, `acc` and `pass`).
+    protocol: `accuracy`, `pass_at_k`, `samples`, lm-eval's `generation_kwargs` and `scores`,
+    the task's extra scores' `accuracy` and `pass_at_k` by name) and `problems` (per problem:
+    doc_id, prompt, answer and per protocol its `responses`, `acc` and `pass`, and
+    `acc_<name>`, `pass_<name>` per extra score).
     """
     import lm_eval
     from lm_eval.models.huggingface import HFLM
@@ -192,6 +204,10 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
         num_fewshot=0, limit=limit, log_samples=True, batch_size=batch_size, device=device,
         random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed)
 
+    # the task's extra scores, as write_lmeval_task listed their metrics (acc_<name>, ...)
+    extra = [m["metric"].removeprefix("acc_")
+             for m in out["configs"][names[primary]]["metric_list"]
+             if m["metric"].startswith("acc_")]
     problems: dict[int, dict] = {}
     for protocol, name in names.items():
         for s in out["samples"][name]:
@@ -199,11 +215,18 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
                                                   "prompt": s["arguments"][0][0],
                                                   "answer": s["doc"].get("answer")})
             p[protocol] = {"responses": list(s["filtered_resps"][0]), "acc": s["acc"],
-                           "pass": s["pass"]}
-    metrics = {protocol: {"accuracy": float(out["results"][name]["acc,samples"]),
-                          "pass_at_k": float(out["results"][name]["pass,samples"]),
-                          "samples": int(protocols[protocol]["samples"]),
-                          "generation_kwargs": out["configs"][name].get("generation_kwargs")}
+                           "pass": s["pass"],
+                           **{f"{m}_{e}": s[f"{m}_{e}"] for e in extra for m in ("acc", "pass")}}
+
+    def rates(name: str, suffix: str = "") -> dict:
+        """lm-eval's means over the problems of acc<suffix> and pass<suffix>."""
+        result = out["results"][name]
+        return {"accuracy": float(result[f"acc{suffix},samples"]),
+                "pass_at_k": float(result[f"pass{suffix},samples"])}
+
+    metrics = {protocol: {**rates(name), "samples": int(protocols[protocol]["samples"]),
+                          "generation_kwargs": out["configs"][name].get("generation_kwargs"),
+                          "scores": {e: rates(name, f"_{e}") for e in extra}}
                for protocol, name in names.items()}
     summary = {
         "task": task_name.removeprefix(TASK_PREFIX),

@@ -6,7 +6,8 @@ in the config's ``task_files`` (:func:`load_task_files`): it is imported before 
 checked, and in every process the workflow starts, through the ``LOGRA_TASK_FILES``
 environment variable that this module reads when it is imported. A task turns a seed into train/test
 lists of examples, formats prompts, gives the supervised completion for
-warm-start SFT, and scores a model completion with a 0/1 reward.
+warm-start SFT, and scores a model completion with a 0/1 reward; a task may report further
+scores of a completion beside it in evaluation (`Task.extra_scores`, `Task.scores`).
 
 Examples are plain dicts (so they round-trip through JSONL) with at least
 ``question``, ``answer`` (the final answer as a string) and ``prompt``, plus
@@ -22,6 +23,10 @@ Rewards never raise on arbitrary text:
 * countdown parses the first non-blank line (anything from the first ``=`` on
   is ignored) with a tiny recursive-descent parser over integers, ``+ - * /``
   and parentheses, evaluated exactly with :class:`fractions.Fraction`.
+* MATH is graded by math-verify (`logra.rl.grading`: in a worker process, bounded in time),
+  with a canonical-string tier beside it (`MathTask`); GSM8K keeps exact match on the final
+  number as its reward. Evaluation reports math-verify's score alone beside both rewards.
+  Only a gold answer math-verify cannot read raises (`GoldError`).
 
 Synthetic splits are generated with ``random.Random(seed)``: the test split is
 drawn first, so it depends only on ``(seed, n_test)``, and train questions are
@@ -47,6 +52,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from logra.files import atomic_path
+from logra.rl.grading import GoldError, check_gold, math_verify_score
 
 Example = dict[str, Any]
 
@@ -217,6 +223,14 @@ class Task:
     def reward(self, completion: str, example: Example) -> float:
         """1.0 if the first line of ``completion`` holds the gold number, else 0.0."""
         return _numeric_reward(_first_line(completion), example["answer"])
+
+    # further scores of a completion that evaluation reports beside the reward, by name (lm-eval
+    # metrics acc_<name> and pass_<name>, logra/harness/evaluate.py); `scores` computes them
+    extra_scores: tuple[str, ...] = ()
+
+    def scores(self, completion: str, example: Example) -> dict[str, float]:
+        """This task's `extra_scores` of ``completion``, by name."""
+        return {}
 
 
 TASKS: dict[str, type[Task]] = {}
@@ -498,11 +512,13 @@ class GSM8KTask(HubTask):
     #### 72"}``. ``answer`` is the canonical final number, ``solution`` the original answer text
     and ``question`` is converted to ASCII. The SFT target is the ASCII solution without
     ``<<...>>`` calculator annotations, still ending in ``#### N``. The reward reads the whole
-    completion.
+    completion: exact match on the final number, the field's convention for GSM8K; evaluation
+    reports math-verify's score beside it (``math_verify``: `logra.rl.grading`).
     """
 
     name = "gsm8k"
     hub, config = "openai/gsm8k", "main"
+    extra_scores = ("math_verify",)
 
     def parse(self, row: dict, where: str) -> Example:
         _require(row, where, "question", "answer")
@@ -519,6 +535,9 @@ class GSM8KTask(HubTask):
     def reward(self, completion: str, example: Example) -> float:
         """1.0 if extract_number(completion) equals the gold number."""
         return _numeric_reward(completion, example["answer"])
+
+    def scores(self, completion: str, example: Example) -> dict[str, float]:
+        return {"math_verify": math_verify_score(example["answer"], completion)}
 
 
 def last_boxed(text: str) -> str | None:
@@ -564,18 +583,31 @@ def normalize_math(answer: str) -> str:
 class MathTask(HubTask):
     """Competition mathematics (MATH, Hendrycks et al. 2021), rows ``{"problem": ...,
     "solution": "... \\boxed{answer} ..."}``. ``answer`` is the last boxed expression of the
-    solution; the reward is 1.0 when the completion's last boxed expression equals it after
-    `normalize_math` (string equality of canonical forms, not symbolic equivalence). The
-    prompt asks for a boxed answer."""
+    solution; a row whose answer math-verify cannot read is refused, naming the row. The
+    reward is 1.0 when math-verify (`logra.rl.grading.math_verify_score`) finds the answer it
+    extracts from the completion (the one after "final answer is", else the boxed ones, else
+    the last expression: a box is asked for, not required) equivalent to the gold one, or when
+    the completion's last boxed expression equals it after `normalize_math`. Deviation from
+    math-verify alone, stated: that string tier (the authors' grader has one too) scores
+    right answers math-verify cannot read, such as a period inside the box (``\\boxed{10.}``)
+    or a thin space between thousands (``1\\,000``), and a last box after others
+    (``\\boxed{2}, no: \\boxed{3}``, which math-verify reads as the set {2, 3}); it can only
+    add 1s where the strings agree (tests/rl/test_math_grading.py). Evaluation reports
+    math-verify's score alone beside the reward (``math_verify``), as the field grades MATH."""
 
     name = "math"
     hub, config = "DigitalLearningGmbH/MATH-lighteval", "default"
+    extra_scores = ("math_verify",)
 
     def parse(self, row: dict, where: str) -> Example:
         _require(row, where, "problem", "solution")
         answer = last_boxed(row["solution"])
         if answer is None:
             raise ValueError(f"{where}: field 'solution' has no \\boxed{{...}} answer")
+        try:
+            check_gold(answer)
+        except GoldError as e:
+            raise ValueError(f"{where}: field 'solution': {e}") from None
         return {"question": to_ascii(row["problem"]).strip(), "answer": answer,
                 "solution": row["solution"]}
 
@@ -586,8 +618,14 @@ class MathTask(HubTask):
         return to_ascii(example["solution"]).strip()
 
     def reward(self, completion: str, example: Example) -> float:
+        # math-verify first: it raises on a gold it cannot read, which the strings could match
+        if math_verify_score(example["answer"], completion):
+            return 1.0
         got = last_boxed(completion)
         return float(got is not None and normalize_math(got) == normalize_math(example["answer"]))
+
+    def scores(self, completion: str, example: Example) -> dict[str, float]:
+        return {"math_verify": math_verify_score(example["answer"], completion)}
 
 
 # ---------------------------------------------------------------------------

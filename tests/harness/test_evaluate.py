@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -146,15 +147,10 @@ def test_sampling_is_seeded(setup, tmp_path):
     assert responses(4, "c.json") != first
 
 
-def test_overfit_checkpoint_scores_one(tmp_path):
-    """A tiny model overfit on 4 examples answers them all: lm-eval accuracy is 1.0."""
-    start = time.time()
-    task = get_task("arithmetic")
-    examples = task.splits(seed=3, n_train=0, n_test=4)["test"]
-    write_jsonl(tmp_path / "test.jsonl", examples)
-    yamls = write_lmeval_task("arithmetic", {}, tmp_path / "test.jsonl", tmp_path / "task",
-                              SMALL, max_gen_toks=8)
-    model, tokenizer = load(build_tiny(tmp_path / "init", **TINY))
+def overfit(task, examples, out_dir) -> Path:
+    """A tiny model trained until its greedy completion of every example is the task's target
+    (then eos); saved in `out_dir`."""
+    model, tokenizer = load(build_tiny(out_dir / "init", **TINY))
     rows = [(tokenizer(ex["prompt"])["input_ids"],
              tokenizer(task.target(ex))["input_ids"] + [tokenizer.eos_token_id])
             for ex in examples]
@@ -179,13 +175,62 @@ def test_overfit_checkpoint_scores_one(tmp_path):
         optimizer.zero_grad()
         nll.mean().backward()
         optimizer.step()
-    assert nll.max().item() < 0.05, "tiny model failed to overfit 4 examples"
+    assert nll.max().item() < 0.05, f"tiny model failed to overfit {len(rows)} examples"
     model.eval()
-    model.save_pretrained(tmp_path / "fit")
-    tokenizer.save_pretrained(tmp_path / "fit")
-    summary = evaluate(tmp_path / "fit", yamls["greedy"].parent, "arithmetic",
+    model.save_pretrained(out_dir / "fit")
+    tokenizer.save_pretrained(out_dir / "fit")
+    return out_dir / "fit"
+
+
+def test_overfit_checkpoint_scores_one(tmp_path):
+    """A tiny model overfit on 4 examples answers them all: lm-eval accuracy is 1.0."""
+    start = time.time()
+    task = get_task("arithmetic")
+    examples = task.splits(seed=3, n_train=0, n_test=4)["test"]
+    write_jsonl(tmp_path / "test.jsonl", examples)
+    yamls = write_lmeval_task("arithmetic", {}, tmp_path / "test.jsonl", tmp_path / "task",
+                              SMALL, max_gen_toks=8)
+    summary = evaluate(overfit(task, examples, tmp_path), yamls["greedy"].parent, "arithmetic",
                        tmp_path / "e.json", SMALL, "greedy")
     assert [p["greedy"]["responses"] for p in summary["problems"]] == [
         [ex["answer"] for ex in examples][i:i + 1] for i in range(4)]
     assert summary["accuracy"] == 1.0 and summary["n"] == 4
+    assert summary["metrics"]["greedy"]["scores"] == {}  # arithmetic has no extra scores
+    assert set(summary["problems"][0]["greedy"]) == {"responses", "acc", "pass"}
     assert time.time() - start < 30
+
+
+# GSM8K solutions whose final number (the reward's) and math-verify's reading agree, or not:
+# math-verify reads an answer after "the answer is" before the last number
+GSM8K_ROWS = [{"question": "2+5?", "answer": "#### 7"},
+              {"question": "Eggs in 2 dozen?", "answer": "the answer is 2 dozen\n#### 24"},
+              {"question": "9-4?", "answer": "9-4=<<9-4=5>>5\n#### 5"}]
+
+
+def test_gsm8k_evaluation_reports_math_verify_beside_exact_match(tmp_path):
+    """A model overfit on GSM8K solutions answers with them: exact match on the final number
+    scores all three, math-verify two; both reach the summary, per problem and per protocol."""
+    path = tmp_path / "gsm8k.jsonl"
+    write_jsonl(path, GSM8K_ROWS)
+    task = get_task("gsm8k", train_path=path, test_path=path)
+    examples = task.splits(seed=0, n_train=0, n_test=None)["test"]
+    write_jsonl(tmp_path / "test.jsonl", examples)
+    yamls = write_lmeval_task("gsm8k", {}, tmp_path / "test.jsonl", tmp_path / "task", SMALL,
+                              max_gen_toks=40)
+    config = yaml.load(yamls["greedy"].read_text().replace("!function", ""),
+                       Loader=yaml.SafeLoader)
+    assert [m["metric"] for m in config["metric_list"]] == [
+        "acc", "pass", "acc_math_verify", "pass_math_verify"]
+    summary = evaluate(overfit(task, examples, tmp_path), yamls["greedy"].parent, "gsm8k",
+                       tmp_path / "e.json", SMALL, "greedy")
+    greedy = [p["greedy"] for p in summary["problems"]]
+    assert [g["responses"] for g in greedy] == [[task.target(ex)] for ex in examples]
+    assert [(g["acc"], g["acc_math_verify"], g["pass_math_verify"]) for g in greedy] == [
+        (1.0, 1.0, 1.0), (1.0, 0.0, 0.0), (1.0, 1.0, 1.0)]
+    assert summary["accuracy"] == 1.0
+    assert summary["metrics"]["greedy"]["scores"] == {
+        "math_verify": {"accuracy": pytest.approx(2 / 3), "pass_at_k": pytest.approx(2 / 3)}}
+    for p, ex in zip(summary["problems"], examples):  # the sampled protocol: task.scores too
+        values = [task.scores(c, ex)["math_verify"] for c in p["sampled"]["responses"]]
+        assert p["sampled"]["acc_math_verify"] == pytest.approx(sum(values) / len(values))
+        assert p["sampled"]["pass_math_verify"] == max(values)

@@ -1,0 +1,161 @@
+"""Math answers graded by math-verify, bounded in time wherever the grading is called from.
+
+`math_verify_score(gold, completion)` is 1.0 when math-verify (symbolic equivalence after
+LaTeX parsing) finds the completion's answer equal to `gold`, else 0.0. It calls math-verify as
+lm-eval's leaderboard MATH task and NeMo-RL's `hf_math_verify` reward do, with its defaults:
+
+* the gold answer is read as `\\boxed{gold}` with `LatexExtractionConfig()` (NeMo-RL wraps its
+  ground truth the same way); the completion, the whole text, with math-verify's default
+  extraction (LaTeX, then plain expressions): an answer after "final answer is" first, else
+  the `\\boxed{}` ones (several boxes make one set: `\\boxed{2} or \\boxed{3}` is {2, 3}), else
+  the last expression of the text, so an answer needs no box to score;
+* `verify` compares them symbolically: `1/2`, `0.5` and `\\frac{2}{4}` are equal, sets and
+  `1, 2` ignore order, units, `^\\circ`, `\\$` and `\\text{}` wrappers are dropped, `25\\%`
+  is 0.25, an equation's right side matches a bare expression (`y = 2x+3` and `2x+3`).
+  Deviations from exact mathematics, math-verify's own: numbers are rounded to 6 decimal
+  places (`0.1` equals `0.10000001`); a repeating decimal (`0.\\overline{3}`) is no number to
+  it, only a string, equal to the same string alone; a period inside the box (`\\boxed{10.}`)
+  or a thin space between thousands (`1\\,000`) leaves nothing it can read.
+
+A gold answer from which math-verify extracts nothing raises `GoldError` (a ValueError that
+names it): such a gold would score every completion 0. A completion it extracts nothing from
+scores 0.
+
+Time. math-verify bounds each parse and comparison with `signal.alarm` (5 s, its default), which
+works only in a process's main thread (elsewhere it raises) and only between Python bytecodes.
+The rewards are called from main threads today (the RL loop, SFT's accuracy, lm-eval's
+`process_results`, TRL's synchronous reward functions), but grading must not depend on it:
+math-verify runs in a worker process of its own (`python -m logra.rl.grading`, not
+multiprocessing's spawn, which re-runs the caller's main script), in whose main thread its
+alarms work, and the caller waits at most `timeout_s` (TIMEOUT_S) for an answer, from any thread
+(besides, when it starts the worker, for the start); past it the worker is killed, the
+completion scores 0 (a line on stderr says so) and the next call starts a fresh worker.
+Deviation, stated: a completion whose grading runs out of time scores 0, so on a much slower
+machine a costly but correct answer could score differently. One worker per process, started at
+its first grading (about a second: sympy), serves its threads one at a time.
+"""
+from __future__ import annotations
+
+import atexit
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import threading
+
+TIMEOUT_S = 10.0  # one grading, waited for from the calling thread
+START_TIMEOUT_S = 120.0  # the worker's start: importing sympy and math-verify
+
+
+class GoldError(ValueError):
+    """A gold answer math-verify cannot read."""
+
+
+class _Worker:
+    """math-verify in a child process, asked over a pipe whose end the child inherits."""
+
+    def __init__(self):
+        self.conn, child = mp.Pipe()
+        self.proc = subprocess.Popen([sys.executable, "-m", "logra.rl.grading",
+                                      str(child.fileno())], pass_fds=[child.fileno()])
+        child.close()
+        self.owner = os.getpid()  # a forked copy of this object is not the owner's worker
+        try:
+            self.answer(START_TIMEOUT_S)  # "ready", once math-verify is imported
+        except TimeoutError:
+            self.kill()
+            raise RuntimeError(f"math-verify's worker did not start within "
+                               f"{START_TIMEOUT_S:g} s") from None
+        except RuntimeError as e:
+            self.kill()
+            raise RuntimeError(f"math-verify's worker did not start: {e} (is math-verify "
+                               "installed? pip install -r requirements.txt)") from None
+
+    def answer(self, timeout_s: float):
+        """The worker's next message; TimeoutError past `timeout_s`, RuntimeError if it died."""
+        if not self.conn.poll(timeout_s):
+            raise TimeoutError
+        try:
+            return self.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"it (pid {self.proc.pid}) exited with code "
+                               f"{self.proc.wait()}; its stderr is above") from None
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.conn.close()
+
+
+_lock = threading.Lock()
+_worker: _Worker | None = None
+
+
+def _ask(op: str, gold: str, completion: str, timeout_s: float):
+    """The worker's reply to (op, gold, completion); None when it ran out of time or died."""
+    global _worker
+    with _lock:
+        if _worker is None or _worker.owner != os.getpid():
+            _worker = _Worker()
+        try:
+            _worker.conn.send((op, gold, completion))
+            return _worker.answer(timeout_s)
+        except (TimeoutError, RuntimeError, OSError) as e:
+            _worker.kill()
+            _worker = None
+            reason = (f"took over {timeout_s:g} s" if isinstance(e, TimeoutError)
+                      else f"failed: {e}")
+            print(f"math-verify: grading {completion[:80]!r} against {gold!r} {reason}; "
+                  "scored 0, worker restarted", file=sys.stderr)
+            return None
+
+
+@atexit.register
+def _stop() -> None:
+    if _worker is not None and _worker.owner == os.getpid():
+        _worker.kill()
+
+
+def _gold_error(gold: str) -> GoldError:
+    return GoldError(f"math-verify extracts no answer from the gold answer {gold!r} (read as "
+                     f"\\boxed{{{gold}}}), or took longer than its 5 s to parse it")
+
+
+def check_gold(gold: str, timeout_s: float = TIMEOUT_S) -> None:
+    """Raise GoldError unless math-verify reads `gold` (a running-out of time counts as not)."""
+    if _ask("check", gold, "", timeout_s) != "ok":
+        raise _gold_error(gold)
+
+
+def math_verify_score(gold: str, completion: str, timeout_s: float = TIMEOUT_S) -> float:
+    """1.0 if math-verify finds the answer in `completion` equal to `gold`, else 0.0 (also when
+    it extracts nothing or runs out of `timeout_s`); GoldError for a gold it cannot read."""
+    reply = _ask("grade", gold, completion, timeout_s)
+    if reply == "gold":
+        raise _gold_error(gold)
+    return float(reply is True)
+
+
+def _serve(conn) -> None:
+    """The worker: answers ("check" | "grade", gold, completion) with "gold" (unreadable gold),
+    "ok" (check) or whether the completion is right (grade), until the pipe closes."""
+    from math_verify import LatexExtractionConfig, parse, verify
+
+    conn.send("ready")
+    while True:
+        try:
+            op, gold, completion = conn.recv()
+        except EOFError:
+            return
+        parsed = parse(f"\\boxed{{{gold}}}", extraction_config=[LatexExtractionConfig()])
+        if not parsed:
+            conn.send("gold")
+        elif op == "check":
+            conn.send("ok")
+        else:
+            conn.send(bool(verify(parsed, parse(completion))))
+
+
+if __name__ == "__main__":
+    from multiprocessing.connection import Connection
+    _serve(Connection(int(sys.argv[1])))
