@@ -315,7 +315,7 @@ def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
                     "kl_budget_final": conf["kl_budget_final"] / 4}, rel=1e-12)
     derived = config["methods"]["galore_lr0p0005"]
     assert derived["options"] == config["methods"]["galore"]["options"] | {"lr": 5e-4}
-    assert derived["grpo"] == {"measure_memory": False}
+    assert derived["grpo"] == config["methods"]["galore"]["grpo"] | {"measure_memory": False}
     assert {k: v for k, v in derived.items() if k not in ("options", "grpo")} == {
         k: v for k, v in config["methods"]["galore"].items() if k not in ("options", "grpo")}
     assert config["methods"]["logra"]["options"] == logra  # untouched
