@@ -34,34 +34,41 @@ class TorchOptimizerRule(UpdateRule):
     scalable = False  # the optimizer applies its update inside step()
     optimizer: torch.optim.Optimizer
 
+    @property
+    def optimizers(self) -> tuple[torch.optim.Optimizer, ...]:
+        """Every optimizer the rule steps (Muon's: two; state_dict is then the rule's own)."""
+        return (self.optimizer,)
+
     @torch.no_grad()
     def propose(self) -> None:
-        """Runs the optimizer's step(): the weights change here (see the module docstring)."""
+        """Runs the optimizers' step(): the weights change here (see the module docstring)."""
         grads = [p.grad for _, p in self.named if p.grad is not None]
         self.grad_norm = torch.linalg.vector_norm(
             torch.stack(torch._foreach_norm(grads))).item() if grads else 0.0
-        groups = self.optimizer.param_groups
-        lrs = [g["lr"] for g in groups]
-        for g in groups:
-            g["lr"] = g["lr"] * self.lr_scale
-        try:
-            self.optimizer.step()
-        finally:
-            for g, lr in zip(groups, lrs, strict=True):
-                g["lr"] = lr
+        for optimizer in self.optimizers:
+            groups = optimizer.param_groups
+            lrs = [g["lr"] for g in groups]
+            for g in groups:
+                g["lr"] = g["lr"] * self.lr_scale
+            try:
+                optimizer.step()
+            finally:
+                for g, lr in zip(groups, lrs, strict=True):
+                    g["lr"] = lr
 
     def apply(self, step, scale: float = 1.0) -> None:
         if scale != self.lr_scale:
             raise ValueError(f"{type(self).__name__}: {type(self.optimizer).__name__} applies "
                              "its update inside step(); the step cannot be scaled "
                              f"(got scale={scale}, its lr's schedule factor {self.lr_scale})")
-        self.optimizer.zero_grad(set_to_none=True)
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
 
     def state_tensors(self) -> list[torch.Tensor]:
         """Every tensor in the optimizer's state (a subclass: the tensors it stores), and the
         tensors of objects kept there (`ortho_matrix` of a projector)."""
         out = []
-        for state in self.optimizer.state.values():
+        for state in (s for o in self.optimizers for s in o.state.values()):
             for value in state.values():
                 if isinstance(value, torch.Tensor):
                     out += stored(value)

@@ -17,6 +17,7 @@ RULES = {
     "apollo": "baselines.apollo:APOLLO",
     "adam_mini": "baselines.adam_mini:AdamMini",
     "adamw_8bit": "baselines.adamw_8bit:AdamW8bit",
+    "muon": "baselines.muon:Muon",
 }
 
 # import paths of rules that have moved: a config naming one gets an error naming the new path

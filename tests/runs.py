@@ -81,6 +81,7 @@ METHODS = {
                                                   "scale": 128, "update_proj_gap": 3}},
     "adam_mini": {"rule": "adam_mini", "options": {"lr": 1.0e-3}},
     "adamw_8bit": {"rule": "adamw_8bit", "options": {"lr": 1.0e-3}},
+    "muon": {"rule": "muon", "options": {"lr": 1.0e-3}},
 }
 
 

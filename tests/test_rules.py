@@ -24,7 +24,8 @@ OPTIONS = {"dense_adam": {"lr": 1e-2}, "logra": {"rank": 2, "update_ratio": 1e-2
            "sketch_adam": {"lr": 1e-2, "rank": 2, "refresh_every": 2},
            "galore": {"lr": 1e-2, "rank": 2, "update_proj_gap": 2}, "lora": {"lr": 1e-2, "rank": 2},
            "apollo": {"lr": 1e-2, "rank": 2, "update_proj_gap": 2},
-           "adam_mini": {"lr": 1e-2}, "adamw_8bit": {"lr": 1e-2}}
+           "adam_mini": {"lr": 1e-2}, "adamw_8bit": {"lr": 1e-2},
+           "muon": {"lr": 1e-2, "dense_lr": 1e-3}}
 # configured variants of a rule (config entries with other options): APOLLO-Mini, LoRA rank 1
 # with a dense set, LoGRA with its projection kept and a float32 factor
 VARIANTS = {"apollo_mini": ("apollo", {"lr": 1e-2, "rank": 1, "scale_type": "tensor",
@@ -145,7 +146,7 @@ def test_a_rule_that_steps_in_propose_takes_the_schedule_as_a_factor_on_its_lr(t
             rule.lr_scale = scale
             rule.apply(rule.propose(), scale)
         models.append(_weights(model))
-        built.append([float(g["lr"]) for g in rule.state_dict()["param_groups"]])
+        built.append([float(g["lr"]) for o in rule.optimizers for g in o.param_groups])
     _assert_same(*models)
     assert built[0] == [4 * lr for lr in built[1]]  # as built, not scaled
     with pytest.raises(ValueError, match="cannot be scaled"):

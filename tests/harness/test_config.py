@@ -75,7 +75,7 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      "methods.logra.options.rank: .* is not of type 'integer'"),
     (lambda c: c["methods"].update(sign={"rule": "sgd"}),
      r"methods.sign.rule: unknown rule 'sgd'; known: \['adam_mini', 'adamw_8bit', 'apollo', "
-     r"'dense_adam', 'galore', 'logra', 'lora', 'sketch_adam'\]"),
+     r"'dense_adam', 'galore', 'logra', 'lora', 'muon', 'sketch_adam'\]"),
     (lambda c: c["methods"].update(sign={"rule": "logra.optim.rule:low_rank_linears"}),
      "methods.sign.rule: .* is not a subclass of logra.optim.rule.UpdateRule"),
     (lambda c: c["run_methods"].append("galore"), r"run_methods\[2\]: 'galore' is not defined"),
