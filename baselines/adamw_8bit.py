@@ -22,6 +22,14 @@ torchao quantizes a tensor only when it has at least 4096 elements and a multipl
 are stored: `state_tensors` counts a quantized state by its codes, scales and code table
 (`baselines.torch_optimizer.stored`), never by the fp32 dtype the state tensor reports.
 
+bf16 weights without a float32 copy (`bf16_stochastic_round`, with `grpo.param_dtype:
+bfloat16`): torchao updates each weight in fp32 and, with the option, rounds the result to bf16
+stochastically (up with the probability of the dropped bits, torch's global generator), so an
+update smaller than half a bf16 step survives in expectation; round-to-nearest would drop it
+(a weight of 0.02 keeps 8 bits: steps below ~6e-5 vanish). The option asks for bf16 weights
+(on float32 ones torchao ignores it: refused here). The throwaway compile steps run under a
+forked generator, so the run's random stream is the same with or without them.
+
 Every trained weight is its, at one lr, as its users run it (it replaces dense Adam).
 weight_decay defaults to 0, as every rule here (torchao's own default is 0.01). As a torch
 optimizer that applies its update inside `step()`, it runs through
@@ -43,16 +51,24 @@ CODES = 256       # entries of a quantized tensor's code table (fp32)
 
 class AdamW8bit(TorchOptimizerRule):
     options = {**ADAM_OPTIONS, "block_size": POSINT | {
-        "description": "weights per quantization block (one fp32 scale per block and moment)"}}
+        "description": "weights per quantization block (one fp32 scale per block and moment)"},
+        "bf16_stochastic_round": {"type": "boolean", "description": "round each updated bf16 "
+                                  "weight stochastically (needs grpo.param_dtype: bfloat16)"}}
     shardable = False  # torchao supports DTensor; not verified here
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, betas=(0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, block_size: int = 256):
+                 eps: float = 1e-8, weight_decay: float = 0.0, block_size: int = 256,
+                 bf16_stochastic_round: bool = False):
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        wide = sorted({str(p.dtype) for _, p in self.named if p.dtype != torch.bfloat16})
+        if bf16_stochastic_round and wide:
+            raise ValueError(f"adamw_8bit: bf16_stochastic_round rounds bf16 weights; these are "
+                             f"{', '.join(wide)} (set grpo.param_dtype: bfloat16)")
         hyper = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                     block_size=block_size)
+                     block_size=block_size, bf16_stochastic_round=bf16_stochastic_round)
         self.optimizer = AO_AdamW8bit([p for _, p in self.named], **hyper)
-        self.compile_ahead(hyper)
+        with torch.random.fork_rng(devices=[]):  # the throwaway steps draw nothing of the run's
+            self.compile_ahead(hyper)
 
     def compile_ahead(self, hyper: dict) -> None:
         """Compile torchao's update for each (shape, dtype, device) of the trained weights: one
@@ -78,11 +94,15 @@ class AdamW8bit(TorchOptimizerRule):
         block size B), 2 bytes (one uint8 code per moment) per weight, 2·n/B fp32 block scales
         and two 256-entry fp32 code tables; otherwise two fp32 moments; and a 0-d fp32 step
         count. Every weight's gradient until step(); inside step() two fp32 tensors of the
-        largest weight's size (the dequantized moments it updates)."""
+        largest weight's size (the dequantized moments it updates). With
+        `bf16_stochastic_round` the weights are bf16 with no fp32 copy, and their gradients
+        and unquantized moments bf16 (the policy's `b` bytes each)."""
         f, block = 4, options.get("block_size", 256)
-        return {"weights": geo.n_all * b, "master": geo.n_all * f if b < f else 0,
-                "grads": geo.n_all * f,
-                "optimizer": sum(state_bytes(math.prod(s), block) for _, s in geo.params),
+        pure = options.get("bf16_stochastic_round", False)
+        return {"weights": geo.n_all * b, "master": geo.n_all * f if b < f and not pure else 0,
+                "grads": geo.n_all * (b if pure else f),
+                "optimizer": sum(state_bytes(math.prod(s), block, b if pure else f)
+                                 for _, s in geo.params),
                 "step": 0, "perturbed_copy": 0, "after_apply": 0,
                 "transient": 2 * geo.largest * f, "frozen_base": False}
 
@@ -96,8 +116,9 @@ def quantized(numel: int, block: int) -> bool:
     return numel >= MIN_NUMEL and numel % block == 0
 
 
-def state_bytes(numel: int, block: int) -> int:
-    """Bytes of one weight tensor's AdamW8bit state: its two moments and its step count."""
+def state_bytes(numel: int, block: int, weight_bytes: int = 4) -> int:
+    """Bytes of one weight tensor's AdamW8bit state: its two moments (unquantized ones in the
+    weight's dtype, `weight_bytes` each) and its step count."""
     moments = (2 * (numel + numel // block * 4 + CODES * 4) if quantized(numel, block)
-               else 2 * numel * 4)
+               else 2 * numel * weight_bytes)
     return moments + 4

@@ -81,6 +81,10 @@ METHODS = {
                                                   "scale": 128, "update_proj_gap": 3}},
     "adam_mini": {"rule": "adam_mini", "options": {"lr": 1.0e-3}},
     "adamw_8bit": {"rule": "adamw_8bit", "options": {"lr": 1.0e-3}},
+    # weights stored in bf16, rounded stochastically: the generator's state is resumed too
+    "adamw_8bit_bf16": {"rule": "adamw_8bit", "options": {"lr": 1.0e-3,
+                                                          "bf16_stochastic_round": True},
+                        "grpo": {"param_dtype": "bfloat16"}},
     "muon": {"rule": "muon", "options": {"lr": 1.0e-3}},
 }
 

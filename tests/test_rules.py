@@ -33,8 +33,14 @@ VARIANTS = {"apollo_mini": ("apollo", {"lr": 1e-2, "rank": 1, "scale_type": "ten
             "lora_dense_head": ("lora", {"lr": 1e-2, "rank": 1, "dense_lr": 1e-3,
                                          "dense_modules": "embed_tokens|lm_head|norm"}),
             "logra_norefresh": ("logra", {"rank": 2, "update_ratio": 1e-2, "refresh": False,
-                                          "update_factor_dtype": "float32"})}
+                                          "update_factor_dtype": "float32"}),
+            "adamw_8bit_bf16": ("adamw_8bit", {"lr": 1e-2, "bf16_stochastic_round": True})}
 CASES = {name: (name, options) for name, options in OPTIONS.items()} | VARIANTS
+BF16 = {"adamw_8bit_bf16"}  # cases on a model stored in bf16 (grpo.param_dtype)
+
+
+def _load(tiny_dir, case):
+    return load(tiny_dir, dtype=torch.bfloat16 if case in BF16 else torch.float32)
 
 
 def _backward(model, tok):
@@ -75,7 +81,7 @@ def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, case):
     `unwrap` leaves a plain architecture that AutoModelForCausalLM loads."""
     rule_name, options = CASES[case]
     torch.manual_seed(0)
-    model, tok = load(tiny_dir)
+    model, tok = _load(tiny_dir, case)
     rule = rules.build(rule_name, model, options)
     initial = {n: w.clone() for n, w in rule.engine_weights().items()}
     engine, bases = {n: w.clone() for n, w in initial.items()}, {}
@@ -105,12 +111,14 @@ def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, case):
     buffer.seek(0)
     with torch.serialization.safe_globals(list(rule.checkpoint_classes)):
         saved = torch.load(buffer, weights_only=True)
+    generator = torch.get_rng_state()  # a checkpoint restores it (stochastic rounding draws)
     torch.manual_seed(1)  # a different draw for anything the new rule samples at build
-    fresh, _ = load(tiny_dir)
+    fresh, _ = _load(tiny_dir, case)
     resumed = rules.build(rule_name, fresh, options)
     fresh.load_state_dict(saved["model"])
     resumed.load_state_dict(saved["rule"])
     for m, r in ((model, rule), (fresh, resumed)):
+        torch.set_rng_state(generator)
         _backward(m, tok)
         r.apply(r.propose(), 1.0)
     _assert_same(_weights(fresh), _weights(model))
@@ -120,7 +128,7 @@ def test_rule_conforms_to_the_interface(tiny_dir, tmp_path, case):
         ids = tok(PROMPTS, return_tensors="pt", padding=True)
         logits = model(**ids).logits
     model.save_pretrained(tmp_path / "unwrapped")
-    loaded, info = AutoModelForCausalLM.from_pretrained(tmp_path / "unwrapped",
+    loaded, info = AutoModelForCausalLM.from_pretrained(tmp_path / "unwrapped", dtype=model.dtype,
                                                         output_loading_info=True)
     assert not any(info.values()), info  # no missing, unexpected or mismatched weight
     with torch.no_grad():
@@ -139,7 +147,7 @@ def test_a_rule_that_steps_in_propose_takes_the_schedule_as_a_factor_on_its_lr(t
     models, built = [], []
     for scale, opts in ((0.25, {k: 2.0 ** -6 for k in lrs}), (1.0, {k: 2.0 ** -8 for k in lrs})):
         torch.manual_seed(0)
-        model, tok = load(tiny_dir)
+        model, tok = _load(tiny_dir, case)
         rule = rules.build(rule_name, model, options | opts)
         for _ in range(2):
             _backward(model, tok)

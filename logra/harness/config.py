@@ -296,7 +296,8 @@ def _check_tasks(config: dict) -> None:
 def _check_method_grpo(config: dict) -> None:
     """Each method's grpo keys (merged over grpo) exist, take the grpo section's values and
     fit together: the cosine diagnostic off the profiled steps, GRPO's groups of two or more
-    (REINFORCE's keys only with it), a decay that ends after the warmup, and sharded runs
+    (REINFORCE's keys only with it), a decay that ends after the warmup, bf16 storage in one
+    process, and sharded runs
     (grpo.nproc_per_node > 1) with a rule that shards, a batch that splits over the ranks and
     no checkpoints."""
     sweep = config.get("lr_sweep") or {"anchors": {}}
@@ -337,6 +338,11 @@ def _check_method_grpo(config: dict) -> None:
             raise ConfigError(f"{key('decay_steps')}={merged['decay_steps']}: the decay ends "
                               f"after the warmup ({key('warmup_steps')}="
                               f"{merged['warmup_steps']}; method {name})")
+        if merged["param_dtype"] != "float32" and merged["nproc_per_node"] > 1:
+            raise ConfigError(f"{key('param_dtype')}={merged['param_dtype']}: weights stored "
+                              "in bf16 run in one process; under FSDP set compute_dtype "
+                              f"instead (grpo.nproc_per_node={merged['nproc_per_node']}, "
+                              f"method {name})")
         if merged["cosine_step"] and merged["nproc_per_node"] > 1 and name in trained:
             raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']}: the diagnostic "
                               f"runs in one process only; set 0 with grpo.nproc_per_node > 1 ({name})")
@@ -410,8 +416,9 @@ def _check_rules_fit_model(config: dict) -> None:
         return
     task = next(iter(config["tasks"]))  # only lrs differ per task: they fit any model
     for name, m in config["methods"].items():
+        dtype = getattr(torch, (config["grpo"] | m.get("grpo", {}))["param_dtype"])
         with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA adapters)
-            model = AutoModelForCausalLM.from_config(hf_config)
+            model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
         try:
             rule = rules.build(m["rule"], model, task_options(m.get("options", {}), task))
         except (TypeError, ValueError) as e:

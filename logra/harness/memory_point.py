@@ -29,6 +29,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from logra import rules
+from logra.common import POLICIES
 from logra.measure.memory import MemoryMeter
 from logra.measure.planner import plan
 from logra.optim.kl_control import KLControl
@@ -51,15 +52,21 @@ def fixed_batch(vocab_size: int, n: int, prompt_len: int, completion_len: int,
     return (ids, attn, mask, adv), (ids[:probe_size], attn[:probe_size], mask[:probe_size])
 
 
+DTYPES = {"float32": "fp32", "bfloat16": "bf16"}  # a torch dtype's name -> the planner's
+
+
 def _planned(hf_config, method: dict, shape: dict, grpo: dict, compute_dtype: str) -> dict:
-    """The planner's prediction for the point: fp32 storage, the compute dtype, one device."""
+    """The planner's prediction for the point: the storage dtype (grpo.param_dtype), the
+    compute dtype (bf16 weights compute in bf16 whatever it says), one device."""
     p_len, c_len = shape["prompt_len"], shape["completion_len"]
+    storage = DTYPES[grpo.get("param_dtype", "float32")]
     return plan(hf_config, method["rule"], method["options"], micro_batch=shape["micro_batch"],
+                policy=storage,
                 seq_len=p_len + c_len, probe_size=grpo["probe_size"], completion_len=c_len,
                 kl_control=bool(method.get("kl_control")) or rules.rule_class(
                     method["rule"]).has_control(method["options"]),
                 attention_mask=False,  # no padding: HF's sdpa then takes no mask
-                compute={"float32": "fp32", "bfloat16": "bf16"}[compute_dtype],
+                compute=min(storage, DTYPES[compute_dtype], key=POLICIES.get),
                 chunk_tokens=grpo.get("chunk_tokens"))
 
 
@@ -68,14 +75,16 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
             compute_dtype: str = "float32") -> dict:
     """`size`: tiny_config options; `method`: {rule, options, kl_control}; `shape`: batch,
     micro_batch, prompt_len, completion_len; `grpo`: the run config's grpo section (loss
-    settings; batch sizes are taken from `shape`). `compute_dtype: bfloat16` runs the update
-    under autocast, on float32 weights (and the planner predicts bf16 compute on fp32 storage)."""
+    settings and `param_dtype`, the weights' storage; batch sizes are taken from `shape`).
+    `compute_dtype: bfloat16` runs the update under autocast, on float32 weights (and the
+    planner predicts bf16 compute on fp32 storage)."""
     if steps < 3:
         raise ValueError(f"memory_sweep.steps={steps}: needs >= 3 (warm-up, measured, timed)")
     torch.manual_seed(seed)
     dev = torch.device(device)
     hf_config = tiny_config(**size)
-    model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32).to(dev)
+    model = AutoModelForCausalLM.from_config(
+        hf_config, dtype=getattr(torch, grpo.get("param_dtype", "float32"))).to(dev)
     grpo = dict(grpo, micro_batch_size=shape["micro_batch"])
     n, p_len, c_len = shape["batch"], shape["prompt_len"], shape["completion_len"]
     batch, probe = fixed_batch(hf_config.vocab_size, n, p_len, c_len, grpo["probe_size"],

@@ -46,7 +46,9 @@ FSDP (`grpo.nproc_per_node` > 1, started by torchrun; logra/rl/fsdp.py): rank 0 
 engine and broadcasts the rollouts; each global micro-batch of micro_batch_size x world sequences
 is split between the ranks; rank 0 writes metrics, summary and the gathered model. Checkpoints
 (resume) are single-process only for now. `grpo.compute_dtype: bfloat16` computes forwards and
-backwards in bf16 on float32 master weights (FSDP's mixed precision, else autocast).
+backwards in bf16 on float32 master weights (FSDP's mixed precision, else autocast);
+`grpo.param_dtype: bfloat16` stores the weights in bf16 (one process, no float32 copy), and the
+engine starts from them as stored.
 
 Out-of-memory is a result: with `memory_budget_gb` set, a run that needs more stops with
 `status: oom` and `oom_needed_bytes` (kept like a divergence). On CUDA the allocator is capped
@@ -171,9 +173,9 @@ def setup(cfg: dict, base_dir, train_jsonl, out_dir, checkpoint_dir=None) -> Run
     task = get_task(cfg["task"]["type"], **cfg["task"]["options"])
     rows = read_jsonl(train_jsonl, required=("prompt", "answer"))
 
-    def load_model():
+    def load_model():  # weights stored in grpo.param_dtype (bf16: no float32 copy)
         if not sharded:
-            return load(base_dir, device=str(device))
+            return load(base_dir, dtype=getattr(torch, grpo["param_dtype"]), device=str(device))
         return fsdp.load_sharded(base_dir, mesh, device, compute_dtype)
 
     model, tokenizer = load_model()
@@ -413,6 +415,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                              **cfg["rollout"].get("options", {})) if run.rank == 0 else None
         syncer = EngineSync(run.rule, cfg["rollout"].get("sync", "auto"),
                             getattr(torch, cfg["rollout"]["dtype"]), has_engine=engine is not None)
+        if engine_weights is None and run.grpo["param_dtype"] != "float32" and engine:
+            engine_weights = run.rule.engine_weights()  # the base as the trainer stores it
         if engine_weights is not None:  # the engine starts from the base weights: restore its own
             engine.sync({"dense": engine_weights})
             del engine_weights

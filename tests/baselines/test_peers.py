@@ -3,6 +3,7 @@ second moment per block, APOLLO's projections follow the run's seed, LoRA's adap
 r·(m + n) values per module and the engine still equals the trainer."""
 import io
 
+import pytest
 import torch
 from torch._dynamo.utils import counters
 from torchao.optim.subclass_8bit import OptimState8bit
@@ -149,3 +150,36 @@ def test_lora_dense_head_trains_sketch_adams_dense_set(tiny_dir):
     assert {n for n, _ in rule.dense_named} == dense
     trained = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trained == dense | {n for n in trained if ".lora_" in n}
+
+
+def test_bf16_weights_keep_steps_below_half_their_resolution_only_by_stochastic_rounding(tiny_dir):
+    """At the lr the sweep tunes here (5e-5; the LoGRA authors' AdamW runs at 1e-6), an Adam step
+    on a bf16 weight of magnitude >= 2^-6 is below half its resolution (2^-13 there): rounded to
+    nearest the weight does not move; rounded stochastically it moves by the steps' sum in
+    expectation. Ten steps along one gradient sign (each Adam step is then lr): with
+    `bf16_stochastic_round` those weights move 10 x lr on average, without it hardly at all."""
+    lr, steps = 5e-5, 10
+    moved = {}
+    for rounding in (False, True):
+        torch.manual_seed(0)
+        model, _ = load(tiny_dir, dtype=torch.bfloat16)
+        rule = rules.build("adamw_8bit", model, {"lr": lr, "bf16_stochastic_round": rounding})
+        before = {n: p.detach().float().clone() for n, p in rule.named}
+        signs = {n: torch.sign(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+                 for n, p in rule.named}
+        for _ in range(steps):
+            for n, p in rule.named:
+                p.grad = signs[n].to(p.dtype)
+            rule.apply(rule.propose(), 1.0)
+        coarse = [((before[n] - p.detach().float()) * signs[n])[before[n].abs() >= 2 ** -6]
+                  for n, p in rule.named]
+        moved[rounding] = torch.cat(coarse)
+    assert moved[False].numel() > 10_000
+    # rounded to nearest, all but the few at the lower edge of a power of two (the resolution
+    # below it is twice as fine) stay where they were: 3% of the steps' sum on average
+    assert torch.count_nonzero(moved[False]) < 0.01 * moved[False].numel()
+    assert moved[False].mean().item() < 0.05 * steps * lr
+    assert moved[True].mean().item() == pytest.approx(steps * lr, rel=0.1)
+    with pytest.raises(ValueError, match="bf16_stochastic_round rounds bf16 weights; these are "
+                                         r"torch.float32 \(set grpo.param_dtype: bfloat16\)"):
+        rules.build("adamw_8bit", load(tiny_dir)[0], {"bf16_stochastic_round": True})

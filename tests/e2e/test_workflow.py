@@ -34,13 +34,13 @@ def test_lint_is_clean(tmp_path):
              "lr_sweep_eval": 1, "lr_sweep_eval_base": 1, "margin": 1, "analysis_plan": 1,
              "memory_point": 8, "planner": 1, "verdicts": 1, "fingerprints": 1,
              "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
-    # the two run_methods are shared; the 18 ablation methods (LoGRA's 7 component ablations,
+    # the two run_methods are shared; the 19 ablation methods (LoGRA's 7 component ablations,
     # Sketch-Adam, the peers) add 5 seeds each, beside the margin's validation run;
-    # the memory sweep's 2 default sizes x (its 4 methods + Sketch-Adam and the 7 peers)
-    ("ablations", {"train": 20 * 5 + 1, "eval_run": 100, "ablation_summary": 1,
-                   "memory_point": 2 * 12, "ablation_memory_sweep": 1}),
-    # 11 methods x 6 points (an equal budget) x 3 seeds on the run task's validation split
-    ("lr_sweep", {"data": 1, "data_val": 1, "base": 3, "train": 198, "lr_sweep_eval": 198,
+    # the memory sweep's 2 default sizes x (its 4 methods + Sketch-Adam and the 8 peers)
+    ("ablations", {"train": 21 * 5 + 1, "eval_run": 105, "ablation_summary": 1,
+                   "memory_point": 2 * 13, "ablation_memory_sweep": 1}),
+    # 12 methods x 6 points (an equal budget) x 3 seeds on the run task's validation split
+    ("lr_sweep", {"data": 1, "data_val": 1, "base": 3, "train": 216, "lr_sweep_eval": 216,
                   "lr_sweep": 1}),
     # the default sizes and the opt-in ones (4 more), x 4 methods, in one table
     ("memory_large", {"memory_point": 24, "memory_sweep": 1}),

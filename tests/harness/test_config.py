@@ -157,6 +157,9 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"reinforce_methods\[0\]: 'logra_reinforce' is not defined under methods"),
     (lambda c: c["methods"]["logra"].update(grpo={"estimator": "reinforce"}),
      r"methods.logra.grpo.estimator: 'reinforce' is not one of \['grpo', 'reinforce_baseline'\]"),
+    (lambda c: (c["grpo"].update(nproc_per_node=2, prompts_per_step=4, checkpoint_every=0),
+                c["methods"]["dense_adam"].update(grpo={"param_dtype": "bfloat16"})),
+     r"methods.dense_adam.grpo.param_dtype=bfloat16: weights stored in bf16 run in one process"),
     (lambda c: c["methods"]["logra"].update(grpo={"decay_final": 5}),
      r"methods.logra.grpo.decay_final: 5 is greater than the maximum of 1"),
 ])

@@ -111,6 +111,33 @@ def test_planned_total_within_10_percent_under_bf16_compute(rule, options):
     assert point["planned"]["peak_phase"] == point["peak_phase"]
 
 
+def test_bf16_weights_with_8bit_states_planned_as_built_and_measured(tiny_dir):
+    """Weights stored in bf16 with 8-bit AdamW and stochastic rounding (grpo.param_dtype
+    bfloat16): no float32 copy and bf16 gradients; the planned state and gradient bytes equal
+    the rule's, and the planned total is within 10% of a measured step's peak, which is below
+    half of dense Adam's on float32 weights at the same point."""
+    options = {"bf16_stochastic_round": True}
+    model, tok = load(tiny_dir, dtype=torch.bfloat16)
+    r = rules.build("adamw_8bit", model, options)
+    ids = tok(["Q: 12+3\nA: 15", "Q: 4+4\nA: 8"], return_tensors="pt", padding=True)
+    model(**ids, labels=ids["input_ids"]).loss.backward()
+    grads = r.peak_grad_bytes()
+    r.apply(r.propose(), 1.0)
+    planned = plan(model.config, "adamw_8bit", options, micro_batch=2, seq_len=12,
+                   policy="bf16")
+    assert planned["optimizer"] == r.state_bytes() and planned["master"] == 0
+    assert planned["grads"] == grads == 2 * sum(p.numel() for p in model.parameters())
+    size = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 4}
+    shape = {"batch": 8, "micro_batch": 4, "prompt_len": 8, "completion_len": 8}
+    torch.set_num_threads(1)
+    pure = measure(size, {"rule": "adamw_8bit", "options": options}, shape,
+                   GRPO | {"param_dtype": "bfloat16"}, steps=3)
+    dense = measure(size, {"rule": "dense_adam", "options": {}}, shape, GRPO, steps=3)
+    assert abs(pure["planned_error"]) <= 0.10, pure["planned"]
+    assert pure["peak_mem_bytes"] < 0.5 * dense["peak_mem_bytes"]
+
+
 def test_compute_dtype_probe_size_zero_and_the_authors_logits():
     """The compute dtype sizes what the forward forms, never the stored weights or the state;
     probe_size 0 plans no probe; logits="full" (every position's fp32 logits, a full
