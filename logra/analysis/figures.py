@@ -137,7 +137,8 @@ def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: 
     axes[0].set_ylabel("GB per GPU (PREDICTION)")
     axes[0].set_title(f"(a) PREDICTION (planner) by phase: {model}, {p['gpus'].iloc[0]} GPUs x "
                       f"{gpu:.0f} GB,\n{p['sharding'].iloc[0]}, {p['policy'].iloc[0]} weights + "
-                      "fp32 master and moments", fontsize=9)
+                      "fp32 master and moments (as each rule keeps them; +offload: fp32 shards "
+                      "and state on the host)", fontsize=8)
     axes[0].legend(fontsize=6)
     data = long_runs.copy()
     data["reward"] = data.groupby(["method", "seed"])["reward_mean"].transform(

@@ -566,15 +566,48 @@ def _planner(inputs: ReportInputs) -> list[str]:
     planner = inputs.planner
     if planner is None:
         return []
+    offload = {c: planner[c] if c in planner else [None] * len(planner)
+               for c in ("host", "pcie_bytes_per_step", "pcie_seconds_per_step")}
     return _section("Planner predictions", "results/memory/planner.csv", "Predicted, not "
-                    "measured: bytes per GPU by the planner (logra/measure/planner.py).",
+                    "measured: bytes per GPU by the planner (logra/measure/planner.py); "
+                    "`+offload`: FSDP's CPU offload, the node's host bytes and each GPU's "
+                    "host-device traffic per update.",
                     {"model": planner["model"], "method": planner["method"],
                      "GPUs": planner["gpus"], "policy": planner["policy"],
                      "GB per GPU": _fmt(planner["total"], ".1f", 1e9),
                      "peak phase": planner["peak_phase"],
                      "GPU GB": _fmt(planner["gpu_bytes"], ".0f", 1e9),
                      "fits": planner["fits"],
-                     "sync GB": _fmt(planner["sync_bytes"], ".3g", 1e9)})
+                     "sync GB": _fmt(planner["sync_bytes"], ".3g", 1e9),
+                     "host GB": _fmt(offload["host"], ".0f", 1e9),
+                     "PCIe GB / update": _fmt(offload["pcie_bytes_per_step"], ".0f", 1e9),
+                     "PCIe s / update": _fmt(offload["pcie_seconds_per_step"], ".1f")}
+                    ) + [x for sentence in fit_sentences(planner, inputs.reference)
+                         for x in ("", sentence)]
+
+
+def fit_sentences(planner: pd.DataFrame, reference: str) -> list[str]:
+    """Per model of the planner's table, which methods its prediction fits on the GPU and
+    which not, the reference first, each with its GB per GPU and peak phase, the offload
+    rows with their host bytes and transfer time: written from the table, whatever it says."""
+    out = []
+    for model, rows in planner.groupby("model", sort=False):
+        def said(r) -> str:
+            extra = (f", {r['host'] / 1e9:.0f} GB on the host and {r['pcie_seconds_per_step']:.0f}"
+                     " s of host-device transfer per update"
+                     if "host" in r and pd.notna(r["host"]) else "")
+            return f"{r['method']} {r['total'] / 1e9:.1f} GB ({r['peak_phase']}{extra})"
+        first = rows.iloc[0]
+        ref = rows[rows["method"] == reference]
+        lead = (f"{said(ref.iloc[0])} {'fits' if ref.iloc[0]['fits'] else 'does not fit'}; "
+                if len(ref) else "")
+        rest = rows[rows["method"] != reference]
+        fit, no = rest[rest["fits"] == True], rest[rest["fits"] != True]  # noqa: E712
+        out.append(f"At {model} on {first['gpus']} GPUs of {first['gpu_bytes'] / 1e9:.0f} GB "
+                   f"(predicted, per GPU): {lead}fit: "
+                   f"{', '.join(said(r) for _, r in fit.iterrows()) or 'none'}; do not fit: "
+                   f"{', '.join(said(r) for _, r in no.iterrows()) or 'none'}.")
+    return out
 
 
 def paper_setting_table(predicted: pd.DataFrame) -> pd.DataFrame:

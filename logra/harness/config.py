@@ -230,6 +230,7 @@ def _check_references(config: dict) -> None:
                          for k in ("memory_sweep", "planner", "stability") if k in config],
                        ("memory_sweep.ablation_methods",
                         (config.get("memory_sweep") or {}).get("ablation_methods", [])),
+                       ("planner.offload", (config.get("planner") or {}).get("offload", [])),
                        ("sync_regime.methods",
                         (config.get("sync_regime") or {}).get("methods", []))]:
         for i, name in enumerate(names):

@@ -39,6 +39,16 @@ casts before it gathers) and the forwards' transients.
 - rollout: a colocated rollout engine's share of the GPU (vLLM's gpu_memory_utilization),
   rollout_share·gpu_bytes, held through every phase.
 
+`offload=True` is FSDP2's `CPUOffloadPolicy` (torch.distributed.fsdp, `_fsdp_param.py`,
+`_fsdp_collectives.py`): each rank's shard of the weights (the policy dtype; fp32 for a bf16
+compute on fp32 storage), of their gradients and of the optimizer's state lives in host memory,
+and the optimizer steps there. The GPU keeps none of these categories (`host` is the node's
+bytes of them, all ranks); `fsdp` adds the shard copied to the GPU before each all-gather (two
+layers', policy dtype). Host-device traffic per micro-batch and GPU (`pcie`): the weights'
+shard copied in for the forward's all-gather and again for backward's (the default reshards
+after forward), and the reduce-scattered gradient shard copied out (fp32, each micro-batch:
+gradients accumulate on the host).
+
 Phases (`PHASES`, as `logra.rl.step.update_step` runs them; each alive with weights, master,
 optimizer, rollout and, but in rollout, fsdp):
 - rollout: nothing else (the engine's share is its whole cost);
@@ -108,14 +118,17 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
          chunk_tokens: int | None = None, rollout_share: float = 0.0,
          gpu_bytes: float | None = None, checkpointing: bool = False,
          attention_mask: bool = True, attn_implementation: str = "sdpa",
-         compute: str | None = None, logits: str = "chunked") -> dict:
+         compute: str | None = None, logits: str = "chunked", offload: bool = False) -> dict:
     """Predicted per-GPU bytes by category and by phase (see the module docstring): the
     categories, `phase_<name>` for each phase that runs, `total` (the largest) and
     `peak_phase`. `completion_len` (default `seq_len`) sizes the probe's tokens. `logits`:
     "chunked", this project's (`logra.rl.loss.token_logprobs`, the JVP probe's kept
-    positions), or "full", as LoGRA's authors form them (see the module docstring)."""
+    positions), or "full", as LoGRA's authors form them (see the module docstring).
+    `offload`: FSDP's CPU offload, adding `host` and `pcie` (per micro-batch and GPU)."""
     options = dict(options or {})
     _check_setting(policy, compute, sharding, logits, rollout_share, gpu_bytes)
+    if offload and sharding != "fsdp":
+        raise ValueError("offload: FSDP's CPU offload shards the weights (sharding='fsdp')")
     geo, layer_numel = geometry(hf_config, options, rule)
     b, c, f = POLICIES[policy], POLICIES[compute or policy], 4  # storage, compute, float32
     shard = gpus if sharding == "fsdp" else 1
@@ -143,6 +156,10 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
                for k in ("weights", "master", "grads", "optimizer", "step", "perturbed_copy",
                          "after_apply")}
     out = {k: per_gpu[k] for k in ("weights", "master", "grads", "optimizer")}
+    if offload:  # the shards live in host memory; the GPU sees them in transit
+        out["host"] = sum(out.values()) * shard
+        out["pcie"] = 2 * per_gpu["weights"] + per_gpu["grads"]
+        out |= dict.fromkeys(("weights", "master", "grads", "optimizer"), 0)
     out |= {
         "activations": activation_bytes_estimate(
             hf_config, batch=micro_batch, seq_len=seq_len, dtype_bytes=c,
@@ -154,7 +171,7 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
         "probe": base + chunks,
         # two layers' weights all-gathered; one layer's unsharded grads (a frozen base: none)
         "fsdp": (2 * layer_numel * c + (0 if rule_plan["frozen_base"] else layer_numel * c)
-                 if shard > 1 else 0),
+                 + (2 * layer_numel * b // shard if offload else 0) if shard > 1 else 0),
         "rollout": int(rollout_share * gpu_bytes) if rollout_share else 0,
     }
     # a no-grad probe forward's largest transient: one MLP's gate activation, up and their

@@ -489,3 +489,26 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
     assert ("| a | l | d | -0.010 [-0.020, +0.000] | 0.030 | non-inferior | seed 0: +0.0500 "
             "(p 0.001) | 1/1 | yes | 4 |") in text
     assert "l -0.010 [-0.030, +0.010]." in text  # the IQM, without a call
+
+
+def test_the_fit_sentence_says_what_the_planner_table_says():
+    """Per model, the reference first with whether it fits, then every other row under 'fit' or
+    'do not fit' as its `fits` column says, each with its GB per GPU; an offload row with its
+    host bytes and transfer time; whatever the table holds (nothing fits: 'none')."""
+    import pandas as pd
+
+    from logra.analysis.report import fit_sentences
+    planner = pd.DataFrame({
+        "model": ["m27b"] * 4, "method": ["dense_adam", "logra", "muon", "dense_adam+offload"],
+        "gpus": 8, "gpu_bytes": 80e9, "total": [93.1e9, 45.5e9, 88.6e9, 35.6e9],
+        "peak_phase": ["forward_backward", "kl_control", "propose", "forward_backward"],
+        "fits": [False, True, False, True], "host": [None, None, None, 432e9],
+        "pcie_seconds_per_step": [None, None, None, 25.9]})
+    (sentence,) = fit_sentences(planner, "dense_adam")
+    assert sentence == (
+        "At m27b on 8 GPUs of 80 GB (predicted, per GPU): dense_adam 93.1 GB (forward_backward) "
+        "does not fit; fit: logra 45.5 GB (kl_control), dense_adam+offload 35.6 GB "
+        "(forward_backward, 432 GB on the host and 26 s of host-device transfer per update); do "
+        "not fit: muon 88.6 GB (propose).")
+    none = fit_sentences(planner.assign(fits=False), "dense_adam")[0]
+    assert "; fit: none; do not fit: logra" in none

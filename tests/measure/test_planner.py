@@ -138,6 +138,27 @@ def test_bf16_weights_with_8bit_states_planned_as_built_and_measured(tiny_dir):
     assert pure["peak_mem_bytes"] < 0.5 * dense["peak_mem_bytes"]
 
 
+def test_cpu_offload_moves_weights_gradients_and_state_to_the_host():
+    """FSDP's CPU offload of dense AdamW on float32 shards with bf16 compute: the GPU holds none
+    of weights, gradients, moments; the node's host holds all of them, 16 bytes per parameter;
+    each micro-batch copies every GPU's weight shard in twice (forward and backward gathers)
+    and its fp32 gradient shard out once; the rest of the GPU's plan is the plan without it."""
+    qwen = AutoConfig.from_pretrained(ROOT / "config/models/qwen2.5-32b.json")
+    n = 32_763_876_352
+    setting = dict(micro_batch=1, seq_len=1024, policy="fp32", compute="bf16", gpus=8,
+                   sharding="fsdp", checkpointing=True)
+    kept, off = plan(qwen, "dense_adam", **setting), plan(qwen, "dense_adam", offload=True,
+                                                           **setting)
+    assert all(off[k] == 0 for k in ("weights", "master", "grads", "optimizer"))
+    assert off["host"] == 16 * n == 8 * sum(kept[k] for k in ("weights", "master", "grads",
+                                                               "optimizer"))
+    assert off["pcie"] == 3 * 4 * n // 8
+    assert off["activations"] == kept["activations"] and off["fsdp"] > kept["fsdp"]
+    assert off["total"] < kept["total"] - 0.9 * 16 * n / 8
+    with pytest.raises(ValueError, match="offload: FSDP's CPU offload shards"):
+        plan(qwen, "dense_adam", micro_batch=1, seq_len=8, offload=True)
+
+
 def test_compute_dtype_probe_size_zero_and_the_authors_logits():
     """The compute dtype sizes what the forward forms, never the stored weights or the state;
     probe_size 0 plans no probe; logits="full" (every position's fp32 logits, a full

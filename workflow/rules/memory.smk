@@ -74,6 +74,7 @@ rule planner:
     params:
         planner=PLANNER,
         methods={m: config["methods"][m] for m in (PLANNER or {}).get("methods", [])},
+        offloaded={m: config["methods"][m] for m in (PLANNER or {}).get("offload", [])},
         # config.json paths are relative to the repository, not the working directory
         models={
             name: os.path.join(workflow.basedir, path)
