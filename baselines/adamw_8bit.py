@@ -27,8 +27,9 @@ bfloat16`): torchao updates each weight in fp32 and, with the option, rounds the
 stochastically (up with the probability of the dropped bits, torch's global generator), so an
 update smaller than half a bf16 step survives in expectation; round-to-nearest would drop it
 (a weight of 0.02 keeps 8 bits: steps below ~6e-5 vanish). The option asks for bf16 weights
-(on float32 ones torchao ignores it: refused here). The throwaway compile steps run under a
-forked generator, so the run's random stream is the same with or without them.
+(on float32 ones torchao ignores it: refused here). The throwaway compile steps run under
+forked generators (the CPU's and each CUDA device's the weights are on), so the run's random
+stream is the same with or without them.
 
 Every trained weight is its, at one lr, as its users run it (it replaces dense Adam).
 weight_decay defaults to 0, as every rule here (torchao's own default is 0.01). As a torch
@@ -63,11 +64,12 @@ class AdamW8bit(TorchOptimizerRule):
         wide = sorted({str(p.dtype) for _, p in self.named if p.dtype != torch.bfloat16})
         if bf16_stochastic_round and wide:
             raise ValueError(f"adamw_8bit: bf16_stochastic_round rounds bf16 weights; these are "
-                             f"{', '.join(wide)} (set grpo.param_dtype: bfloat16)")
+                             f"{', '.join(wide)} (set the method's grpo.param_dtype: bfloat16)")
         hyper = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                      block_size=block_size, bf16_stochastic_round=bf16_stochastic_round)
         self.optimizer = AO_AdamW8bit([p for _, p in self.named], **hyper)
-        with torch.random.fork_rng(devices=[]):  # the throwaway steps draw nothing of the run's
+        cuda = sorted({p.device for _, p in self.named if p.device.type == "cuda"}, key=str)
+        with torch.random.fork_rng(devices=cuda):  # the throwaway steps draw none of the run's
             self.compile_ahead(hyper)
 
     def compile_ahead(self, hyper: dict) -> None:

@@ -3,13 +3,15 @@ the rest, as Muon's users run it.
 
 Muon (Jordan et al. 2024; Liu et al. 2025, "Muon is Scalable for LLM Training") keeps one
 momentum buffer per weight instead of Adam's two moments and steps along the orthogonalized
-momentum: B ← μB + G, U = G + μB (Nesterov), O = NS₅(U) (five Newton–Schulz iterations in
-bf16 that push U's singular values towards 1), W ← W − lr'·O. The torch optimizer takes only
-2-D weights, and its authors train everything else (embeddings, lm_head, norms) with AdamW:
+momentum: B ← μB + (1 − μ)G, U = (1 − μ)G + μB (Nesterov; torch's lerps), O = NS₅(U) (five
+Newton–Schulz iterations in bf16 that push U's singular values towards 1), W ← W − lr'·O. The
+torch optimizer takes only 2-D weights, and its authors train everything else (embeddings,
+lm_head, norms) with AdamW:
 - the weights LoGRA would sketch (`modules`, the q, k, v, o, gate, up and down projections) form
   the `torch.optim.Muon` group; every other trained parameter is `torch.optim.AdamW`'s, at
   `dense_lr` (the config gives dense Adam's tuned lr, as for GaLore's and APOLLO's dense
-  weights);
+  weights), one weight at a time (`foreach=False`: on GPUs torch's default would form
+  intermediates the size of the whole AdamW set at once);
 - `adjust_lr_fn` is declared, default "match_rms_adamw" (Moonshot's lr' = 0.2·lr·√max(m, n),
   which makes an update's RMS that of AdamW, so the lr lives on AdamW's scale and the tuning
   sweep's anchor is dense Adam's); "original" is Keller Jordan's lr' = lr·√max(1, m/n);
@@ -59,7 +61,7 @@ class Muon(TorchOptimizerRule):
                                           ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
         rest = [p for _, p in self.named if id(p) not in ids]
         self.adamw = torch.optim.AdamW(rest, lr=dense_lr or lr, betas=tuple(betas), eps=eps,
-                                       weight_decay=weight_decay)
+                                       weight_decay=weight_decay, foreach=False)
 
     @property
     def optimizers(self) -> tuple[torch.optim.Optimizer, ...]:

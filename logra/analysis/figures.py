@@ -196,6 +196,8 @@ def sync_bytes(summary: pd.DataFrame, planner: pd.DataFrame, outputs: list[str])
     (`logra.common.delta_bytes`), at the fractions the runs measured and the 1-3% reported elsewhere
     for production runs, beside each method's own and full bytes."""
     ok = _ok(summary, "runs")
+    if "offload" in planner:  # an offloaded trainer syncs as the same method does
+        planner = planner[~planner["offload"].astype(bool)]
     fig, axes = plt.subplots(1, 4, figsize=(22, 4.6))
     t = sync_table(ok)
     pivot = t.pivot(index="method", columns="transport", values="bytes_per_step") / MB

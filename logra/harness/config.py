@@ -214,9 +214,9 @@ def check(config: dict) -> None:
                           "per job (set threads: 1, or reproducible: false)")
     _check_references(config)
     _check_per_task_values(config)
+    _check_method_grpo(config)  # before the rules are built in each method's param_dtype
     _check_rules_fit_model(config)
     _check_tasks(config)
-    _check_method_grpo(config)
 
 
 def _check_references(config: dict) -> None:
@@ -342,7 +342,7 @@ def _check_method_grpo(config: dict) -> None:
         if merged["param_dtype"] != "float32" and merged["nproc_per_node"] > 1:
             raise ConfigError(f"{key('param_dtype')}={merged['param_dtype']}: weights stored "
                               "in bf16 run in one process; under FSDP set compute_dtype "
-                              f"instead (grpo.nproc_per_node={merged['nproc_per_node']}, "
+                              f"instead ({key('nproc_per_node')}={merged['nproc_per_node']}, "
                               f"method {name})")
         if merged["cosine_step"] and merged["nproc_per_node"] > 1 and name in trained:
             raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']}: the diagnostic "

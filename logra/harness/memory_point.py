@@ -60,7 +60,7 @@ def _planned(hf_config, method: dict, shape: dict, grpo: dict, compute_dtype: st
     compute dtype (bf16 weights compute in bf16 whatever it says), one device."""
     p_len, c_len = shape["prompt_len"], shape["completion_len"]
     storage = DTYPES[grpo.get("param_dtype", "float32")]
-    return plan(hf_config, method["rule"], method["options"], micro_batch=shape["micro_batch"],
+    planned = plan(hf_config, method["rule"], method["options"], micro_batch=shape["micro_batch"],
                 policy=storage,
                 seq_len=p_len + c_len, probe_size=grpo["probe_size"], completion_len=c_len,
                 kl_control=bool(method.get("kl_control")) or rules.rule_class(
@@ -68,6 +68,12 @@ def _planned(hf_config, method: dict, shape: dict, grpo: dict, compute_dtype: st
                 attention_mask=False,  # no padding: HF's sdpa then takes no mask
                 compute=min(storage, DTYPES[compute_dtype], key=POLICIES.get),
                 chunk_tokens=grpo.get("chunk_tokens"))
+    if POLICIES[storage] < 4 and planned["master"]:
+        raise ValueError(f"memory point: rule {method['rule']!r} plans a float32 master copy "
+                         f"beside {grpo['param_dtype']} weights, which that storage has not; "
+                         "a rule that plans bf16 storage alone (adamw_8bit with "
+                         "bf16_stochastic_round) is measured there")
+    return planned
 
 
 def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4,
@@ -76,8 +82,8 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
     """`size`: tiny_config options; `method`: {rule, options, kl_control}; `shape`: batch,
     micro_batch, prompt_len, completion_len; `grpo`: the run config's grpo section (loss
     settings and `param_dtype`, the weights' storage; batch sizes are taken from `shape`).
-    `compute_dtype: bfloat16` runs the update under autocast, on float32 weights (and the
-    planner predicts bf16 compute on fp32 storage)."""
+    `compute_dtype: bfloat16` runs the update under autocast on the stored weights (and the
+    planner predicts bf16 compute on that storage)."""
     if steps < 3:
         raise ValueError(f"memory_sweep.steps={steps}: needs >= 3 (warm-up, measured, timed)")
     torch.manual_seed(seed)

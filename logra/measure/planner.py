@@ -16,7 +16,7 @@ the loss's cast, the probe's hidden states, the all-gathered layers (FSDP's mixe
 casts before it gathers) and the forwards' transients.
 - weights: every weight in the policy dtype (fp32; or bf16 for `policy="bf16"`);
 - master: fp32 master copy of the trained weights (`policy="bf16"` only);
-- optimizer: the rule's state in fp32;
+- optimizer: the rule's state as it keeps it (fp32, 8-bit codes, ...);
 - grads: gradients alive at the end of backward, fp32 (FSDP reduces in fp32);
 - activations: saved for backward by one micro-batch
   (`logra.measure.memory.activation_bytes_estimate`, derived for Llama/Qwen2 decoders; for other
@@ -44,10 +44,13 @@ casts before it gathers) and the forwards' transients.
 compute on fp32 storage), of their gradients and of the optimizer's state lives in host memory,
 and the optimizer steps there. The GPU keeps none of these categories (`host` is the node's
 bytes of them, all ranks); `fsdp` adds the shard copied to the GPU before each all-gather (two
-layers', policy dtype). Host-device traffic per micro-batch and GPU (`pcie`): the weights'
+layers', policy dtype). Host-device traffic per GPU (`pcie`, per micro-batch): the weights'
 shard copied in for the forward's all-gather and again for backward's (the default reshards
-after forward), and the reduce-scattered gradient shard copied out (fp32, each micro-batch:
-gradients accumulate on the host).
+after forward; the root module, which it does not, is counted too: a few percent over), and
+the reduce-scattered gradient shard copied out (fp32, each micro-batch: gradients accumulate
+on the host); `pcie_probe`, per update: the probe's two no-grad forwards (base, realized KL)
+copy the weights' shard in once each. Planned for a rule that keeps nothing else on the GPU
+(dense Adam): another rule's step and transients stay in the GPU's phases as planned.
 
 Phases (`PHASES`, as `logra.rl.step.update_step` runs them; each alive with weights, master,
 optimizer, rollout and, but in rollout, fsdp):
@@ -159,6 +162,8 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     if offload:  # the shards live in host memory; the GPU sees them in transit
         out["host"] = sum(out.values()) * shard
         out["pcie"] = 2 * per_gpu["weights"] + per_gpu["grads"]
+        # the probe's no-grad forwards gather every layer too: the base and the realized KL's
+        out["pcie_probe"] = 2 * per_gpu["weights"] if probe_size else 0
         out |= dict.fromkeys(("weights", "master", "grads", "optimizer"), 0)
     out |= {
         "activations": activation_bytes_estimate(
@@ -236,17 +241,19 @@ def predict(hf_config, spec: dict, setting: dict, grpo: dict) -> dict:
     """One row of a prediction table: `plan` for the method `spec` ({rule, options,
     kl_control}) in `setting` (plan's keyword arguments, `gpu_gb` for `gpu_bytes`), the
     probe and chunk sizes from `grpo` unless the setting gives them, whether it fits, and
-    the sync columns (`sync_columns`)."""
+    the sync columns (`sync_columns`) in the engine's dtype (`engine`, default the policy's:
+    an offloaded trainer's float32 shards still reach a bf16 engine in bf16)."""
     options, setting = spec.get("options", {}), dict(setting)
     gpu_gb = setting.pop("gpu_gb", None)
+    engine = setting.pop("engine", None) or setting.get("policy", "fp32")
     setting.setdefault("probe_size", grpo["probe_size"])
     setting.setdefault("chunk_tokens", grpo.get("chunk_tokens"))
     bytes_ = plan(hf_config, spec["rule"], options, gpu_bytes=gpu_gb and gpu_gb * 1e9,
                   kl_control=bool(spec.get("kl_control"))
                   or rules.rule_class(spec["rule"]).has_control(options), **setting)
     return {**bytes_, "fits": bytes_["total"] <= gpu_gb * 1e9 if gpu_gb else None,
-            **sync_columns(hf_config, spec["rule"], options, setting.get("policy", "fp32")),
-            "kind": "prediction"}
+            **sync_columns(hf_config, spec["rule"], options, engine),
+            "offload": bool(setting.get("offload")), "kind": "prediction"}
 
 
 def geometry(hf_config, options: dict, rule=None) -> tuple[Geometry, int]:

@@ -37,6 +37,7 @@ its first grading (about a second: sympy), serves its threads one at a time.
 from __future__ import annotations
 
 import atexit
+import functools
 import multiprocessing as mp
 import os
 import subprocess
@@ -79,7 +80,8 @@ class _Worker:
             return self.conn.recv()
         except EOFError:
             raise RuntimeError(f"it (pid {self.proc.pid}) exited with code "
-                               f"{self.proc.wait()}; its stderr is above") from None
+                               f"{self.proc.wait()}; it writes to this process's file "
+                               "descriptor 2") from None
 
     def kill(self) -> None:
         self.proc.kill()
@@ -91,23 +93,48 @@ _lock = threading.Lock()
 _worker: _Worker | None = None
 
 
+def _forked_child() -> None:
+    """In a forked child: a fresh lock (another thread may have held the parent's) and no
+    worker (the parent's stays the parent's; the child starts its own when it grades)."""
+    global _lock, _worker
+    _lock, _worker = threading.Lock(), None
+
+
+os.register_at_fork(after_in_child=_forked_child)
+
+
 def _ask(op: str, gold: str, completion: str, timeout_s: float):
-    """The worker's reply to (op, gold, completion); None when it ran out of time or died."""
+    """The worker's reply to (op, gold, completion); None when it ran out of time or died
+    while grading. A worker found dead when asked is replaced and asked once more; a wait
+    interrupted by anything else (a signal's exception, KeyboardInterrupt) kills the worker
+    too before it propagates, so no reply is ever left unread for the next question."""
     global _worker
     with _lock:
-        if _worker is None or _worker.owner != os.getpid():
-            _worker = _Worker()
-        try:
-            _worker.conn.send((op, gold, completion))
-            return _worker.answer(timeout_s)
-        except (TimeoutError, RuntimeError, OSError) as e:
-            _worker.kill()
-            _worker = None
-            reason = (f"took over {timeout_s:g} s" if isinstance(e, TimeoutError)
-                      else f"failed: {e}")
-            print(f"math-verify: grading {completion[:80]!r} against {gold!r} {reason}; "
-                  "scored 0, worker restarted", file=sys.stderr)
-            return None
+        for attempt in (1, 2):
+            if _worker is None:
+                _worker = _Worker()
+            try:
+                _worker.conn.send((op, gold, completion))
+            except OSError:  # it died since the last question: a fresh one, once
+                _worker.kill()
+                _worker = None
+                if attempt == 2:
+                    raise
+                continue
+            try:
+                return _worker.answer(timeout_s)
+            except (TimeoutError, RuntimeError, OSError) as e:
+                _worker.kill()
+                _worker = None
+                reason = (f"took over {timeout_s:g} s" if isinstance(e, TimeoutError)
+                          else f"failed: {e}")
+                print(f"math-verify: grading {completion[:80]!r} against {gold!r} {reason}; "
+                      "worker restarted", file=sys.stderr)
+                return None
+            except BaseException:
+                _worker.kill()
+                _worker = None
+                raise
 
 
 @atexit.register
@@ -122,14 +149,17 @@ def _gold_error(gold: str) -> GoldError:
 
 
 def check_gold(gold: str, timeout_s: float = TIMEOUT_S) -> None:
-    """Raise GoldError unless math-verify reads `gold` (a running-out of time counts as not)."""
+    """Raise GoldError unless math-verify reads `gold` (running out of time counts as not)."""
     if _ask("check", gold, "", timeout_s) != "ok":
         raise _gold_error(gold)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def math_verify_score(gold: str, completion: str, timeout_s: float = TIMEOUT_S) -> float:
     """1.0 if math-verify finds the answer in `completion` equal to `gold`, else 0.0 (also when
-    it extracts nothing or runs out of `timeout_s`); GoldError for a gold it cannot read."""
+    it extracts nothing or runs out of `timeout_s`); GoldError for a gold it cannot read.
+    Remembered per (gold, completion): a reward and a reported score of one completion grade
+    it once."""
     reply = _ask("grade", gold, completion, timeout_s)
     if reply == "gold":
         raise _gold_error(gold)

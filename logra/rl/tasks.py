@@ -506,8 +506,17 @@ def _require(row: dict, where: str, *fields: str) -> None:
             raise ValueError(f"{where}: missing or non-string field {field!r}")
 
 
+class MathVerifyScore:
+    """A task whose evaluation reports math-verify's score of a completion beside its reward
+    (`logra.rl.grading.math_verify_score` against the example's answer)."""
+    extra_scores = ("math_verify",)
+
+    def scores(self, completion: str, example: Example) -> dict[str, float]:
+        return {"math_verify": math_verify_score(example["answer"], completion)}
+
+
 @register_task
-class GSM8KTask(HubTask):
+class GSM8KTask(MathVerifyScore, HubTask):
     """Grade-school math word problems (GSM8K), rows ``{"question": ..., "answer": "...reasoning...
     #### 72"}``. ``answer`` is the canonical final number, ``solution`` the original answer text
     and ``question`` is converted to ASCII. The SFT target is the ASCII solution without
@@ -518,7 +527,6 @@ class GSM8KTask(HubTask):
 
     name = "gsm8k"
     hub, config = "openai/gsm8k", "main"
-    extra_scores = ("math_verify",)
 
     def parse(self, row: dict, where: str) -> Example:
         _require(row, where, "question", "answer")
@@ -535,9 +543,6 @@ class GSM8KTask(HubTask):
     def reward(self, completion: str, example: Example) -> float:
         """1.0 if extract_number(completion) equals the gold number."""
         return _numeric_reward(completion, example["answer"])
-
-    def scores(self, completion: str, example: Example) -> dict[str, float]:
-        return {"math_verify": math_verify_score(example["answer"], completion)}
 
 
 def last_boxed(text: str) -> str | None:
@@ -580,7 +585,7 @@ def normalize_math(answer: str) -> str:
 
 
 @register_task
-class MathTask(HubTask):
+class MathTask(MathVerifyScore, HubTask):
     """Competition mathematics (MATH, Hendrycks et al. 2021), rows ``{"problem": ...,
     "solution": "... \\boxed{answer} ..."}``. ``answer`` is the last boxed expression of the
     solution; a row whose answer math-verify cannot read is refused, naming the row. The
@@ -597,7 +602,6 @@ class MathTask(HubTask):
 
     name = "math"
     hub, config = "DigitalLearningGmbH/MATH-lighteval", "default"
-    extra_scores = ("math_verify",)
 
     def parse(self, row: dict, where: str) -> Example:
         _require(row, where, "problem", "solution")
@@ -623,9 +627,6 @@ class MathTask(HubTask):
             return 1.0
         got = last_boxed(completion)
         return float(got is not None and normalize_math(got) == normalize_math(example["answer"]))
-
-    def scores(self, completion: str, example: Example) -> dict[str, float]:
-        return {"math_verify": math_verify_score(example["answer"], completion)}
 
 
 # ---------------------------------------------------------------------------

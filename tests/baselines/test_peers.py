@@ -180,6 +180,6 @@ def test_bf16_weights_keep_steps_below_half_their_resolution_only_by_stochastic_
     assert torch.count_nonzero(moved[False]) < 0.01 * moved[False].numel()
     assert moved[False].mean().item() < 0.05 * steps * lr
     assert moved[True].mean().item() == pytest.approx(steps * lr, rel=0.1)
-    with pytest.raises(ValueError, match="bf16_stochastic_round rounds bf16 weights; these are "
-                                         r"torch.float32 \(set grpo.param_dtype: bfloat16\)"):
+    with pytest.raises(ValueError, match=r"bf16_stochastic_round rounds bf16 weights; these are "
+                       r"torch.float32 \(set the method's grpo.param_dtype: bfloat16\)"):
         rules.build("adamw_8bit", load(tiny_dir)[0], {"bf16_stochastic_round": True})

@@ -160,6 +160,8 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: (c["grpo"].update(nproc_per_node=2, prompts_per_step=4, checkpoint_every=0),
                 c["methods"]["dense_adam"].update(grpo={"param_dtype": "bfloat16"})),
      r"methods.dense_adam.grpo.param_dtype=bfloat16: weights stored in bf16 run in one process"),
+    (lambda c: c["methods"]["dense_adam"].update(grpo={"param_dtype": "bf16"}),
+     r"methods.dense_adam.grpo.param_dtype: 'bf16' is not one of \['float32', 'bfloat16'\]"),
     (lambda c: c["methods"]["logra"].update(grpo={"decay_final": 5}),
      r"methods.logra.grpo.decay_final: 5 is greater than the maximum of 1"),
 ])

@@ -1,6 +1,7 @@
 """results/memory/planner.csv: predicted per-GPU bytes by category and phase at scale
 (predictions); the offload rows (`planner.offload`: FSDP's CPU offload, float32 shards on the
 host, bf16 compute) with the node's host bytes and the host-device traffic per update."""
+import math
 from contextlib import redirect_stderr, redirect_stdout
 
 import pandas as pd
@@ -16,8 +17,9 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     setting["completion_len"] = p.get("completion_len")
     # an offload row stores float32 shards (FSDP2 has no separate master) and computes in the
     # policy's dtype; its traffic is per micro-batch, times each GPU's micro-batches per update
-    offloaded = setting | {"policy": "fp32", "compute": p["policy"], "offload": True}
-    micro_batches = p["batch"] / (p["micro_batch"] * p["gpus"])
+    offloaded = setting | {"policy": "fp32", "compute": p["policy"], "offload": True,
+                           "engine": p["policy"]}
+    micro_batches = math.ceil(p["batch"] / (p["micro_batch"] * p["gpus"]))
     rows = []
     for model, path in snakemake.params.models.items():
         hf_config = AutoConfig.from_pretrained(path)
@@ -33,7 +35,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
                          **predict(hf_config, spec, s, snakemake.params.grpo)})
             if s.get("offload"):
                 row = rows[-1]
-                row["pcie_bytes_per_step"] = row.pop("pcie") * micro_batches
+                row["pcie_bytes_per_step"] = (row.pop("pcie") * micro_batches
+                                              + row.pop("pcie_probe"))
                 row["pcie_seconds_per_step"] = row["pcie_bytes_per_step"] / (
                     p["pcie_gb_per_s"] * 1e9)
     table = pd.DataFrame(rows)
