@@ -5,7 +5,9 @@ stability runs, every figure and results/REPORT.md), `ablations` (run_methods + 
 under results/ablations/ and figures/ablations/, and the memory sweep's default sizes with
 memory_sweep.ablation_methods: results/ablations/memory_sweep.csv), `lr_sweep` (results/lr_sweep.csv),
 `memory_large` (the memory sweep with memory_sweep.opt_in_sizes: results/memory/sweep_large.csv),
-`stability` (the long runs over stability.opt_in_seeds: figures/stability_27b_seeds), `trl`
+`stability` (the long runs over stability.opt_in_seeds and the controller ablation, each judged
+by stability.criterion: results/stability_seeds.csv, stability_controller.csv,
+figures/stability_27b_seeds, figures/stability_controller), `trl`
 (TRL's GRPOTrainer with LoGRA and with AdamW on each task: results/trl/{task}.json),
 `sync_regime` (bf16 delta vs low-rank sync at two lr regimes: results/sync_regime.csv),
 `reinforce` (reinforce_methods, the LoGRA authors' estimator, on every task and seed:
@@ -16,7 +18,8 @@ import re
 
 from snakemake.utils import min_version
 
-from logra.harness.config import (add_lr_sweep_methods, add_sync_regime_methods, base_input,
+from logra.harness.config import (add_controller_ablation_methods, add_lr_sweep_methods,
+                          add_sync_regime_methods, base_input, controller_runs,
                           generation_room, hub_models, job_resources, margin_runs,
                           margin_seeds, resolve, run_config, run_tasks, stability_runs,
                           start_model, sweep_knobs, sync_regime_runs, task_options)
@@ -41,10 +44,11 @@ TASKS, METHODS, SEEDS = run_tasks(config), config["run_methods"], config["seeds"
 ABLATIONS = [m for m in config["ablation_methods"] if m not in METHODS]
 SWEEP = add_lr_sweep_methods(config)  # {method name: (method, lr)}
 REGIMES = add_sync_regime_methods(config)  # {sync regime: its method names}
+add_controller_ablation_methods(config)  # stability.controller_ablation's cells
+CONTROL_RUNS = controller_runs(config)  # as task/method/seedN
 LR_SWEEP = config.get("lr_sweep") or {}
-# the method every other is compared with (verdicts, memory ratios) and its update rule
+# the method every other is compared with (verdicts, memory ratios)
 REFERENCE = config["verdict"]["reference"]
-REFERENCE_RULE = config["methods"].get(REFERENCE, {}).get("rule")
 VERDICTS = REFERENCE in METHODS and len(METHODS) > 1
 # the validation runs that fix each task's margin before any test evaluation: {task: the lr
 # sweep's run of the reference at its configured lr}, at seeds of their own
@@ -65,6 +69,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/memory.smk"
 include: "workflow/rules/sweep.smk"
+include: "workflow/rules/stability.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/fingerprints.smk"
 include: "workflow/rules/verdicts.smk"
@@ -86,7 +91,8 @@ localrules:
     reinforce_reward_curves, verdicts,
     ablation_verdicts, verdicts_figure, ablation_verdicts_figure, margin, analysis_plan,
     memory_sweep, ablation_memory_sweep, planner, paper_setting,
-    memory_reduction, stability_27b, stability_27b_seeds, sync_bytes, lr_sweep, report,
+    memory_reduction, stability_table, stability_27b, stability_27b_seeds,
+    stability_controller, sync_bytes, lr_sweep, report,
     sync_regime_table,
 
 
@@ -136,7 +142,8 @@ rule memory_large:
 
 rule stability:
     input:
-        expand("figures/stability_27b_seeds.{ext}", ext=["png", "pdf"]),
+        expand("figures/{fig}.{ext}", fig=["stability_27b_seeds"]
+               + (["stability_controller"] if CONTROL_RUNS else []), ext=["png", "pdf"]),
 
 
 rule sync_regime:

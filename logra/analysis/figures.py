@@ -6,6 +6,7 @@ legend title; with at most `BAND_METHODS` methods, a band of ± one sd over seed
 """
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from logra.analysis.report import scale_label, sync_table  # noqa: E402
-from logra.analysis.verdict import factor_effects  # noqa: E402
+from logra.analysis.stability import criterion_text, outcome_text  # noqa: E402
 from logra.common import PHASES, POLICIES, REPORTED_CHANGED_FRACTION, delta_bytes  # noqa: E402
 from logra.files import atomic_path  # noqa: E402
 
@@ -118,73 +119,98 @@ def memory_reduction(summary: pd.DataFrame, sweep: pd.DataFrame, outputs: list[s
 PHASE_COLUMNS = [f"phase_{p}" for p in PHASES]
 
 
-def stability_27b(planner: pd.DataFrame, long_runs: pd.DataFrame, long_summary: pd.DataFrame,
-                  sweep: pd.DataFrame, outputs: list[str], window: int = 25) -> None:
-    """(a) planner: per-GPU memory at ~27B by method and phase (PREDICTION) with the GPU line;
-    (b) long runs, {dense Adam, LoGRA} x {KL control, none} at one lr: reward and realized KL
-    per step, the mean over seeds and each seed (measured), titled with the factor the run-mean
-    rewards credit (`factor_effects`); (c) planner vs measured peak at every sweep point."""
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    axes = axes.ravel()
-    model = planner["model"].iloc[0]
-    p = planner[planner["model"] == model].set_index("method")
-    phases = [c for c in PHASE_COLUMNS if c in p and p[c].notna().any()]
-    (p[phases].rename(columns=lambda c: c.removeprefix("phase_")) / GB).plot.bar(
-        ax=axes[0], rot=30)
-    plt.setp(axes[0].get_xticklabels(), ha="right", fontsize=8)
-    gpu = p["gpu_bytes"].iloc[0] / GB
-    axes[0].axhline(gpu, color="red", ls="--", label=f"{gpu:.0f} GB GPU")
-    axes[0].set_ylabel("GB per GPU (PREDICTION)")
-    axes[0].set_title(f"(a) PREDICTION (planner) by phase: {model}, {p['gpus'].iloc[0]} GPUs x "
-                      f"{gpu:.0f} GB,\n{p['sharding'].iloc[0]}, {p['policy'].iloc[0]} weights + "
-                      "fp32 master and moments (as each rule keeps them; +offload: fp32 shards "
-                      "and state on the host)", fontsize=8)
+def stability_27b(table: pd.DataFrame, curves: list[str | Path], metrics: list[str | Path],
+                  criterion: dict, outputs: list[str], planner: pd.DataFrame | None = None,
+                  methods: dict | None = None, window: int = 25) -> None:
+    """The stability runs against `criterion` (table: `logra.analysis.stability.stability_table`,
+    curves and metrics in its row order), MEASURED, one line per run (no band hiding a seed):
+    the held-out primary metric at each evaluated step, with the training reward's moving
+    average; the realized KL per step with `kl_max`; LoGRA's α (the loop's step scale). With
+    `planner` (results/memory/planner.csv) and the config's `methods`: the planner's per-GPU
+    memory by phase at its first model (PREDICTION) and a panel of the runs' measured peaks
+    beside the planner's totals for the same rules at every planner model (PREDICTION)."""
+    fig = plt.figure(figsize=(16, 9.6 if planner is not None else 4.8))
+    grid = fig.add_gridspec(2 if planner is not None else 1, 3)
+    axes = [fig.add_subplot(grid[0, i]) for i in range(3)]
+    if planner is not None:  # (d) by phase; (e) wider, for its labels
+        axes += [fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1:])]
+    rules = sorted(set(table["method"]))
+    colors = dict(zip(rules, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3))
+    metric = table["metric"].iloc[0]
+    for row, curve, path in zip(table.itertuples(), curves, metrics, strict=True):
+        points = json.loads(Path(curve).read_text())["points"]
+        m = pd.read_csv(path)
+        style = dict(color=colors[row.method], ls="-" if row.stable else ":", lw=1)
+        label = f"{row.method} s{row.seed}" + ("" if row.stable else " (not stable)")
+        axes[0].plot([q["step"] for q in points], [q["accuracy"] for q in points], marker="o",
+                     ms=3, label=label, **style)
+        axes[0].plot(m["step"], m["reward_mean"].rolling(window, min_periods=1).mean(),
+                     alpha=0.3, **(style | {"lw": 0.6}))
+        axes[1].plot(m["step"], m["kl_real"], alpha=0.7, **(style | {"lw": 0.6}))
+        axes[2].plot(m["step"], m["step_scale"], alpha=0.7, **(style | {"lw": 0.6}))
+    axes[0].axvline(criterion["from_step"], color="gray", lw=0.6)
+    axes[0].set(xlabel="GRPO step", ylabel=f"held-out {metric} accuracy (test split)")
+    axes[0].set_title("\n".join(textwrap.wrap(
+        f"(a) MEASURED: held-out {metric} (markers; faint: training reward, moving avg "
+        f"{window}); {scale_label(table)}; "
+        + criterion_text(criterion).format(metric=metric), 70)), fontsize=8)
     axes[0].legend(fontsize=6)
-    data = long_runs.copy()
-    data["reward"] = data.groupby(["method", "seed"])["reward_mean"].transform(
-        lambda r: r.rolling(window, min_periods=1).mean())
-    cells = long_summary.drop_duplicates("method").set_index("method")
-    for method, d in data.groupby("method"):
-        style = dict(color="tab:gray" if cells.loc[method, "reference"] else "tab:blue",
-                     ls="-" if cells.loc[method, "kl_control"] else "--", lw=1)
-        for ax, col in ((axes[1], "reward"), (axes[2], "kl_real")):
-            ax.plot(*zip(*d.groupby("step")[col].mean().items()), label=method, **style)
-        if d["seed"].nunique() > 1:  # few seeds, outcomes far apart: each one, not a ± sd band
-            for _, run in d.groupby("seed"):
-                axes[1].plot(run["step"], run["reward"], alpha=0.35, **(style | {"lw": 0.6}))
-    s = long_summary.iloc[0]
-    scale = (f"{s['device']}, {s['n_params'] / 1e6:.2f}M params, {long_summary['steps'].max()} "
-             f"steps, {long_summary['seed'].nunique()} seed(s) per cell, step size "
-             f"{'/'.join(sorted(set(long_summary['lr'].astype(str))))}")
-    axes[1].set_title(f"(b) training reward (moving avg {window}; mean over seeds, thin: each "
-                      "seed), measured:"
-                      f"\n{scale}\n" + "\n".join(textwrap.wrap(
-                          factor_effects(long_runs, long_summary)["caption"], 90)), fontsize=8)
-    axes[1].set_xlabel("GRPO step")
-    axes[1].legend(fontsize=7, title="gray: the reference rule; solid: KL control",
-                   title_fontsize=6)
-    axes[2].set_yscale("symlog", linthresh=1e-4)
-    axes[2].set_title("(b) realized KL(π_old ‖ π_new) per update on the held-out probe half, "
-                      "mean over seeds,\nmeasured (same runs)", fontsize=9)
-    axes[2].set_xlabel("GRPO step")
-    axes[2].legend(fontsize=7)
-    points = _ok(sweep, "memory sweep")
-    axes[3].scatter(points["peak_mem_bytes"] / MB, points["planned_total"] / MB, s=12)
-    lim = [points["peak_mem_bytes"].min() / MB / 1.5, points["peak_mem_bytes"].max() / MB * 1.5]
-    axes[3].plot(lim, lim, color="gray")
-    axes[3].fill_between(lim, [v * 0.9 for v in lim], [v * 1.1 for v in lim], alpha=0.15,
-                         color="gray", label="±10%")
-    axes[3].set(xscale="log", yscale="log", xlabel="measured peak (MB)",
-                ylabel="planner PREDICTION (MB)")
-    worst = points["planned_error"].abs().max()
-    axes[3].set_title(f"(c) planner PREDICTION vs measured peak, memory sweep\n"
-                      f"({points['device'].iloc[0]}, fp32, {len(points)} points, worst |error| "
-                      f"{worst:.1%})", fontsize=9)
-    axes[3].legend(fontsize=7)
+    axes[1].axhline(criterion["kl_max"], color="red", ls="--", lw=0.8,
+                    label=f"kl_max {criterion['kl_max']:g}")
+    axes[1].set(yscale="log", xlabel="GRPO step", ylabel="realized KL per step (nats)")
+    axes[1].set_title("(b) MEASURED: realized KL(π_old ‖ π_new) on the held-out probe half",
+                      fontsize=8)
+    axes[1].legend(fontsize=6)
+    axes[2].set(xlabel="GRPO step", ylabel="step scale (LoGRA: α; else the schedule's)")
+    axes[2].set_title("\n".join(textwrap.wrap("(c) MEASURED: the applied step scale; outcome: "
+                                               + outcome_text(table), 80)), fontsize=7)
+    if planner is not None:
+        model = planner["model"].iloc[0]
+        p = planner[planner["model"] == model].set_index("method")
+        phases = [c for c in PHASE_COLUMNS if c in p and p[c].notna().any()]
+        (p[phases].rename(columns=lambda c: c.removeprefix("phase_")) / GB).plot.bar(
+            ax=axes[3], rot=30)
+        plt.setp(axes[3].get_xticklabels(), ha="right", fontsize=7)
+        gpu = p["gpu_bytes"].iloc[0] / GB
+        axes[3].axhline(gpu, color="red", ls="--", label=f"{gpu:.0f} GB GPU")
+        axes[3].set_ylabel("GB per GPU (PREDICTION)")
+        axes[3].set_title(f"(d) PREDICTION (planner) by phase: {model}, {p['gpus'].iloc[0]} "
+                          f"GPUs x {gpu:.0f} GB, {p['sharding'].iloc[0]}, "
+                          f"{p['policy'].iloc[0]}", fontsize=8)
+        axes[3].legend(fontsize=6)
+        _stability_memory(axes[4], table, planner, methods or {})
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     _save(fig, outputs)
+
+
+def _stability_memory(ax, table: pd.DataFrame, planner: pd.DataFrame, methods: dict) -> None:
+    """(e) the stability runs' measured peaks (MiB, mean over seeds) and, for each of their
+    rules, the planner's per-GPU total at each planner model (GB, PREDICTION, first planner
+    method of that rule), each row naming its unit; the GPU line in the title."""
+    measured = table.groupby("method").agg(rule=("rule", "first"),
+                                           peak=("peak_mem_bytes", "mean"))
+    rows = []
+    for method, r in measured.iterrows():
+        rows.append((f"{method}: MEASURED here", r["peak"] / MB, "MiB"))
+        planned = [m for m in dict.fromkeys(planner["method"])
+                   if methods.get(m, {}).get("rule") == r["rule"]
+                   and not planner.loc[planner["method"] == m, "offload"].astype(bool).any()]
+        for model, q in planner[planner["method"].isin(planned[:1])].groupby("model"):
+            rows.append((f"{planned[0]} @ {model}: PREDICTION", q["total"].iloc[0] / GB,
+                         "GB/GPU, " + ("fits" if q["fits"].iloc[0] else "does not fit")))
+    labels, values, units = zip(*rows) if rows else ((), (), ())
+    ax.barh(range(len(rows)), values, color=["tab:blue" if "MEASURED" in x else "tab:gray"
+                                             for x in labels])
+    ax.set_yticks(range(len(rows)), [f"{x} ({u})" for x, u in zip(labels, units)], fontsize=6)
+    ax.set_xscale("log")
+    for i, v in enumerate(values):
+        ax.text(v, i, f" {v:.3g}", va="center", fontsize=6)
+    gpu = planner["gpu_bytes"].iloc[0] / GB
+    ax.set_title(f"(e) memory: the runs' MEASURED peaks (blue, MiB) and the planner's "
+                 f"PREDICTION\nper GPU for their rules at scale (gray, GB; {gpu:.0f} GB GPUs)",
+                 fontsize=8)
 
 
 def sync_bytes(summary: pd.DataFrame, planner: pd.DataFrame, outputs: list[str]) -> None:

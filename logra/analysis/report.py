@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from logra.analysis.verdict import factor_effects
+from logra.analysis.stability import criterion_text
 from logra.common import SYNC_METRICS, TRANSPORTS
 from logra.files import atomic_path
 
@@ -444,7 +444,7 @@ def _machines(runs: list[dict]) -> str:
 class ReportInputs:
     """What results/REPORT.md is written from: the workflow's tables; `runs` and `long_runs`
     are the summary.json contents of the grid's runs and of the stability runs, `stability`
-    their metrics and summary as `logra.analysis.verdict.factor_effects` takes them;
+    their table (results/stability.csv) and the criterion it applied;
     `reference` the method low-rank sync and measured peaks are compared with; `sft` the
     sft.json of each base the grid starts from (its held-out curve); `plan` the
     frozen analysis plan (results/analysis_plan.json); `ablations` the
@@ -462,7 +462,7 @@ class ReportInputs:
     planner: pd.DataFrame | None = None
     paper_setting: pd.DataFrame | None = None
     lr_sweep: pd.DataFrame | None = None
-    stability: tuple[pd.DataFrame, pd.DataFrame] | None = None
+    stability: tuple[pd.DataFrame, dict] | None = None
     trl: list[dict] | None = None
     reference: str | None = None
     sync_regime: pd.DataFrame | None = None
@@ -746,12 +746,22 @@ def _update_cosine(inputs: ReportInputs) -> list[str]:
 
 
 def _stability(inputs: ReportInputs) -> list[str]:
-    stability = inputs.stability
-    out = []
-    if stability is not None:
-        out += ["", "## Stability (`figures/stability_27b`)", "",
-                factor_effects(*stability)["caption"] + "."]
-    return out
+    if inputs.stability is None:
+        return []
+    t, criterion = inputs.stability
+    metric = _metric_name(t["metric"].iloc[0])
+    return _section("Stability", "results/stability.csv",
+                    "Each stability run against the criterion declared in the config "
+                    "(stability.criterion; figures/stability_27b): " + criterion_text(criterion).format(metric=metric)
+                    + f". Held-out: {metric} on the test split at step `from` and the last "
+                    "step; `KL over`: the share of steps whose realized KL exceeded kl_max "
+                    "(`snakemake stability`: results/stability_seeds.csv, "
+                    "results/stability_controller.csv).",
+                    {"method": t["method"], "seed": t["seed"], "steps": t["steps"],
+                     "status": t["status"], "from": _fmt(t["metric_from"]),
+                     "last": _fmt(t["metric_last"]), "KL over": _fmt(t["kl_over_share"], ".0%"),
+                     "max KL": _fmt(t["kl_max_real"], ".2g"),
+                     "stable": t["stable"].map({True: "yes", False: "no"}), "why": t["why"]})
 
 
 def _sync(inputs: ReportInputs) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import math
 import re
 from collections.abc import Mapping
@@ -215,6 +216,7 @@ def check(config: dict) -> None:
     _check_references(config)
     _check_per_task_values(config)
     _check_method_grpo(config)  # before the rules are built in each method's param_dtype
+    _check_stability(config)
     _check_rules_fit_model(config)
     _check_tasks(config)
 
@@ -255,6 +257,23 @@ def _check_references(config: dict) -> None:
     if len(unscaled) > 1:
         raise ConfigError(f"sync_regime.lr_scales: regimes {unscaled} all run the methods as "
                           "they are (scale 1), the same runs; keep one")
+
+
+def _check_stability(config: dict) -> None:
+    """Every stability run has a held-out point at the criterion's from_step before its last
+    step: a snapshot there (grpo.snapshot_every divides it)."""
+    st = config.get("stability")
+    if not st:
+        return
+    frm = st["criterion"]["from_step"]
+    names = {*st["methods"], *st.get("opt_in_methods", []),
+             *([st["controller_ablation"]["method"]] if st.get("controller_ablation") else [])}
+    for name in sorted(names):
+        g = config["grpo"] | config["methods"].get(name, {}).get("grpo", {})
+        if not g["snapshot_every"] or frm % g["snapshot_every"] or frm >= g["steps"]:
+            raise ConfigError(
+                f"stability.criterion.from_step: {frm} is not a snapshot of {name!r} before its "
+                f"last step (its grpo.snapshot_every {g['snapshot_every']}, steps {g['steps']})")
 
 
 def run_tasks(config: dict) -> list[str]:
@@ -590,6 +609,54 @@ def stability_runs(config: dict, opt_in: bool = False) -> list[str]:
     methods = (st.get("opt_in_methods") if opt_in else None) or st["methods"]
     seeds = st.get("opt_in_seeds" if opt_in else "seeds") or config["seeds"]
     return [f"{st['task']}/{m}/seed{s}" for m in methods for s in seeds]
+
+
+def controller_cells(config: dict) -> list[tuple[str, bool, float]]:
+    """`stability.controller_ablation`'s cells as (method name, controller on, scale): its
+    method with its rule's `controller` on and off at each of `scales` times its step size,
+    named `<method>_x<s>` and `<method>_nocontrol_x<s>` (on at scale 1: the method itself);
+    the controller on first, by scale."""
+    ablation = (config.get("stability") or {}).get("controller_ablation")
+    if not ablation:
+        return []
+    method = ablation["method"]
+    return [(method if on and scale == 1 else
+             f"{method}{'' if on else '_nocontrol'}_x{scale:g}".replace(".", "p"), on, scale)
+            for on in (True, False) for scale in ablation["scales"]]
+
+
+def add_controller_ablation_methods(config: dict) -> list[str]:
+    """Define the controller ablation's cells (`controller_cells`) in config["methods"], each
+    a copy of its method at that multiple of its step size (`lr_scaled`) with `controller` set;
+    returns their names."""
+    cells = controller_cells(config)
+    if not cells:
+        return []
+    method = config["stability"]["controller_ablation"]["method"]
+    if method not in config["methods"]:
+        raise ConfigError(f"stability.controller_ablation.method: {method!r} is not defined "
+                          f"under methods (defined: {sorted(config['methods'])})")
+    base = config["methods"][method]
+    if "controller" not in inspect.signature(rules.rule_class(base["rule"])).parameters:
+        raise ConfigError(f"stability.controller_ablation.method: {method!r}'s rule "
+                          f"{base['rule']!r} has no `controller` option to switch off")
+    for name, on, scale in cells:
+        if name == method:
+            continue
+        if name in config["methods"]:
+            raise ConfigError(f"stability.controller_ablation: the run name {name!r} is "
+                              "already a method")
+        config["methods"][name] = lr_scaled(base, scale)
+        config["methods"][name]["options"]["controller"] = on
+    return [name for name, _, _ in cells]
+
+
+def controller_runs(config: dict) -> list[str]:
+    """The controller ablation's runs as "task/method/seedN": its cells on `stability.task`
+    over `stability.opt_in_seeds` (default: every seed)."""
+    st = config.get("stability") or {}
+    return [f"{st['task']}/{name}/seed{s}" for name, _, _ in controller_cells(config)
+            for s in st.get("opt_in_seeds") or config["seeds"]]
 
 
 def lr_scaled(method: dict, scale: float) -> dict:

@@ -5,7 +5,7 @@ rule (`logra/optim/rule.py`) to propose a step and applies it, then ships the ru
 to the rollout engine, which holds its own copy of the weights in another process. `train` runs
 the phases below, each a function: `setup` (seeds, model, rule) and `restore` (a checkpoint);
 per step `sample` (rollouts, rewards, advantages), `update` (logra/rl/step.py), `stopped`
-(out of memory, divergence), `sync`, `record`, `save_checkpoint`; then `save_model` and
+(out of memory, divergence), `sync`, `record`, `save_checkpoint`, `save_snapshot`; then `save_model` and
 `summarise`.
 
 Per step it writes one row of `metrics.csv` (columns in `METRIC_COLUMNS`). Two steps are
@@ -63,6 +63,7 @@ import csv
 import dataclasses
 import math
 import random
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -230,6 +231,8 @@ def restore(run: Run) -> tuple[dict, dict | None, list[str]]:
     """(progress, the engine's weights or None, checkpoints set aside) from this run's
     checkpoint, the model, rule and generators restored from it; a fresh start without one."""
     state = resume(run.ckpt_path, run.cfg, run.model, run.rule, run.grpo["on_bad_checkpoint"])
+    if not isinstance(state, dict) and run.rank == 0:  # from the base: no earlier snapshot holds
+        shutil.rmtree(run.out_dir / "snapshots", ignore_errors=True)
     if isinstance(state, Path):  # corrupt, set aside: the run starts from its base
         return fresh_progress(), None, [str(state)]
     if state is None:
@@ -395,6 +398,19 @@ def save_checkpoint(run: Run, engine, step: int, progress: dict) -> None:
                                           for s, r in progress["memory"].items()}}})
 
 
+def save_snapshot(run: Run, engine, step: int) -> None:
+    """Every `grpo.snapshot_every` steps before the last: the rollout policy as the engine holds
+    it (merged, whole, in the engine's dtype, for every rule), saved as a model of the base's
+    architecture under `snapshots/step<N>` for held-out evaluation (the stability runs'). A
+    resumed run keeps the snapshots written before its checkpoint."""
+    every = run.grpo["snapshot_every"]
+    if engine and every and step % every == 0 and step < run.grpo["steps"]:
+        with torch.random.fork_rng(devices=[]):  # the run's draws stay as without snapshots
+            model = load(run.base_dir, dtype=getattr(torch, run.cfg["rollout"]["dtype"]))[0]
+        model.load_state_dict(engine.state_dict())
+        save_pretrained(model, run.tokenizer, run.out_dir / "snapshots" / f"step{step}")
+
+
 def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str | Path,
           checkpoint_dir: str | Path | None = None) -> dict:
     """Run GRPO with the resolved run config `cfg` (see logra/harness/config.py); returns the
@@ -446,6 +462,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                 "step_time_s": time.time() - t0})
             progress["wall_s"] = time.time() - t_start
             save_checkpoint(run, engine, step, progress)
+            save_snapshot(run, engine, step)
     except EngineError as e:  # the checkpoint stays: a rerun resumes from it
         raise EngineError(f"{cfg['run_id']} at step {step}: {e}; a rerun resumes from the "
                           f"last checkpoint ({run.ckpt_path or 'none: checkpoint_every is 0'})"

@@ -27,10 +27,11 @@ def test_lint_is_clean(tmp_path):
 
 
 @pytest.mark.parametrize("target, jobs", [
-    # 1 run task x 2 run_methods x 3 seeds + the 2 x 2 stability methods x 1 seed (on arithmetic,
-    # a task outside run_tasks: its own base) + the margin's validation run of the reference
-    # (seed 13, its own base); 2 sizes x 4 methods; an SFT base and its evaluation per seed
-    ("all", {"train": 6 + 4 + 1, "eval_run": 6, "base": 3 + 1 + 1, "eval_base": 3,
+    # 1 run task x 2 run_methods x 3 seeds + the short stability run (seed 0's base), its
+    # held-out curve and table + the margin's validation run of the reference (seed 13, its own
+    # base); 2 sizes x 4 methods; an SFT base and its evaluation per seed
+    ("all", {"train": 6 + 1 + 1, "eval_run": 6, "base": 3 + 1, "eval_base": 3,
+             "stability_eval": 1, "stability_table": 1,
              "lr_sweep_eval": 1, "lr_sweep_eval_base": 1, "margin": 1, "analysis_plan": 1,
              "memory_point": 8, "planner": 1, "verdicts": 1, "fingerprints": 1,
              "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
@@ -44,8 +45,11 @@ def test_lint_is_clean(tmp_path):
                   "lr_sweep": 1}),
     # the default sizes and the opt-in ones (4 more), x 4 methods, in one table
     ("memory_large", {"memory_point": 24, "memory_sweep": 1}),
-    # the 1,100-step 2 x 2 over three seeds
-    ("stability", {"train": 12, "base": 3, "stability_27b_seeds": 1}),
+    # dense AdamW and LoGRA 1,100 steps over three seeds, the controller ablation's 6 cells over
+    # the same seeds (the short run among them), each run's held-out curve; the plan's margin
+    # run first, as every test evaluation
+    ("stability", {"train": 6 + 18 + 1, "base": 3 + 1, "stability_eval": 24,
+                   "stability_table": 2, "stability_27b_seeds": 1, "stability_controller": 1}),
     # opt-in: TRL's GRPOTrainer, LoGRA and AdamW in one job per task, from its seed-0 base
     ("trl", {"data": 1, "base": 1, "trl_grpo": 1}),
     # opt-in: the authors' REINFORCE, dense Adam and LoGRA on each task and seed, evaluated
@@ -88,7 +92,7 @@ def test_paper_config_resolves_on_slurm(tmp_path):
     # seeds; hub models: no SFT base, the hub model evaluated once per seed
     assert "Config file config/config.yaml" not in out.stdout + out.stderr
     for rule, count in {"train": 12 + 6, "eval_run": 12, "eval_base": 6, "memory_point": 8,
-                        "stability_27b": 1, "memory_reduction": 1}.items():
+                        "stability_eval": 6, "stability_27b": 1, "memory_reduction": 1}.items():
         assert re.search(rf"^{rule}\s+{count}$", stats, re.M), (rule, stats)
     assert not re.search(r"^base\s", stats, re.M)
     jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    wildcards: (.*)\n"
@@ -131,7 +135,7 @@ def test_an_overlay_of_one_key_plans_and_runs_the_default_with_it(tmp_path):
            str(overlay), "--directory", str(tmp_path)]
     plan = subprocess.run(cmd + ["-n"], capture_output=True, text=True)
     assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
-    assert re.search(r"^train\s+11$", plan.stdout, re.M)  # 6 + 4 stability + the margin's
+    assert re.search(r"^train\s+8$", plan.stdout, re.M)  # 6 + the stability run + the margin's
     run = "results/runs/countdown/dense_adam/seed0/summary.json"
     out = subprocess.run(cmd + ["--cores", "2", run, "--config",
                                 "sft={steps: {arithmetic: 5, countdown: 5}}"],
@@ -249,6 +253,18 @@ def test_smoke_run_end_to_end(smoke_run):
     assert (sweep["planned_error"].abs() < 0.25).all()  # tiny shapes: allocator slack shows
     planner = pd.read_csv(tmp_path / "results/memory/planner.csv")
     assert set(planner["kind"]) == {"prediction"} and len(planner) == 2
+    # the stability runs (the smoke config's: dense Adam on arithmetic, a snapshot at step 2),
+    # each judged by the criterion on its held-out curve at the base, the snapshot and the end
+    stability = pd.read_csv(tmp_path / "results/stability.csv")
+    assert list(stability["seed"]) == [0, 1] and (stability["last_step"] == 3).all()
+    assert stability["stable"].dtype == bool and stability["metric_from"].between(0, 1).all()
+    for seed in (0, 1):
+        run = tmp_path / f"results/runs/arithmetic/dense_adam/seed{seed}"
+        assert [p.name for p in (run / "snapshots").iterdir()] == ["step2"]
+        curve = json.loads((tmp_path / f"results/stability/arithmetic/dense_adam/seed{seed}.json")
+                           .read_text())
+        assert [p["step"] for p in curve["points"]] == [0, 2, 3]
+        assert curve["points"][-1]["model_dir"] == str(run.relative_to(tmp_path) / "model")
 
     # the lr sweep on the same results: its own runs (named by lr), on the validation split
     out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path), "lr_sweep"],
@@ -289,7 +305,7 @@ def test_smoke_run_reports_progress_and_writes_the_report(smoke_run):
         sd = "n/a" if pd.isna(r.accuracy_sd) else f"{r.accuracy_sd:.3f}"
         assert f"| {r.task} | {r.method} | {r.accuracy_mean:.3f} ± {sd} |" in report
     for section in ("## Analysis plan", "## Verdicts", "## Memory sweep",
-                    "## Planner predictions", "## Sync (", "## Time ledger"):
+                    "## Planner predictions", "## Stability (", "## Sync (", "## Time ledger"):
         assert section in report
     margin = pd.read_csv(smoke_run / "results/margin.csv").set_index("task")
     assert margin.loc["arithmetic", "val_seeds"] == 1  # from its validation run

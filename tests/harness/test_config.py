@@ -164,6 +164,11 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"methods.dense_adam.grpo.param_dtype: 'bf16' is not one of \['float32', 'bfloat16'\]"),
     (lambda c: c["methods"]["logra"].update(grpo={"decay_final": 5}),
      r"methods.logra.grpo.decay_final: 5 is greater than the maximum of 1"),
+    (lambda c: c["stability"]["criterion"].update(from_step=3),
+     r"stability.criterion.from_step: 3 is not a snapshot of 'dense_adam' before its last "
+     r"step \(its grpo.snapshot_every 2, steps 3\)"),
+    (lambda c: c["stability"].pop("criterion"),
+     r"stability.criterion is required and no file sets it"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
@@ -400,6 +405,37 @@ def test_sync_regimes_scale_every_lr_of_their_methods(tmp_path):
     with pytest.raises(ConfigError, match=r"sync_regime.lr_scales.7b_lr: the run name "
                                           r"'logra_bf16_7b_lr' is already a method"):
         add_sync_regime_methods(config)
+
+
+def test_the_controller_ablation_switches_the_controller_at_each_step_size():
+    """{controller on, off} x scales: copies of the method at each multiple of its step size
+    (LoGRA's update_ratio, per task too) with `controller` set, every other option its own; on
+    at scale 1 is the method itself; each cell runs on the stability task over opt_in_seeds; a
+    rule without a controller is refused."""
+    from logra.harness.config import (ConfigError, add_controller_ablation_methods,
+                                      controller_runs)
+    config = validate_file(ROOT / "config/config.yaml")
+    base = copy.deepcopy(config["methods"]["logra_stable_short"])
+    names = add_controller_ablation_methods(config)
+    assert names == ["logra_stable_short", "logra_stable_short_x2", "logra_stable_short_x4",
+                     "logra_stable_short_nocontrol_x1", "logra_stable_short_nocontrol_x2",
+                     "logra_stable_short_nocontrol_x4"]
+    for name, on, scale in zip(names[1:], [True, True, False, False, False], [2, 4, 1, 2, 4]):
+        options = config["methods"][name]["options"]
+        assert options["controller"] is on
+        assert options["update_ratio"] == {t: pytest.approx(v * scale) for t, v in
+                                           base["options"]["update_ratio"].items()}
+        assert {k: v for k, v in options.items() if k not in ("controller", "update_ratio")} \
+            == {k: v for k, v in base["options"].items() if k != "update_ratio"}
+    assert controller_runs(config)[:4] == [
+        "countdown/logra_stable_short/seed0", "countdown/logra_stable_short/seed1",
+        "countdown/logra_stable_short/seed2", "countdown/logra_stable_short_x2/seed0"]
+    assert len(controller_runs(config)) == 18
+    config = validate_file(ROOT / "config/config.yaml")
+    config["stability"]["controller_ablation"]["method"] = "dense_adam_stable"
+    with pytest.raises(ConfigError, match=r"stability.controller_ablation.method: "
+                                          r"'dense_adam_stable''s rule 'dense_adam' has no"):
+        add_controller_ablation_methods(config)
 
 
 def test_a_methods_rollout_keys_override_the_engines_for_its_runs():

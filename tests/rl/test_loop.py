@@ -1,6 +1,6 @@
 """The loop's phases (logra/rl/loop.py), each on its own, on the tiny model with the real HF
-engine: setup, restore, sample, update, stopped, sync, record, save_checkpoint, save_model and
-summarise. tests/e2e/test_resume.py runs them together, killed and resumed."""
+engine: setup, restore, sample, update, stopped, sync, record, save_checkpoint, save_snapshot,
+save_model and summarise. tests/e2e/test_resume.py runs them together, killed and resumed."""
 import math
 
 import pytest
@@ -9,6 +9,7 @@ from runs import CoinFlip, make_run
 
 from logra.common import warmup_cosine
 from logra.rl import checkpoint, loop
+from logra.rl.models import load
 from logra.rl.rollout import make_engine
 
 
@@ -162,6 +163,27 @@ def test_restore_resumes_what_save_checkpoint_wrote(started, tmp_path, tiny_dir)
     assert set(engine_weights) == set(held)
     assert all(torch.equal(engine_weights[n], w) for n, w in held.items())
     assert again.rng.getstate() == run.rng.getstate()
+
+
+def test_a_snapshot_is_the_policy_the_engine_samples_and_draws_nothing(started):
+    """Every grpo.snapshot_every steps before the last, the engine's weights are saved as a
+    model of the base's architecture, without a draw from the run's generators; the last
+    step's point is the saved model (no snapshot); a run that starts from its base removes an
+    earlier run's snapshots."""
+    run, engine, syncer, progress = started
+    run.grpo["snapshot_every"] = 1
+    steps(run, engine, syncer, progress, 1)
+    before = torch.get_rng_state(), run.rng.getstate()
+    loop.save_snapshot(run, engine, 1)
+    assert torch.equal(torch.get_rng_state(), before[0]) and run.rng.getstate() == before[1]
+    saved = load(run.out_dir / "snapshots" / "step1")[0].state_dict()
+    assert all(torch.equal(saved[n], w) for n, w in engine.state_dict().items())
+    trained = run.rule.engine_weights()  # and the trainer's, which the engine holds
+    assert trained and all(torch.equal(saved[n], w) for n, w in trained.items())
+    loop.save_snapshot(run, engine, run.grpo["steps"])
+    assert [p.name for p in (run.out_dir / "snapshots").iterdir()] == ["step1"]
+    assert loop.restore(run)[0] == loop.fresh_progress()  # no checkpoint yet: from the base
+    assert not (run.out_dir / "snapshots").exists()
 
 
 def test_save_model_keeps_the_last_good_weights_of_a_stopped_run(started):

@@ -117,45 +117,6 @@ rule memory_reduction:
         "../scripts/memory_reduction.py"
 
 
-rule stability_27b:
-    input:
-        planner="results/memory/planner.csv",
-        sweep="results/memory/sweep.csv",
-        metrics=expand("results/runs/{run}/metrics.csv", run=LONG_RUNS),
-        summaries=expand("results/runs/{run}/summary.json", run=LONG_RUNS),
-    output:
-        png=report("figures/stability_27b.png", caption="../report/stability_27b.rst",
-                   category="Figures"),
-        pdf="figures/stability_27b.pdf",
-    params:
-        reference_rule=REFERENCE_RULE,
-    conda:
-        "../../environment.yml"
-    benchmark:
-        "results/benchmarks/figures/stability_27b.tsv",
-    log:
-        "results/logs/figures/stability_27b.log",
-    script:
-        "../scripts/stability_27b.py"
-
-
-# `snakemake stability`: the same figure over stability.opt_in_seeds
-use rule stability_27b as stability_27b_seeds with:
-    input:
-        planner="results/memory/planner.csv",
-        sweep="results/memory/sweep.csv",
-        metrics=expand("results/runs/{run}/metrics.csv", run=stability_runs(config, True)),
-        summaries=expand("results/runs/{run}/summary.json", run=stability_runs(config, True)),
-    output:
-        png=report("figures/stability_27b_seeds.png", caption="../report/stability_27b.rst",
-                   category="Figures"),
-        pdf="figures/stability_27b_seeds.pdf",
-    benchmark:
-        "results/benchmarks/figures/stability_27b_seeds.tsv"
-    log:
-        "results/logs/figures/stability_27b_seeds.log",
-
-
 rule sync_bytes:
     input:
         planner="results/memory/planner.csv",

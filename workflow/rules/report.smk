@@ -14,6 +14,7 @@ DEFAULT_BENCHMARKS = (
        [f"{BENCH}/base/base/{task}/seed{seed}.tsv" for task, seed in BASES])
     + expand(f"{BENCH}/train/train/{{run}}.tsv", run=TRAINED)
     + expand(f"{BENCH}/eval/eval_run/{{run}}.tsv", run=RUNS)
+    + expand(f"{BENCH}/stability/stability_eval/{{run}}.tsv", run=LONG_RUNS)
     + expand(f"{BENCH}/eval/eval_base/{{task}}/seed{{seed}}.tsv", task=TASKS, seed=SEEDS)
     + [f"{BENCH}/lr_sweep/lr_sweep_eval/{task}/{run}/seed{seed}.tsv"
        for task, run in MARGIN_RUNS.items() for seed in MARGIN_SEEDS]
@@ -23,7 +24,7 @@ DEFAULT_BENCHMARKS = (
        for rule in ("data_val", "lmeval_task_val")]
     + expand(f"{BENCH}/tables/{{name}}.tsv",
              name=["summary", "fingerprints", "margin", "analysis_plan"]
-             + (["verdicts"] if VERDICTS else []))
+             + (["verdicts"] if VERDICTS else []) + (["stability"] if LONG_RUNS else []))
     + expand(f"{BENCH}/figures/{{name}}.tsv", name=["reward_curves"]
              + (["verdicts"] if VERDICTS else [])
              + (["memory_reduction", "stability_27b", "sync_bytes"] if PAPER else []))
@@ -39,7 +40,7 @@ rule report:
         benchmarks=DEFAULT_BENCHMARKS,
         runs=expand("results/runs/{run}/summary.json", run=RUNS),
         long_runs=expand("results/runs/{run}/summary.json", run=LONG_RUNS),
-        long_metrics=expand("results/runs/{run}/metrics.csv", run=LONG_RUNS),
+        stability=["results/stability.csv"] if LONG_RUNS else [],
         sft=[] if start_model(config) else
         expand("results/base/{task}/seed{seed}/sft.json", task=TASKS, seed=SEEDS),
         summary="results/summary.csv",
@@ -53,7 +54,7 @@ rule report:
         report("results/REPORT.md", caption="../report/REPORT.rst", category="Results"),
     params:
         lr_sweep="results/lr_sweep.csv",  # included if `snakemake lr_sweep` wrote it before
-        reference_rule=REFERENCE_RULE,
+        criterion=config.get("stability", {}).get("criterion"),
         trl="results/trl",  # its *.json, if `snakemake trl` wrote them before
         sync_regime="results/sync_regime.csv",  # if `snakemake sync_regime` wrote it before
         ablations="results/ablations",  # its tables, if `snakemake ablations` wrote them before

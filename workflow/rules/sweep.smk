@@ -1,6 +1,6 @@
-# lm-eval of each sweep run on the validation split (never on test), under the primary
-# protocol only: the lr sweep's choice and the margin use nothing else
-VAL_EVAL = config["eval"] | {"protocols": {config["eval"]["primary"]:
+# lm-eval under the primary protocol only: the lr sweep's choice and the margin use nothing
+# else (on the validation split, never on test), nor do the stability runs' held-out curves
+PRIMARY_EVAL = config["eval"] | {"protocols": {config["eval"]["primary"]:
                                            config["eval"]["protocols"][config["eval"]["primary"]]}}
 
 
@@ -9,7 +9,7 @@ use rule eval_run as lr_sweep_eval with:
         model="results/runs/{task}/{method}/seed{seed}/model",
         lmeval="results/data/{task}/lmeval_val",
     params:
-        eval=VAL_EVAL,
+        eval=PRIMARY_EVAL,
         model=lambda wildcards, input: input.model,
     output:
         "results/lr_sweep/{task}/{method}/seed{seed}.json",
@@ -24,7 +24,7 @@ use rule eval_base as lr_sweep_eval_base with:
     input:
         unpack(lambda w: {"lmeval": f"results/data/{w.task}/lmeval_val"} | base_input(config, w)),
     params:
-        eval=VAL_EVAL,
+        eval=PRIMARY_EVAL,
         model=lambda wildcards, input: start_model(config) or input.base,
     output:
         "results/lr_sweep/{task}/base_seed{seed}.json",

@@ -7,7 +7,6 @@ from pathlib import Path
 import pandas as pd
 
 from logra.analysis.report import ReportInputs, report_markdown, time_ledger
-from logra.analysis.verdict import long_run_tables
 from logra.files import atomic_path, progress
 
 
@@ -38,8 +37,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         sweep=table(i.sweep), planner=table(i.planner),
         paper_setting=table(i.paper_setting),
         lr_sweep=pd.read_csv(lr_sweep) if lr_sweep.exists() else None,
-        stability=long_run_tables(i.long_metrics, i.long_runs, snakemake.params.reference_rule)
-        if i.long_runs else None,
+        stability=(pd.read_csv(i.stability[0]), snakemake.params.criterion)
+        if i.stability else None,
         trl=[json.loads(p.read_text()) for p in sorted(Path(snakemake.params.trl).glob("*.json"))],
         reference=snakemake.params.reference,
         sync_regime=pd.read_csv(regime) if regime.exists() else None,

@@ -1,0 +1,56 @@
+"""The stability criterion (logra/analysis/stability.py): each clause decides on its own, and a
+run is stable only when all three hold."""
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from logra.analysis.stability import judge, stability_table
+
+CRITERION = {"from_step": 100, "delta": 0.05, "kl_max": 1e-3, "kl_share": 0.1}
+OK = {"status": "ok"}
+
+
+def kl(over: int, steps: int = 20) -> pd.DataFrame:
+    """`steps` rows of realized KL, `over` of them above CRITERION's kl_max."""
+    return pd.DataFrame({"kl_real": [2e-3] * over + [1e-4] * (steps - over)})
+
+
+@pytest.mark.parametrize("summary, curve, over, stable, why", [
+    (OK, {0: 0.3, 100: 0.40, 200: 0.36}, 2, True, "all three hold"),  # fell 0.04; 10% over
+    (OK, {0: 0.3, 100: 0.40, 200: 0.34}, 0, False, "fell 0.060"),
+    (OK, {0: 0.3, 100: 0.40, 200: 0.40}, 3, False, "on 15% of steps"),
+    ({"status": "diverged", "diverged_at_step": 150}, {0: 0.3, 100: 0.4, 140: 0.4}, 0, False,
+     "diverged at step 150"),
+    ({"status": "diverged", "diverged_at_step": 60}, {0: 0.3, 60: 0.1}, 0, False,
+     "no held-out point at step 100"),
+    (OK, {0: 0.3, 100: 0.4}, 0, False, "no held-out point at step 100 and after it"),
+])
+def test_a_run_is_stable_only_when_every_clause_holds(summary, curve, over, stable, why):
+    verdict = judge(summary, kl(over), curve, CRITERION)
+    assert verdict["stable"] is stable and why in verdict["why"]
+    assert verdict["ended_ok"] is (summary["status"] == "ok")
+    assert verdict["kl_over_share"] == over / 20
+
+
+def test_the_table_reads_each_runs_files_in_order(tmp_path):
+    rows = []
+    for seed, last in ((0, 0.39), (1, 0.2)):
+        run = tmp_path / f"seed{seed}"
+        run.mkdir()
+        (run / "summary.json").write_text(json.dumps({
+            "task": "t", "method": "logra_stable", "seed": seed, "steps": 200, "status": "ok",
+            "model": "tiny", "device": "cpu", "n_params": 10, "peak_mem_bytes": 1024,
+            "control": {"kind": "BudgetControl"}, "step_size": {"value": 3e-3},
+            "config": {"method": {"rule": "logra", "options": {}}}}))
+        kl(0).to_csv(run / "metrics.csv", index=False)
+        (run / "curve.json").write_text(json.dumps({"primary": "sampled", "points": [
+            {"step": 0, "accuracy": 0.3}, {"step": 100, "accuracy": 0.4},
+            {"step": 200, "accuracy": last}]}))
+        rows.append(run)
+    t = stability_table([r / "summary.json" for r in rows], [r / "metrics.csv" for r in rows],
+                        [r / "curve.json" for r in rows], CRITERION)
+    assert list(t["seed"]) == [0, 1] and list(t["stable"]) == [True, False]
+    assert t["controller"].tolist() == [True, True] and t["last_step"].tolist() == [200, 200]
+    assert math.isclose(t.loc[1, "metric_drop"], 0.2)
