@@ -752,7 +752,8 @@ def _stability(inputs: ReportInputs) -> list[str]:
     metric = _metric_name(t["metric"].iloc[0])
     return _section("Stability", "results/stability.csv",
                     "Each stability run against the criterion declared in the config "
-                    "(stability.criterion; figures/stability_27b): " + criterion_text(criterion).format(metric=metric)
+                    "(stability.criterion; figures/stability_27b): "
+                    + criterion_text(criterion).format(metric=metric)
                     + f". Held-out: {metric} on the test split at step `from` and the last "
                     "step; `KL over`: the share of steps whose realized KL exceeded kl_max "
                     "(`snakemake stability`: results/stability_seeds.csv, "

@@ -5,8 +5,8 @@ rule (`logra/optim/rule.py`) to propose a step and applies it, then ships the ru
 to the rollout engine, which holds its own copy of the weights in another process. `train` runs
 the phases below, each a function: `setup` (seeds, model, rule) and `restore` (a checkpoint);
 per step `sample` (rollouts, rewards, advantages), `update` (logra/rl/step.py), `stopped`
-(out of memory, divergence), `sync`, `record`, `save_checkpoint`, `save_snapshot`; then `save_model` and
-`summarise`.
+(out of memory, divergence), `sync`, `record`, `save_snapshot`, `save_checkpoint`; then
+`save_model` and `summarise`.
 
 Per step it writes one row of `metrics.csv` (columns in `METRIC_COLUMNS`). Two steps are
 measured with `logra.measure.memory.MemoryMeter` around the whole update phase (forward, backward,
@@ -461,8 +461,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                 "loss": loss, "kl_pred": kl_pred, "kl_real": kl_real, "step_scale": eta,
                 "step_time_s": time.time() - t0})
             progress["wall_s"] = time.time() - t_start
+            save_snapshot(run, engine, step)  # first: a checkpoint never outlives its snapshot
             save_checkpoint(run, engine, step, progress)
-            save_snapshot(run, engine, step)
     except EngineError as e:  # the checkpoint stays: a rerun resumes from it
         raise EngineError(f"{cfg['run_id']} at step {step}: {e}; a rerun resumes from the "
                           f"last checkpoint ({run.ckpt_path or 'none: checkpoint_every is 0'})"
