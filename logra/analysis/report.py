@@ -755,12 +755,16 @@ def _stability(inputs: ReportInputs) -> list[str]:
                     "(stability.criterion; figures/stability_27b): "
                     + criterion_text(criterion).format(metric=metric)
                     + f". Held-out: {metric} on the test split at step `from` and the last "
-                    "step; `KL over`: the share of steps whose realized KL exceeded kl_max "
+                    "step, the drop between them with its paired 95% interval; `KL over`: "
+                    "the share of steps whose realized KL exceeded kl_max "
                     "(`snakemake stability`: results/stability_seeds.csv, "
                     "results/stability_controller.csv).",
                     {"method": t["method"], "seed": t["seed"], "steps": t["steps"],
                      "status": t["status"], "from": _fmt(t["metric_from"]),
-                     "last": _fmt(t["metric_last"]), "KL over": _fmt(t["kl_over_share"], ".0%"),
+                     "last": _fmt(t["metric_last"]),
+                     "drop [95%]": [f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for d, lo, hi in zip(
+                         t["metric_drop"], t["metric_drop_lo"], t["metric_drop_hi"])],
+                     "KL over": _fmt(t["kl_over_share"], ".0%"),
                      "max KL": _fmt(t["kl_max_real"], ".2g"),
                      "stable": t["stable"].map({True: "yes", False: "no"}), "why": t["why"]})
 

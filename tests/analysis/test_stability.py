@@ -3,6 +3,7 @@ run is stable only when all three hold."""
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -17,15 +18,25 @@ def kl(over: int, steps: int = 20) -> pd.DataFrame:
     return pd.DataFrame({"kl_real": [2e-3] * over + [1e-4] * (steps - over)})
 
 
+def scores(means: dict[int, float], spread: float = 0.0) -> dict[int, dict[int, float]]:
+    """{step: {problem: score}} over 40 problems with these means; with `spread`, each step's
+    scores are the mean ± spread at random (seeded), so drops between steps vary by problem."""
+    rng = np.random.default_rng(0)
+    return {step: dict(enumerate(m + spread * rng.choice([-1.0, 1.0], 40)))
+            for step, m in means.items()}
+
+
 @pytest.mark.parametrize("summary, curve, over, stable, why", [
-    (OK, {0: 0.3, 100: 0.40, 200: 0.36}, 2, True, "all three hold"),  # fell 0.04; 10% over
-    (OK, {0: 0.3, 100: 0.40, 200: 0.34}, 0, False, "fell 0.060"),
-    (OK, {0: 0.3, 100: 0.40, 200: 0.40}, 3, False, "on 15% of steps"),
-    ({"status": "diverged", "diverged_at_step": 150}, {0: 0.3, 100: 0.4, 140: 0.4}, 0, False,
-     "diverged at step 150"),
-    ({"status": "diverged", "diverged_at_step": 60}, {0: 0.3, 60: 0.1}, 0, False,
+    (OK, scores({0: 0.3, 100: 0.40, 200: 0.36}), 2, True, "all three hold"),  # -0.04; 10% over
+    (OK, scores({0: 0.3, 100: 0.40, 200: 0.34}), 0, False, "fell 0.060 [0.060, 0.060]"),
+    # a mean drop under delta whose interval reaches past it does not pass
+    (OK, scores({0: 0.3, 100: 0.40, 200: 0.36}, spread=0.2), 0, False, "upper bound > 0.05"),
+    (OK, scores({0: 0.3, 100: 0.40, 200: 0.40}), 3, False, "on 15% of steps"),
+    ({"status": "diverged", "diverged_at_step": 150}, scores({0: 0.3, 100: 0.4, 140: 0.4}), 0,
+     False, "diverged at step 150"),
+    ({"status": "diverged", "diverged_at_step": 60}, scores({0: 0.3, 60: 0.1}), 0, False,
      "no held-out point at step 100"),
-    (OK, {0: 0.3, 100: 0.4}, 0, False, "no held-out point at step 100 and after it"),
+    (OK, scores({0: 0.3, 100: 0.4}), 0, False, "no held-out point at step 100 and after it"),
 ])
 def test_a_run_is_stable_only_when_every_clause_holds(summary, curve, over, stable, why):
     verdict = judge(summary, kl(over), curve, CRITERION)
@@ -46,8 +57,8 @@ def test_the_table_reads_each_runs_files_in_order(tmp_path):
             "config": {"method": {"rule": "logra", "options": {}}}}))
         kl(0).to_csv(run / "metrics.csv", index=False)
         (run / "curve.json").write_text(json.dumps({"primary": "sampled", "points": [
-            {"step": 0, "accuracy": 0.3}, {"step": 100, "accuracy": 0.4},
-            {"step": 200, "accuracy": last}]}))
+            {"step": step, "per_problem": per_problem}
+            for step, per_problem in scores({0: 0.3, 100: 0.4, 200: last}).items()]}))
         rows.append(run)
     t = stability_table([r / "summary.json" for r in rows], [r / "metrics.csv" for r in rows],
                         [r / "curve.json" for r in rows], CRITERION)

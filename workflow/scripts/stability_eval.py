@@ -30,7 +30,9 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
                          batch_size=e["batch_size"], device=snakemake.config["device"],
                          dtype=e["dtype"])
             out.append({"step": step, "model_dir": str(model), "accuracy": r["accuracy"],
-                        "n": r["n"], "metrics": r["metrics"]})
+                        "n": r["n"], "metrics": r["metrics"],
+                        "per_problem": {q["doc_id"]: q[e["primary"]]["acc"]
+                                        for q in r["problems"]}})
             print(f"step {step}: {r['accuracy']:.4f}")
     write_json(snakemake.output[0], {"primary": e["primary"], "points": out})
     progress(snakemake.output[0].removeprefix("results/").removesuffix(".json"),
