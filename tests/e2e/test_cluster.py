@@ -30,8 +30,8 @@ SLURM = ["--executor", "slurm", "--workflow-profile", str(ROOT / "workflow/profi
          "--slurm-keep-successful-logs"]
 STAGE = {"data": "data", "data_val": "data", "lmeval_task": "data", "lmeval_task_val": "data",
          "base": "base", "train": "train", "eval_run": "eval", "eval_base": "eval",
-         "lr_sweep_eval": "eval", "lr_sweep_eval_base": "eval", "memory_point": "memory",
-         "fingerprints": "fingerprints"}  # rule -> the stage whose resources it asks for
+         "lr_sweep_eval": "eval", "lr_sweep_eval_base": "eval", "stability_eval": "eval",
+         "memory_point": "memory", "fingerprints": "fingerprints"}  # rule -> the stage whose resources it asks for
 # what differs between two runs of the same computation: wall and step times, RSS
 TIMINGS = ("wall_s", "mean_step_time_s", "step_time_s_mean", "mem_rss_peak_bytes",
            "sync_seconds_per_step", "control_seconds")
@@ -132,8 +132,9 @@ def test_smoke_grid_on_slurm_matches_the_local_run(partition, smoke_run, tmp_pat
         columns = [c for c in local.columns if c not in TIMINGS]
         assert set(local.columns) - set(columns), table  # timings are there, and left out
         pd.testing.assert_frame_equal(slurm[columns], local[columns], obj=table)
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "results/fingerprints.csv"),
-                                  pd.read_csv(smoke_run / "results/fingerprints.csv"))
+    for table in ("fingerprints.csv", "stability.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "results" / table),
+                                      pd.read_csv(smoke_run / "results" / table), obj=table)
 
 
 def test_cancelled_grpo_job_fails_naming_its_rule_and_a_rerun_resumes(partition, tmp_path):
