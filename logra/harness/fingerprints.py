@@ -41,6 +41,8 @@ def canary() -> str:
 
 
 STAGES = ("data", "base", "train", "eval")  # in pipeline order
+KINDS = (("data", "file"), ("base", "weights"), ("train", "weights"), ("train", "metrics"),
+         ("eval", "result"))  # the (stage, what) of every row
 
 
 def fingerprint_table(data: list, bases: list, runs: list, evals: list) -> pd.DataFrame:
@@ -64,12 +66,13 @@ def fingerprint_table(data: list, bases: list, runs: list, evals: list) -> pd.Da
 
 
 def first_difference(fresh: pd.DataFrame, reference: pd.DataFrame) -> str | None:
-    """None if `fresh` repeats `reference` row for row in every stage the reference holds,
-    else the first stage (pipeline order) that differs, with its rows. A reference without a
-    stage's rows (made before that stage changed on purpose, on a machine not at hand to
-    remake it) checks the other stages only: `unchecked_stages` names them."""
+    """None if `fresh` repeats `reference` row for row in every kind of row (KINDS) the
+    reference holds, else the first stage (pipeline order) that differs, with its rows. A
+    reference without a kind's rows (made before that kind changed on purpose, on a machine not
+    at hand to remake it) checks the other kinds only: `unchecked` names them."""
     key = ["stage", "name", "what"]
-    fresh = fresh[fresh["stage"].isin(set(reference["stage"]))]
+    held = set(zip(reference["stage"], reference["what"]))
+    fresh = fresh[[kind in held for kind in zip(fresh["stage"], fresh["what"])]]
     both = fresh.merge(reference, on=key, how="outer", suffixes=("", "_ref"), indicator=True)
     bad = both[(both["_merge"] != "both") | (both["sha256"] != both["sha256_ref"])]
     why = {"both": "other bits", "left_only": "not in the reference", "right_only": "missing"}
@@ -81,6 +84,7 @@ def first_difference(fresh: pd.DataFrame, reference: pd.DataFrame) -> str | None
     return None
 
 
-def unchecked_stages(reference: pd.DataFrame) -> list[str]:
-    """The stages a reference holds no rows of."""
-    return [s for s in STAGES if s not in set(reference["stage"])]
+def unchecked(reference: pd.DataFrame) -> list[str]:
+    """The kinds of row (KINDS, as "stage what") a reference holds none of."""
+    held = set(zip(reference["stage"], reference["what"]))
+    return [f"{stage} {what}" for stage, what in KINDS if (stage, what) not in held]

@@ -366,9 +366,9 @@ def test_smoke_run_repeats_the_reference_fingerprints(smoke_run):
     reference = pd.read_csv(references[0], comment="#")
     diff = fingerprints.first_difference(fresh, reference)
     if diff is None:
-        if fingerprints.unchecked_stages(reference):
-            warnings.warn(f"{references[0].name} holds no rows of stages "
-                          f"{fingerprints.unchecked_stages(reference)}: those are unchecked")
+        if fingerprints.unchecked(reference):
+            warnings.warn(f"{references[0].name} holds no rows of "
+                          f"{fingerprints.unchecked(reference)}: those are unchecked")
         return
     made_on["reproducible"] = True  # references are made on the pinned path
     versions = {k: (made_on[k], machine[k]) for k in ("torch", "transformers")

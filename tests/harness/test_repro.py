@@ -62,14 +62,23 @@ def test_first_difference_names_the_earliest_stage():
     assert "b weights: missing" in fingerprints.first_difference(missing, ref)
     extra = pd.concat([ref, pd.DataFrame([("data", "d2", "file", "5")], columns=cols)])
     assert "d2 file: not in the reference" in fingerprints.first_difference(extra, ref)
-    # a reference without a stage's rows checks the others, and says which it does not
+    # a reference without a kind's rows checks the others, and says which it does not
     no_eval = ref[ref["stage"] != "eval"]
     eval_only = ref.copy()
     eval_only.loc[3, "sha256"] = "x"
     assert fingerprints.first_difference(eval_only, no_eval) is None
-    assert fingerprints.unchecked_stages(no_eval) == ["eval"]
-    assert fingerprints.unchecked_stages(ref) == []
+    assert fingerprints.unchecked(no_eval) == ["train metrics", "eval result"]
     assert fingerprints.first_difference(fresh, no_eval).startswith("stage 'train'")
+    # within a stage: without the train metrics, the train weights are still checked
+    full = pd.concat([ref, pd.DataFrame([("train", "t", "metrics", "6")], columns=cols)])
+    assert fingerprints.unchecked(full) == []
+    no_metrics = full[full["what"] != "metrics"]
+    new_metrics = full.copy()
+    new_metrics.loc[new_metrics["what"] == "metrics", "sha256"] = "z"
+    assert fingerprints.first_difference(new_metrics, no_metrics) is None
+    assert fingerprints.first_difference(new_metrics, full) == (
+        "stage 'train' differs first: t metrics: other bits")
+    assert fingerprints.first_difference(fresh, no_metrics).startswith("stage 'train'")
 
 
 def test_covered_only_where_bits_are_promised():
