@@ -125,15 +125,17 @@ def stability_27b(table: pd.DataFrame, curves: list[str | Path], metrics: list[s
     """The stability runs against `criterion` (table: `logra.analysis.stability.stability_table`,
     curves and metrics in its row order), MEASURED, one line per run (no band hiding a seed):
     the held-out primary metric at each evaluated step, with the training reward's moving
-    average; the realized KL per step with `kl_max`; LoGRA's α (the loop's step scale). With
-    `planner` (results/memory/planner.csv) and the config's `methods`: the planner's per-GPU
-    memory by phase at its first model (PREDICTION) and a panel of the runs' measured peaks
-    beside the planner's totals for the same rules at every planner model (PREDICTION)."""
-    fig = plt.figure(figsize=(16, 9.6 if planner is not None else 4.8))
-    grid = fig.add_gridspec(2 if planner is not None else 1, 3)
-    axes = [fig.add_subplot(grid[0, i]) for i in range(3)]
-    if planner is not None:  # (d) by phase; (e) wider, for its labels
-        axes += [fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1:])]
+    average; the realized KL per step with `kl_max`; LoGRA's α (the loop's step scale); the
+    token entropy, the completion tokens per response and the trainer-vs-engine log-prob
+    mismatch per step (moving averages over `window` steps). With `planner`
+    (results/memory/planner.csv) and the config's `methods`: the planner's per-GPU memory by
+    phase at its first model (PREDICTION) and a panel of the runs' measured peaks beside the
+    planner's totals for the same rules at every planner model (PREDICTION)."""
+    fig = plt.figure(figsize=(16, 14.4 if planner is not None else 9.6))
+    grid = fig.add_gridspec(3 if planner is not None else 2, 3)
+    axes = [fig.add_subplot(grid[r, i]) for r in range(2) for i in range(3)]
+    if planner is not None:  # (g) by phase; (h) wider, for its labels
+        axes += [fig.add_subplot(grid[2, 0]), fig.add_subplot(grid[2, 1:])]
     rules = sorted(set(table["method"]))
     colors = dict(zip(rules, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3))
     metric = table["metric"].iloc[0]
@@ -148,6 +150,10 @@ def stability_27b(table: pd.DataFrame, curves: list[str | Path], metrics: list[s
                      alpha=0.3, **(style | {"lw": 0.6}))
         axes[1].plot(m["step"], m["kl_real"], alpha=0.7, **(style | {"lw": 0.6}))
         axes[2].plot(m["step"], m["step_scale"], alpha=0.7, **(style | {"lw": 0.6}))
+        for ax, column in zip(axes[3:6], ("token_entropy", "response_tokens_mean",
+                                          "logp_mismatch_mean")):
+            if column in m:  # runs written before these columns were logged leave it empty
+                ax.plot(m["step"], m[column].rolling(window, min_periods=1).mean(), **style)
     axes[0].axvline(criterion["from_step"], color="gray", lw=0.6)
     axes[0].set(xlabel="GRPO step", ylabel=f"held-out {metric} accuracy (test split)")
     axes[0].set_title("\n".join(textwrap.wrap(
@@ -164,21 +170,27 @@ def stability_27b(table: pd.DataFrame, curves: list[str | Path], metrics: list[s
     axes[2].set(xlabel="GRPO step", ylabel="step scale (LoGRA: α; else the schedule's)")
     axes[2].set_title("\n".join(textwrap.wrap("(c) MEASURED: the applied step scale; outcome: "
                                                + outcome_text(table), 80)), fontsize=7)
+    for ax, (letter, what) in zip(axes[3:6], [
+            ("d", "token entropy (nats; −mean log π of the sampled completion tokens)"),
+            ("e", "completion tokens per response"),
+            ("f", "|log π_trainer − log π_engine| per completion token")]):
+        ax.set(xlabel="GRPO step", ylabel=what.split(" (")[0])
+        ax.set_title(f"({letter}) MEASURED: {what}, moving avg {window}", fontsize=8)
     if planner is not None:
         model = planner["model"].iloc[0]
         p = planner[planner["model"] == model].set_index("method")
         phases = [c for c in PHASE_COLUMNS if c in p and p[c].notna().any()]
         (p[phases].rename(columns=lambda c: c.removeprefix("phase_")) / GB).plot.bar(
-            ax=axes[3], rot=30)
-        plt.setp(axes[3].get_xticklabels(), ha="right", fontsize=7)
+            ax=axes[6], rot=30)
+        plt.setp(axes[6].get_xticklabels(), ha="right", fontsize=7)
         gpu = p["gpu_bytes"].iloc[0] / GB
-        axes[3].axhline(gpu, color="red", ls="--", label=f"{gpu:.0f} GB GPU")
-        axes[3].set_ylabel("GB per GPU (PREDICTION)")
-        axes[3].set_title(f"(d) PREDICTION (planner) by phase: {model}, {p['gpus'].iloc[0]} "
+        axes[6].axhline(gpu, color="red", ls="--", label=f"{gpu:.0f} GB GPU")
+        axes[6].set_ylabel("GB per GPU (PREDICTION)")
+        axes[6].set_title(f"(g) PREDICTION (planner) by phase: {model}, {p['gpus'].iloc[0]} "
                           f"GPUs x {gpu:.0f} GB, {p['sharding'].iloc[0]}, "
                           f"{p['policy'].iloc[0]}", fontsize=8)
-        axes[3].legend(fontsize=6)
-        _stability_memory(axes[4], table, planner, methods or {})
+        axes[6].legend(fontsize=6)
+        _stability_memory(axes[7], table, planner, methods or {})
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -186,7 +198,7 @@ def stability_27b(table: pd.DataFrame, curves: list[str | Path], metrics: list[s
 
 
 def _stability_memory(ax, table: pd.DataFrame, planner: pd.DataFrame, methods: dict) -> None:
-    """(e) the stability runs' measured peaks (MiB, mean over seeds) and, for each of their
+    """(h) the stability runs' measured peaks (MiB, mean over seeds) and, for each of their
     rules, the planner's per-GPU total at each planner model (GB, PREDICTION, first planner
     method of that rule), each row naming its unit; the GPU line in the title."""
     measured = table.groupby("method").agg(rule=("rule", "first"),
@@ -208,7 +220,7 @@ def _stability_memory(ax, table: pd.DataFrame, planner: pd.DataFrame, methods: d
     for i, v in enumerate(values):
         ax.text(v, i, f" {v:.3g}", va="center", fontsize=6)
     gpu = planner["gpu_bytes"].iloc[0] / GB
-    ax.set_title(f"(e) memory: the runs' MEASURED peaks (blue, MiB) and the planner's "
+    ax.set_title(f"(h) memory: the runs' MEASURED peaks (blue, MiB) and the planner's "
                  f"PREDICTION\nper GPU for their rules at scale (gray, GB; {gpu:.0f} GB GPUs)",
                  fontsize=8)
 

@@ -24,7 +24,10 @@ with `sync_seconds` (the applied one: pack + hand-over + apply; here the hand-ov
 pipe to the engine's process) and `sync_changed_fraction` (trained words whose engine-dtype
 value changed). `logp_mismatch_mean` / `_max`: |log π_trainer − log π_engine| over the step's
 completion tokens, the engine's log-probs returned with its samples, the trainer's from the
-update's own forward (the old log-probs; no extra pass).
+update's own forward (the old log-probs; no extra pass). `token_entropy`: −mean log π_trainer
+over the same tokens, sampled from the policy itself (an estimate of its per-token entropy;
+logra/rl/step.py `accumulate_gradients`); `response_tokens_mean`: completion tokens per
+response.
 
 One update per rollout batch (TRL's default `num_iterations=1`): the old log-probs are the
 current ones detached, so the importance ratio is exactly 1 and clipping is inactive, as in
@@ -100,7 +103,8 @@ MEM_TOLERANCE = 0.15
 METRIC_COLUMNS = ["step", "reward_mean", "reward_std", "loss", "kl_pred", "kl_real",
                   "step_scale", "grad_norm", "step_time_s", "sync_bytes", "peak_mem_bytes",
                   "sync_drift", *SYNC_METRICS[1:], "logp_mismatch_mean", "logp_mismatch_max",
-                  "logp_mismatch_signed", "kl_budget", "mismatch_ema", "control_seconds"]
+                  "logp_mismatch_signed", "kl_budget", "mismatch_ema", "control_seconds",
+                  "token_entropy", "response_tokens_mean"]
 
 
 def pad_batch(rollouts, pad_id: int):
@@ -377,6 +381,7 @@ def record(run: Run, progress: dict, step: int, batch: Batch, measured: dict) ->
     memory = progress["memory"]
     row = {"step": step, "reward_mean": batch.rewards.mean().item(),
            "reward_std": batch.rewards.std().item(), "grad_norm": run.rule.grad_norm,
+           "response_tokens_mean": batch.tensors[2].sum(dim=1).double().mean().item(),
            "peak_mem_bytes": memory[step].peak_bytes if step in run.profiled else math.nan,
            **measured}
     progress["steps_at_cap"] += row.pop("step_at_cap")

@@ -31,7 +31,8 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
     `scalable` takes it as a factor on its lr, `UpdateRule.lr_scale`). `phase(name)`, if given,
     is called at the end of each phase (`MemoryMeter.phase`: forward_backward, propose,
     kl_control, apply). Returns (loss, step scale η, predicted KL at η or nan, realized KL,
-    {the trainer-vs-engine log-prob mismatch (`accumulate_gradients`) and CONTROL_METRICS: the
+    {the trainer-vs-engine log-prob mismatch and the token entropy (`accumulate_gradients`)
+    and CONTROL_METRICS: the
     control's budget and mismatch EMA where it has them, its seconds, whether η is at its
     cap}). `completed`: per sequence, whether its response ended with eos (the signed
     mismatch's). `cosine`: also "update_cosine", the cosine between the applied step and the
@@ -108,17 +109,23 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
     completion token, and
     "logp_mismatch_signed", the mean of log π_engine − log π_trainer over the tokens of the
     responses that ended with eos (`completed`, per sequence; LoGRA's controller subtracts
-    it; nan without such tokens), all nan without `engine_logp`."""
+    it; nan without such tokens), all nan without `engine_logp`; and "token_entropy",
+    −mean log π_trainer over every completion token: the rollouts sample at the loss's
+    temperature with no top-k or top-p, so this estimates, without bias, the per-token entropy
+    of the sampling policy at the states it visited (no pass over the vocabulary)."""
     n, mb = ids.shape[0], grpo["micro_batch_size"]
     normalizer = mask.sum().clamp(min=1) if grpo["aggregation"] == "dapo" else n
     # FSDP: rank r takes the r-th micro-batch of each global one of mb x world sequences
     rank, world = collectives.rank(), collectives.world_size()
     chunks = [slice(i + rank * mb, i + (rank + 1) * mb) for i in range(0, n, mb * world)]
     total = 0.0
-    # sum, tokens, max of |Δ|; sum and tokens of the signed engine − trainer on completed ones
-    gap = torch.zeros(5, dtype=torch.float64, device=ids.device)
+    # sum, tokens, max of |Δ|; sum and tokens of the signed engine − trainer on completed ones;
+    # sum of −log π and tokens over every completion token
+    gap = torch.zeros(7, dtype=torch.float64, device=ids.device)
     for c in chunks:
         logp = token_logprobs(model, ids[c], attn[c], grpo["temperature"], grpo.get("chunk_tokens"))
+        gap[5] -= logp.detach().double()[mask[c].bool()].sum()
+        gap[6] += mask[c].sum()
         if engine_logp is not None:
             signed = engine_logp[c].double() - logp.detach().double()
             d = signed.abs()[mask[c].bool()]
@@ -145,10 +152,11 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
         total += loss.item()
     loss = collectives.all_reduce(torch.tensor(total, dtype=torch.float64,
                                                device=ids.device)).item()
+    summed = collectives.all_reduce(gap[[0, 1, 3, 4, 5, 6]])
     mismatch = dict.fromkeys(("logp_mismatch_mean", "logp_mismatch_max",
-                              "logp_mismatch_signed"), math.nan)
+                              "logp_mismatch_signed"), math.nan) | {
+        "token_entropy": (summed[4] / summed[5]).item() if summed[5] > 0 else math.nan}
     if engine_logp is not None:
-        summed = collectives.all_reduce(gap[[0, 1, 3, 4]])
         peak = collectives.all_reduce(gap[2:3], op="max")
         if summed[1] > 0:
             mismatch |= {"logp_mismatch_mean": (summed[0] / summed[1]).item(),

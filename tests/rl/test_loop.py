@@ -138,10 +138,13 @@ def test_stopped_on_cpu_compares_the_profiled_peak_with_the_budget(measured):
 def test_sync_and_record_leave_the_engine_at_the_trainers_weights(started):
     run, engine, syncer, progress = started
     run.cfg["rollout"]["full_sync_every"] = 2
-    steps(run, engine, syncer, progress, 2)
+    batch = steps(run, engine, syncer, progress, 2)
     rows = progress["metrics"]
     assert [r["step"] for r in rows] == [1, 2] and progress["step"] == 2
     assert set(rows[-1]) == set(loop.METRIC_COLUMNS)  # step_at_cap went to the summary's count
+    lengths = batch.tensors[2].sum(dim=1)  # tests/rl/test_sync.py: a completion's tokens
+    assert rows[-1]["response_tokens_mean"] == lengths.double().mean().item() > 0
+    assert rows[-1]["token_entropy"] > 0
     assert math.isnan(rows[0]["sync_drift"]) and rows[1]["sync_drift"] == 0.0
     assert loop.sync_drift(engine.state_dict(), run.rule.engine_weights()) == 0.0
     assert rows[0]["sync_bytes_low_rank"] == rows[0]["sync_bytes"]  # LoGRA's own transport

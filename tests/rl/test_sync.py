@@ -112,19 +112,25 @@ G = {"micro_batch_size": 6, "aggregation": "dapo", "temperature": 0.7, "clip_low
 def test_logp_mismatch_is_zero_for_equal_logprobs_and_matches_a_constructed_difference(
         tiny_dir):
     """Trainer log-probs against engine log-probs equal to them: mismatch exactly 0; against
-    them plus a constructed difference d on the completion tokens: mean |d| and max |d|."""
+    them plus a constructed difference d on the completion tokens: mean |d| and max |d|. The
+    token entropy is −mean log π over the completion tokens, whatever the engine's log-probs."""
     model, tok = load(tiny_dir)
     with HFRolloutEngine(str(tiny_dir)) as engine:
         rollouts = engine.generate(PROMPTS, 3, 6, G["temperature"], seed=0)
     ids, attn, mask, _ = pad_batch(rollouts, tok.pad_token_id)
+    # a row of the loss mask counts its completion's tokens (the loop's response_tokens_mean)
+    assert mask.sum(dim=1).tolist() == [len(r.completion_ids) for r in rollouts]
     adv = torch.linspace(-1, 1, len(rollouts))
     with torch.no_grad():
         own = token_logprobs(model, ids, attn, G["temperature"]).float()
     done = torch.arange(len(rollouts)) % 2 == 0  # as if these responses had ended with eos
     _, same = accumulate_gradients(model, None, ids, attn, mask, adv, G, engine_logp=own,
                                    completed=done)
+    entropy = same.pop("token_entropy")
     assert same == {"logp_mismatch_mean": 0.0, "logp_mismatch_max": 0.0,
                     "logp_mismatch_signed": 0.0}
+    assert entropy == pytest.approx(-own.double()[mask.bool()].mean().item(), rel=1e-12)
+    assert entropy > 0
     d = torch.randn(own.shape, generator=torch.Generator().manual_seed(1)) * mask
     _, got = accumulate_gradients(model, None, ids, attn, mask, adv, G, engine_logp=own + d,
                                   completed=done)
@@ -137,6 +143,7 @@ def test_logp_mismatch_is_zero_for_equal_logprobs_and_matches_a_constructed_diff
     _, none = accumulate_gradients(model, None, ids, attn, mask, adv, G, engine_logp=own + d,
                                    completed=torch.zeros_like(done))
     assert math.isnan(none["logp_mismatch_signed"])
+    assert got["token_entropy"] == none["token_entropy"] == entropy
 
 
 def test_reinforce_on_a_bf16_engine_weighs_each_token_by_its_truncated_ratio(tiny_dir):
