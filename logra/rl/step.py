@@ -32,9 +32,8 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
     is called at the end of each phase (`MemoryMeter.phase`: forward_backward, propose,
     kl_control, apply). Returns (loss, step scale η, predicted KL at η or nan, realized KL,
     {the trainer-vs-engine log-prob mismatch and the token entropy (`accumulate_gradients`)
-    and CONTROL_METRICS: the
-    control's budget and mismatch EMA where it has them, its seconds, whether η is at its
-    cap}). `completed`: per sequence, whether its response ended with eos (the signed
+    and CONTROL_METRICS: the control's budget and mismatch EMA where it has them, its seconds,
+    whether η is at its cap}). `completed`: per sequence, whether its response ended with eos (the signed
     mismatch's). `cosine`: also "update_cosine", the cosine between the applied step and the
     batch's negative dense gradient over every trained weight (`rule.dense_gradients`; nan
     where the rule cannot keep it), a diagnostic that copies the weights and gradients once."""
@@ -111,8 +110,9 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
     responses that ended with eos (`completed`, per sequence; LoGRA's controller subtracts
     it; nan without such tokens), all nan without `engine_logp`; and "token_entropy",
     −mean log π_trainer over every completion token: the rollouts sample at the loss's
-    temperature with no top-k or top-p, so this estimates, without bias, the per-token entropy
-    of the sampling policy at the states it visited (no pass over the vocabulary)."""
+    temperature with no top-k or top-p, so each token's −log π has, given its prefix, the
+    sampling policy's entropy there as its expectation (a one-sample estimate; no pass over
+    the vocabulary)."""
     n, mb = ids.shape[0], grpo["micro_batch_size"]
     normalizer = mask.sum().clamp(min=1) if grpo["aggregation"] == "dapo" else n
     # FSDP: rank r takes the r-th micro-batch of each global one of mb x world sequences
@@ -124,10 +124,11 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
     gap = torch.zeros(7, dtype=torch.float64, device=ids.device)
     for c in chunks:
         logp = token_logprobs(model, ids[c], attn[c], grpo["temperature"], grpo.get("chunk_tokens"))
-        gap[5] -= logp.detach().double()[mask[c].bool()].sum()
+        trainer = logp.detach().double()
+        gap[5] -= trainer[mask[c].bool()].sum()
         gap[6] += mask[c].sum()
         if engine_logp is not None:
-            signed = engine_logp[c].double() - logp.detach().double()
+            signed = engine_logp[c].double() - trainer
             d = signed.abs()[mask[c].bool()]
             gap[0] += d.sum()
             gap[1] += d.numel()

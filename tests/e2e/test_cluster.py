@@ -31,7 +31,8 @@ SLURM = ["--executor", "slurm", "--workflow-profile", str(ROOT / "workflow/profi
 STAGE = {"data": "data", "data_val": "data", "lmeval_task": "data", "lmeval_task_val": "data",
          "base": "base", "train": "train", "eval_run": "eval", "eval_base": "eval",
          "lr_sweep_eval": "eval", "lr_sweep_eval_base": "eval", "stability_eval": "eval",
-         "memory_point": "memory", "fingerprints": "fingerprints"}  # rule -> the stage whose resources it asks for
+         "memory_point": "memory", "fingerprints": "fingerprints"}
+# (rule -> the stage whose resources it asks for)
 # what differs between two runs of the same computation: wall and step times, RSS
 TIMINGS = ("wall_s", "mean_step_time_s", "step_time_s_mean", "mem_rss_peak_bytes",
            "sync_seconds_per_step", "control_seconds")
