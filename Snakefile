@@ -11,7 +11,9 @@ figures/stability_27b_seeds, figures/stability_controller), `trl`
 (TRL's GRPOTrainer with LoGRA and with AdamW on each task: results/trl/{task}.json),
 `sync_regime` (bf16 delta vs low-rank sync at two lr regimes: results/sync_regime.csv),
 `reinforce` (reinforce_methods, the LoGRA authors' estimator, on every task and seed:
-results/reinforce/, figures/reinforce/; no verdict: the plan's margins are GRPO's reference's).
+results/reinforce/, figures/reinforce/; no verdict: the plan's margins are GRPO's reference's),
+`scaling_sweep` then `scaling` (each method against the reference over model sizes, tuned at
+the smallest and transferred: results/scaling/, results/scaling.csv, figures/scaling).
 """
 import os
 import re
@@ -19,9 +21,11 @@ import re
 from snakemake.utils import min_version
 
 from logra.harness.config import (add_controller_ablation_methods, add_lr_sweep_methods,
-                          add_sync_regime_methods, base_input, controller_runs,
+                          add_scaling_methods, add_sync_regime_methods, base_input,
+                          controller_runs,
                           generation_room, hub_models, job_resources, margin_runs,
-                          margin_seeds, resolve, run_config, run_tasks, stability_runs,
+                          margin_seeds, resolve, run_config, run_tasks, scaling_grid,
+                          scaling_jobs, scaling_runs, stability_runs,
                           start_model, sweep_knobs, sync_regime_runs, task_options)
 from logra.repro import pin_cpu
 
@@ -46,6 +50,8 @@ SWEEP = add_lr_sweep_methods(config)  # {method name: (method, lr)}
 REGIMES = add_sync_regime_methods(config)  # {sync regime: its method names}
 add_controller_ablation_methods(config)  # stability.controller_ablation's cells
 CONTROL_RUNS = controller_runs(config)  # as task/method/seedN
+SCALING = add_scaling_methods(config)  # `scaling`'s sweep, grid and transfer check
+SCALING_RUNS = scaling_runs(config, SCALING)  # {part: its runs as task/method/seedN}
 LR_SWEEP = config.get("lr_sweep") or {}
 # the method every other is compared with (verdicts, memory ratios)
 REFERENCE = config["verdict"]["reference"]
@@ -81,6 +87,7 @@ PAPER = {"memory_sweep", "planner", "stability"} <= set(config)  # the paper's f
 
 
 include: "workflow/rules/report.smk"
+include: "workflow/rules/scaling.smk"
 
 
 # quick work on results already made (tables, figures, the planner's arithmetic, the report): a
@@ -93,7 +100,7 @@ localrules:
     memory_sweep, ablation_memory_sweep, planner, paper_setting,
     memory_reduction, stability_table, stability_27b, stability_27b_seeds,
     stability_controller, sync_bytes, lr_sweep, report,
-    sync_regime_table,
+    sync_regime_table, scaling_validation, scaling_table, scaling_figure,
 
 
 report: "workflow/report/workflow.rst"  # `snakemake --report report.html` after a run
@@ -149,3 +156,16 @@ rule stability:
 rule sync_regime:
     input:
         "results/sync_regime.csv",
+
+
+rule scaling_sweep:
+    input:
+        "results/scaling/lr_sweep.csv",
+
+
+rule scaling:
+    input:
+        "results/scaling/lr_sweep.csv",
+        "results/scaling/transfer_check.csv",
+        "results/scaling.csv",
+        expand("figures/scaling.{ext}", ext=["png", "pdf"]),

@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from logra.analysis.report import scale_label, sync_table  # noqa: E402
@@ -314,5 +315,59 @@ def verdicts(table: pd.DataFrame, summary: pd.DataFrame, outputs: list[str]) -> 
     fig.suptitle(f"{scale_label(summary)}, {problems} test problems; 95% intervals, each "
                  "task's margin (dashed); green non-inferior, orange inconclusive, red inferior",
                  fontsize=8)
+    fig.tight_layout()
+    _save(fig, outputs)
+
+
+def scaling(table: pd.DataFrame, outputs: list[str]) -> None:
+    """results/scaling.csv (`logra.analysis.scaling`) in two panels over parameters (log):
+    (a) MEASURED: each method's difference from the reference per size, its 95% interval, the
+    least-squares trend over (size, seed) and the margin; (b) MEASURED: its peak-memory and
+    step-time ratios to the reference; the planner's memory ratio at the hub models' sizes
+    (PREDICTION, hollow)."""
+    measured, trend = table[table["kind"] == "measured"], table[table["kind"] == "trend"]
+    predicted, cost = table[table["kind"] == "prediction"], table[table["kind"] == "cost"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    colors = dict(zip(dict.fromkeys(table["method"].dropna()),
+                      plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for i, (method, m) in enumerate(measured.groupby("method", sort=False)):
+        t = trend[trend["method"] == method].iloc[0]
+        axes[0].errorbar(m["n_params"] * 1.04 ** i, m["diff_mean"], fmt="o", capsize=3,  # apart
+                         yerr=[m["diff_mean"] - m["diff_lo"], m["diff_hi"] - m["diff_mean"]],
+                         color=colors[method],
+                         label=f"{method}: trend {t['slope_per_decade']:+.3f} "
+                         f"[{t['slope_lo']:+.3f}, {t['slope_hi']:+.3f}] per decade, {t['call']}")
+        x = m["n_params"].to_numpy()
+        axes[0].plot(x, t["intercept"] + t["slope_per_decade"] * np.log10(x), ls=":",
+                     color=colors[method])
+        axes[1].plot(m["n_params"], m["memory_ratio"], "o-", color=colors[method],
+                     label=f"{method}: peak memory (MEASURED)")
+        axes[1].plot(m["n_params"], m["step_time_ratio"], "s--", color=colors[method],
+                     alpha=0.6, label=f"{method}: step time (MEASURED)")
+    for method, p in predicted.groupby("method", sort=False):
+        axes[1].plot(p["n_params"], p["memory_ratio"], "o", mfc="none", color=colors[method],
+                     label=f"{method}: memory per GPU (PREDICTION, planner)")
+        for row in p.itertuples():
+            axes[1].annotate(row.size, (row.n_params, row.memory_ratio), fontsize=6,
+                             xytext=(3, 3), textcoords="offset points")
+    axes[0].axhline(0, color="gray", lw=0.8)
+    if len(measured):
+        axes[0].axhline(-measured["margin"].iloc[0], color="red", ls="--", lw=0.8,
+                        label=f"-margin {measured['margin'].iloc[0]:.3f}")
+    reference = table["reference"].dropna().iloc[0]
+    spent = (f"; {cost['cpu_hours'].iloc[0]:.1f} CPU h of a {cost['cap_hours'].iloc[0]:g} h "
+             "cap" if len(cost) else "")
+    axes[0].set(xscale="log", xlabel="parameters",
+                ylabel=f"{measured['method'].iloc[0] if len(measured) else ''} − {reference}")
+    axes[0].set_title("\n".join(textwrap.wrap(
+        f"(a) MEASURED: difference from {reference} on the held-out primary metric, mean over "
+        f"seeds with its 95% t-interval; dotted: the trend{spent}", 80)), fontsize=8)
+    axes[1].axhline(1, color="gray", lw=0.8)
+    axes[1].set(xscale="log", xlabel="parameters", ylabel=f"ratio to {reference}")
+    axes[1].set_title("(b) MEASURED ratios here (filled); the planner's PREDICTION at scale "
+                      "(hollow)", fontsize=8)
+    for ax in axes:
+        ax.legend(fontsize=6)
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     _save(fig, outputs)

@@ -450,7 +450,8 @@ class ReportInputs:
     frozen analysis plan (results/analysis_plan.json); `ablations` the
     tables of `snakemake ablations` (results/ablations/: summary, accuracy, verdicts, sweep). A
     table that is None (its stage is not in the config, or the lr sweep, `snakemake
-    sync_regime` or `snakemake ablations` has not run) is left out, or its section says so."""
+    sync_regime`, `snakemake ablations` or `snakemake scaling` has not run) is left out, or its
+    section says so."""
     summary: pd.DataFrame
     accuracy: pd.DataFrame
     runs: list[dict]
@@ -468,6 +469,7 @@ class ReportInputs:
     sync_regime: pd.DataFrame | None = None
     ablations: dict[str, pd.DataFrame | None] | None = None
     sft: list[dict] | None = None
+    scaling: pd.DataFrame | None = None
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -820,6 +822,54 @@ def _lr_sweep(inputs: ReportInputs) -> list[str]:
     return out
 
 
+def _scaling(inputs: ReportInputs) -> list[str]:
+    t = inputs.scaling
+    if t is None:
+        return ["", "The scaling comparison has not run (`snakemake scaling` writes "
+                "`results/scaling.csv`; the next report includes it)."]
+    m, trend = t[t["kind"] == "measured"], t[t["kind"] == "trend"]
+    p, cost = t[t["kind"] == "prediction"], t[t["kind"] == "cost"].iloc[0]
+    reference = t["reference"].dropna().iloc[0]
+    out = _section("Scaling", "results/scaling.csv", "Each method against "
+                   f"{reference} at each model size, tuned at the smallest (validation split) "
+                   "and transferred (`scaling.transfer`): the mean over seeds of the paired "
+                   "difference on the primary metric (test split) with its 95% t-interval and "
+                   "call at the margin; the bases' mean (in the declared band?); the "
+                   "reference's gain over its bases; measured ratios to the reference.",
+                   {"size": m["size"], "parameters": _fmt(m["n_params"], ",.0f"),
+                    "method": m["method"],
+                    "difference [95%]": [f"{a:+.3f} [{lo:+.3f}, {hi:+.3f}]" for a, lo, hi in
+                                         zip(m["diff_mean"], m["diff_lo"], m["diff_hi"])],
+                    "call": m["call"],
+                    "bases": [f"{b:.3f}" + ("" if ok else " (off band)")
+                              for b, ok in zip(m["base_mean"], m["base_in_band"])],
+                    "reference's gain": _fmt(m["ref_gain_mean"], "+.3f"),
+                    "peak memory ratio": _fmt(m["memory_ratio"], ".2f"),
+                    "step time ratio": _fmt(m["step_time_ratio"], ".2f")})
+    tuning, check = t[t["kind"] == "tuning"], t[t["kind"] == "check"]
+    out += ["", "Tuning (validation split) and the transfer's check:", ""]
+    out += [f"- {r.method} at {r.size}: the sweep chose {r.option} {r.chosen_value:g}"
+            + (" (on its grid's edge)" if r.on_edge else "") + f"; the config adopted "
+            f"{r.adopted_value:g}" for r in tuning.itertuples()]
+    out += [f"- {r.method} at {r.size}: of the transferred {r.option} times each factor, x"
+            f"{r.chosen_factor:g} scored best ({r.validation_by_point})"
+            for r in check.itertuples()]
+    out += ["", "The trend, declared before the runs: the least-squares slope of the per-seed "
+            "differences against log10(parameters), with its 95% t-interval:", ""]
+    out += [f"- {r.method}: {r.slope_per_decade:+.4f} [{r.slope_lo:+.4f}, {r.slope_hi:+.4f}] "
+            f"per decade of parameters: {r.call}" for r in trend.itertuples()]
+    if len(p):
+        out += ["", "The planner's memory ratio to " + reference + " continued to the hub "
+                "models' sizes (PREDICTIONS, the planner's setting): " + "; ".join(
+                    f"{r.method} at {r.size} {r.memory_ratio:.2f}" for r in p.itertuples())
+                + "."]
+    out += ["", f"CPU time: {cost['cpu_hours']:.2f} h over {cost['jobs']:.0f} jobs, against a "
+            f"cap of {cost['cap_hours']:g} h ({'within' if cost['within_cap'] else 'OVER'} "
+            "it). A 30x span of character-level models does not speak for 1.5B-27B "
+            "accuracy."]
+    return out
+
+
 def _ablations(inputs: ReportInputs) -> list[str]:
     ablations, reference = inputs.ablations, inputs.reference
     out = []
@@ -895,7 +945,7 @@ def _time_ledger(inputs: ReportInputs) -> list[str]:
 # the report's sections, in order
 SECTIONS = (_title, _plan, _header, _bases, _results, _planner, _paper_setting, _kl_calibration,
             _step_control, _update_cosine, _stability, _sync, _lr_sweep, _ablations, _trl,
-            _time_ledger)
+            _scaling, _time_ledger)
 
 
 def report_markdown(inputs: ReportInputs) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import inspect
 import math
@@ -217,6 +218,7 @@ def check(config: dict) -> None:
     _check_per_task_values(config)
     _check_method_grpo(config)  # before the rules are built in each method's param_dtype
     _check_stability(config)
+    _check_scaling(config)
     _check_rules_fit_model(config)
     _check_tasks(config)
 
@@ -274,6 +276,49 @@ def _check_stability(config: dict) -> None:
             raise ConfigError(
                 f"stability.criterion.from_step: {frm} is not a snapshot of {name!r} before its "
                 f"last step (its grpo.snapshot_every {g['snapshot_every']}, steps {g['steps']})")
+
+
+def _check_scaling(config: dict) -> None:
+    """`scaling` compares tiny models of its own sizes, tuned by the lr sweep's rule on a task
+    it validates on: its methods are defined, start with verdict.reference, each has a sweep
+    anchor and a transfer rule; a rank-fraction method has a rank; the check's size is one of
+    its sizes; every rule fits every size (a rank above a size's hidden size stops here)."""
+    sc = config.get("scaling")
+    if not sc:
+        return
+    if config["model"]["name"] != "tiny":
+        raise ConfigError("scaling: its sizes are tiny models built here; model.name is "
+                          f"{config['model']['name']!r}")
+    if sc["task"] not in (config.get("lr_sweep") or {}).get("tasks", []):
+        raise ConfigError(f"scaling.task: {sc['task']!r} is not one of lr_sweep.tasks (its "
+                          "validation split, sized with theirs, tunes and checks the methods)")
+    if sc["methods"][0] != config["verdict"]["reference"]:
+        raise ConfigError(f"scaling.methods: the first is the reference every other is "
+                          f"compared with, verdict.reference {config['verdict']['reference']!r}"
+                          f" (given: {sc['methods'][0]!r})")
+    anchors = (config.get("lr_sweep") or {}).get("anchors", {})
+    for i, m in enumerate(sc["methods"]):
+        for key, there in [("is not defined under methods", config["methods"]),
+                           ("has no lr_sweep.anchors entry (its sweep at the first size)",
+                            anchors),
+                           ("has no scaling.transfer rule", sc["transfer"])]:
+            if m not in there:
+                raise ConfigError(f"scaling.methods[{i}]: {m!r} {key}")
+    for m in sc["rank_fraction"]:
+        if m not in sc["methods"] or "rank" not in config["methods"][m].get("options", {}):
+            raise ConfigError(f"scaling.rank_fraction: {m!r} is not one of scaling.methods "
+                              "with a `rank` option")
+    if sc["check"]["size"] not in sc["sizes"]:
+        raise ConfigError(f"scaling.check.size: {sc['check']['size']!r} is not one of "
+                          f"scaling.sizes ({', '.join(sc['sizes'])})")
+    lo, hi = sc["base_band"]
+    if lo > hi:
+        raise ConfigError(f"scaling.base_band: [{lo}, {hi}] is empty (low above high)")
+    for size, spec in sc["sizes"].items():
+        for m in sc["methods"]:
+            _check_rule_fits(config, f"methods.{m}", config["methods"][m],
+                             {"name": "tiny", "tiny": spec["model"]},
+                             f" (on scaling.sizes.{size})")
 
 
 def run_tasks(config: dict) -> list[str]:
@@ -426,32 +471,40 @@ def _check_rules_fit_model(config: dict) -> None:
     """Build each update rule on the configured architecture (meta tensors: no memory, no
     weights), so options that cannot work on this model, e.g. a rank above a weight's smaller
     side, stop the workflow here with the rule's own message naming the module."""
+    for name, m in config["methods"].items():
+        _check_rule_fits(config, f"methods.{name}", m, config["model"])
+
+
+def _check_rule_fits(config: dict, key: str, m: dict, model_spec: dict,
+                     where: str = "") -> None:
+    """`_check_rules_fit_model` for one method `m` (named by `key` in the messages) on the
+    model `model_spec` describes (`where`, if not the configured one; a hub name offline:
+    checked when the run starts)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from logra.rl.models import model_config
     try:
-        hf_config = model_config(config["model"])
+        hf_config = model_config(model_spec)
     except OSError:  # a hub name while offline: the rule is checked when the run starts
         return
     task = next(iter(config["tasks"]))  # only lrs differ per task: they fit any model
-    for name, m in config["methods"].items():
-        dtype = getattr(torch, (config["grpo"] | m.get("grpo", {}))["param_dtype"])
-        with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA adapters)
-            model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
-        try:
-            rule = rules.build(m["rule"], model, task_options(m.get("options", {}), task))
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"methods.{name}.options: {e}") from None
-        if rule.control is not None and m.get("kl_control"):
-            raise ConfigError(f"methods.{name}.kl_control: rule {m['rule']!r} controls its own "
-                              "step (its options); remove kl_control, or switch its own off")
-        half = (config["grpo"] | m.get("grpo", {}))["probe_size"] // 2
-        if getattr(rule.control, "probe_responses", 0) > half:
-            raise ConfigError(f"methods.{name}.options.probe_responses: "
-                              f"{rule.control.probe_responses} sequences exceed the probe's "
-                              f"prediction half (grpo.probe_size // 2 = {half}; the other half "
-                              "measures the realized KL)")
+    dtype = getattr(torch, (config["grpo"] | m.get("grpo", {}))["param_dtype"])
+    with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA adapters)
+        model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
+    try:
+        rule = rules.build(m["rule"], model, task_options(m.get("options", {}), task))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{key}.options{where}: {e}") from None
+    if rule.control is not None and m.get("kl_control"):
+        raise ConfigError(f"{key}.kl_control: rule {m['rule']!r} controls its own "
+                          "step (its options); remove kl_control, or switch its own off")
+    half = (config["grpo"] | m.get("grpo", {}))["probe_size"] // 2
+    if getattr(rule.control, "probe_responses", 0) > half:
+        raise ConfigError(f"{key}.options.probe_responses: "
+                          f"{rule.control.probe_responses} sequences exceed the probe's "
+                          f"prediction half (grpo.probe_size // 2 = {half}; the other half "
+                          "measures the realized KL)")
 
 
 def generation_room(config: dict) -> int:
@@ -659,6 +712,138 @@ def controller_runs(config: dict) -> list[str]:
             for s in st.get("opt_in_seeds") or config["seeds"]]
 
 
+@dataclasses.dataclass
+class Scaling:
+    """`snakemake scaling`'s methods (`add_scaling_methods`):
+    - `sweep`: {name: (method, value)}, the tuning sweep at the first size (`lr_sweep`'s grid
+      rule and anchors), value the point of the method's knob (`UpdateRule.tuning_option`:
+      dense AdamW's lr, LoGRA's KL budget);
+    - `grid`: {(label, size): name}, every method, and each rank-fraction variant (label
+      `<method>_frac`), at every size at its `scaling.tuned` value transferred by
+      `scaling.transfer` (empty until every method is tuned);
+    - `check`: {name: (method, value)}, the transfer's check: `check.factors` times each
+      transferred value at `check.size` (factor 1: the grid's method itself)."""
+    sweep: dict = dataclasses.field(default_factory=dict)
+    grid: dict = dataclasses.field(default_factory=dict)
+    check: dict = dataclasses.field(default_factory=dict)
+
+
+def _point_name(*parts) -> str:
+    """A method name from its parts, numbers as %g with '.', '-' and '+' spelled p, m, ''."""
+    return "_".join(f"{p:g}" if isinstance(p, float) else str(p) for p in parts).replace(
+        "-", "m").replace("+", "").replace(".", "p")
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.12g}")
+
+
+def transfer_factor(config: dict, method: str, size: str) -> float:
+    """The factor on `method`'s tuned knob at `size` (`scaling.transfer`): `inverse_width`, the
+    first size's hidden size over this size's (µP's rule for Adam's hidden-layer lr, applied
+    here to every weight: the models are not reparametrised); `none`, 1 (a KL budget is a
+    per-step move of the policy, whatever the model's size)."""
+    sc = config["scaling"]
+    if sc["transfer"][method] == "none":
+        return 1.0
+    first = next(iter(sc["sizes"].values()))["model"]["hidden_size"]
+    return first / sc["sizes"][size]["model"]["hidden_size"]
+
+
+def add_scaling_methods(config: dict) -> Scaling:
+    """Define `snakemake scaling`'s methods (`Scaling`) in config["methods"]: copies of each of
+    `scaling.methods` with the key `size` (their runs start from that size's SFT base,
+    `base_input`) and their knob set by the rule's `tuned`. A rank-fraction variant
+    (`scaling.rank_fraction`) takes rank x hidden / model.tiny.hidden_size (the fraction its
+    configured rank is of the configured model); where that is the configured rank, it is the
+    fixed-rank method itself. Validation runs (sweep, check) measure no memory. Names:
+    `<method>_<size>`, `<method>_frac_<size>`, `<method>_<size>_lr<value>`,
+    `<method>_<size>_x<factor>`."""
+    sc, out = config.get("scaling"), Scaling()
+    if not sc:
+        return out
+    sizes, methods, sweep = list(sc["sizes"]), config["methods"], config["lr_sweep"]
+
+    def define(name, method, size, value, validation=False, **overrides):
+        if name in methods:
+            raise ConfigError(f"scaling: the run name {name!r} is already a method")
+        base = methods[method]
+        options = rules.rule_class(base["rule"]).tuned(dict(base.get("options", {})), value)
+        grpo = {**base.get("grpo", {}), **({"measure_memory": False} if validation else {})}
+        methods[name] = {**copy.deepcopy(base), "size": size, "grpo": grpo,
+                         "options": options | overrides}
+        return name
+
+    for method in sc["methods"]:
+        for value in lr_grid(sweep["anchors"][method], sweep["points"], sweep["factor"]):
+            out.sweep[define(_point_name(method, sizes[0], "lr") + _point_name(value),
+                             method, sizes[0], value, validation=True)] = (method, value)
+    tuned = sc.get("tuned") or {}
+    if any(tuned.get(m) is None for m in sc["methods"]):
+        return out  # the grid waits for the sweep's choice
+    width = config["model"]["tiny"]["hidden_size"]
+    for method in sc["methods"]:
+        for size in sizes:
+            value = _round(tuned[method] * transfer_factor(config, method, size))
+            name = out.grid[method, size] = define(_point_name(method, size), method, size,
+                                                   value)
+            if method in sc["rank_fraction"]:
+                rank = methods[method]["options"]["rank"]
+                frac = max(1, round(rank * sc["sizes"][size]["model"]["hidden_size"] / width))
+                out.grid[f"{method}_frac", size] = name if frac == rank else define(
+                    _point_name(method, "frac", size), method, size, value, rank=frac)
+            if size == sc["check"]["size"]:
+                for factor in sc["check"]["factors"]:
+                    point = _round(value * factor)
+                    out.check[name if factor == 1 else define(
+                        f"{name}_{_point_name('x', float(factor))}", method, size, point,
+                        validation=True)] = (method, point)
+    return out
+
+
+def scaling_runs(config: dict, scaling: Scaling) -> dict[str, list[str]]:
+    """`snakemake scaling`'s runs as "task/method/seedN", by part: `sweep` and `check` at
+    `lr_sweep.seeds` (validation), `grid` at `scaling.seeds` (default: every seed)."""
+    sc = config.get("scaling") or {}
+    if not sc:
+        return {"sweep": [], "grid": [], "check": []}
+    val, test = config["lr_sweep"]["seeds"], sc.get("seeds") or config["seeds"]
+    return {"sweep": [f"{sc['task']}/{m}/seed{s}" for m in scaling.sweep for s in val],
+            "grid": [f"{sc['task']}/{m}/seed{s}" for m in dict.fromkeys(scaling.grid.values())
+                     for s in test],
+            "check": [f"{sc['task']}/{m}/seed{s}" for m in scaling.check for s in val]}
+
+
+def scaling_grid(config: dict, scaling: Scaling) -> list[tuple[str, str, int, str]]:
+    """The grid's test runs as (label, size, seed, "task/method/seedN"), every label at every
+    size over `scaling.seeds`; a clear stop while `scaling.tuned` lacks a method."""
+    if not scaling.grid:
+        raise ConfigError("scaling.tuned: not every method of scaling.methods has a value: run "
+                          "`snakemake scaling_sweep` and adopt each method's choice at the "
+                          "first size (results/scaling/lr_sweep.csv) before the test runs")
+    sc = config["scaling"]
+    return [(label, size, seed, f"{sc['task']}/{name}/seed{seed}")
+            for (label, size), name in scaling.grid.items()
+            for seed in sc.get("seeds") or config["seeds"]]
+
+
+def scaling_jobs(config: dict, scaling: Scaling) -> list[str]:
+    """Every job of `snakemake scaling` as its benchmark's path under results/benchmarks/
+    (no suffix): each size's bases (the test seeds', the sweep's and the check's), their
+    evaluations, every run and its evaluation."""
+    sc, runs = config["scaling"], scaling_runs(config, scaling)
+    seeds, val = sc.get("seeds") or config["seeds"], config["lr_sweep"]["seeds"]
+    sizes = list(sc["sizes"])
+    bases = dict.fromkeys([(z, s) for z in sizes for s in seeds]
+                          + [(z, s) for z in (sizes[0], sc["check"]["size"]) for s in val])
+    grid = list(dict.fromkeys(run for *_, run in scaling_grid(config, scaling)))
+    return ([f"scaling/base/{sc['task']}/{z}/seed{s}" for z, s in bases]
+            + [f"scaling/eval_base/{sc['task']}/{z}/seed{s}" for z in sizes for s in seeds]
+            + [f"train/train/{run}" for run in runs["sweep"] + runs["check"] + grid]
+            + [f"lr_sweep/lr_sweep_eval/{run}" for run in runs["sweep"] + runs["check"]]
+            + [f"eval/eval_run/{run}" for run in grid])
+
+
 def lr_scaled(method: dict, scale: float) -> dict:
     """A copy of a `methods` entry with every step-size option (the rule's
     `step_size_option`, `lr` or LoGRA's `update_ratio`, and each `*_lr`, per task where given
@@ -732,10 +917,15 @@ def start_model(config: dict, method: str | None = None) -> str | None:
 def base_input(config: dict, wildcards) -> dict[str, str]:
     """Snakemake input {"base": SFT base directory} of a run (`wildcards.method`) or of a base
     evaluation (no method), or {} when it starts from a hub model. Each seed has its own base,
-    shared by every method of that seed: a seed replicates the whole pipeline."""
-    if start_model(config, getattr(wildcards, "method", None)):
+    shared by every method of that seed: a seed replicates the whole pipeline. A run of a
+    method with a `size` (`add_scaling_methods`), or a base evaluation with a `size` wildcard,
+    starts from that size's base, `results/base/{task}/{size}/seed{seed}/model`."""
+    method = getattr(wildcards, "method", None)
+    if start_model(config, method):
         return {}
-    return {"base": f"results/base/{wildcards.task}/seed{wildcards.seed}/model"}
+    size = config["methods"][method].get("size") if method else getattr(wildcards, "size", None)
+    return {"base": f"results/base/{wildcards.task}/{size + '/' if size else ''}"
+                    f"seed{wildcards.seed}/model"}
 
 
 # the stages (rule files) whose jobs compute on `device`: on CUDA each takes one GPU, a GRPO run

@@ -58,6 +58,9 @@ def test_lint_is_clean(tmp_path):
                    "reinforce_reward_curves": 1}),
     # opt-in: dense Adam (delta) and LoGRA (low_rank), bf16 engine, at 2 lr regimes, one seed
     ("sync_regime", {"data": 1, "base": 1, "train": 4, "sync_regime_table": 1}),
+    # opt-in: the scaling sweep at the first size, 6 points x 2 methods x the sweep's 3 seeds
+    ("scaling_sweep", {"scaling_base": 3, "train": 36, "lr_sweep_eval": 36,
+                       "scaling_validation": 1}),
 ])
 def test_default_config_targets_resolve(tmp_path, target, jobs):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
@@ -209,6 +212,65 @@ def test_lr_sweep_resolves_on_slurm(tmp_path):
         assert resources[rule]["mem_mb"] == str(want["mem_mb"]), rule
         assert resources[rule]["runtime"] == str(want["runtime"]), rule
     assert resources["lr_sweep_eval"]["gpu"] == resources["train"]["gpu"] == "0"
+
+
+SCALING_OVERLAY = """
+lr_sweep: {anchors: {dense_adam: 1.0e-4, logra: 2.0e-4}}
+scaling:
+  task: arithmetic
+  methods: [dense_adam, logra]
+  sizes:
+    s0: {model: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1,
+                 num_attention_heads: 2}, sft_steps: 20}
+    s1: {model: {hidden_size: 64, intermediate_size: 128, num_hidden_layers: 1,
+                 num_attention_heads: 2}, sft_steps: 20}
+    s2: {model: {hidden_size: 128, intermediate_size: 256, num_hidden_layers: 1,
+                 num_attention_heads: 2}, sft_steps: 20}
+  tuned: {dense_adam: 1.0e-4, logra: 2.0e-4}
+  transfer: {dense_adam: inverse_width, logra: none}
+  rank_fraction: [logra]
+  check: {size: s1, factors: [0.5, 1, 2]}
+  cpu_hours: 2
+  base_band: [0.0, 1.0]
+  predict_models: {qwen2.5-32b: config/models/qwen2.5-32b.json}
+"""
+
+
+def test_scaling_runs_every_size_from_its_own_bases(smoke_run, tmp_path):
+    """`snakemake scaling` at smoke scale, beside a copy of the smoke run (its data and analysis
+    plan): the sweep at the first size, each size's bases and runs (dense AdamW's lr moved by
+    the width, LoGRA's rank fraction), the transfer's check, then results/scaling.csv with a
+    row per size and compared method, the trend, the planner's ratio at 32B and the CPU time
+    against the cap, and the figure."""
+    import shutil
+    shutil.copytree(smoke_run / "results", tmp_path / "results")
+    overlay = tmp_path / "scaling.yaml"
+    overlay.write_text(SCALING_OVERLAY)
+    out = subprocess.run(SNAKEMAKE + [str(overlay), "--cores", "2",  # over the smoke config
+                                      "--directory", str(tmp_path), "scaling"],
+                         capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert not re.search(r"^rule (base|eval_base|analysis_plan):", out.stdout, re.M)
+    table = pd.read_csv(tmp_path / "results/scaling.csv")
+    measured = table[table["kind"] == "measured"]
+    assert list(zip(measured["size"], measured["method"])) == [
+        (s, m) for s in ("s0", "s1", "s2") for m in ("logra", "logra_frac")]
+    assert measured["n_params"].is_monotonic_increasing
+    assert (measured["diff_lo"] <= measured["diff_mean"]).all()
+    assert set(measured["call"]) <= set(CALLS) and (measured["seeds"] == 2).all()
+    assert set(table[table["kind"] == "trend"]["method"]) == {"logra", "logra_frac"}
+    assert (table[table["kind"] == "prediction"]["size"] == "qwen2.5-32b").all()
+    cost = table[table["kind"] == "cost"].iloc[0]
+    assert 0 < cost["cpu_hours"] < cost["cap_hours"]
+    run = json.loads((tmp_path / "results/runs/arithmetic/dense_adam_s2/seed1/summary.json")
+                     .read_text())
+    assert run["config"]["method"]["options"]["lr"] == pytest.approx(1e-4 * 32 / 128)
+    frac = json.loads((tmp_path / "results/runs/arithmetic/logra_frac_s1/seed0/summary.json")
+                      .read_text())
+    assert frac["config"]["method"]["options"]["rank"] == 1  # 2 of 128 -> 1 of 64
+    check = pd.read_csv(tmp_path / "results/scaling/transfer_check.csv")
+    assert len(check) == 2 * 3 and check.groupby("method")["chosen"].sum().eq(1).all()
+    assert (tmp_path / "figures/scaling.png").stat().st_size > 0
 
 
 def test_smoke_run_end_to_end(smoke_run):

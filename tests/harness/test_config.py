@@ -460,3 +460,80 @@ def test_the_margin_is_set_by_the_sweeps_run_of_the_reference_at_its_configured_
     with pytest.raises(ConfigError, match=r"verdict.margin: dense_adam's lr on arithmetic "
                                           r"\(0.0003\) is not a point of its lr_sweep grid"):
         margin_runs(config, add_lr_sweep_methods(config))
+
+
+def test_scaling_tunes_at_the_first_size_and_transfers_to_the_others():
+    """`scaling`: the sweep's points at the first size (the lr sweep's grid rule and anchors);
+    no grid until every method is tuned; then dense AdamW's lr times first hidden / hidden,
+    LoGRA's KL budget as tuned at every size, the rank-fraction variant at 43/256 of each
+    hidden size (the fixed-rank method itself where they agree), the check's factors around
+    the transferred values, every copy starting from its size's base."""
+    from types import SimpleNamespace
+
+    from logra.harness.config import add_scaling_methods, base_input, lr_grid, scaling_runs
+    config = validate_file(ROOT / "config/config.yaml")
+    sc = config["scaling"]
+    sizes = list(sc["sizes"])
+    first = sc["sizes"][sizes[0]]["model"]["hidden_size"]
+    untuned = add_scaling_methods(copy.deepcopy(config) | {"scaling": sc | {"tuned": {}}})
+    assert untuned.grid == {} and untuned.check == {}
+    assert sorted(v for m, v in untuned.sweep.values() if m == "dense_adam") == lr_grid(
+        config["lr_sweep"]["anchors"]["dense_adam"], 6, 2)
+    sc["tuned"] = {"dense_adam": 2.0e-4, "logra": 8.0e-4}
+    s = add_scaling_methods(config)
+    assert len(s.sweep) == 2 * 6
+    for name, (method, value) in s.sweep.items():
+        m = config["methods"][name]
+        assert m["size"] == sizes[0] and m["grpo"]["measure_memory"] is False
+        assert m["options"]["lr" if method == "dense_adam" else "kl_budget"] == value
+    for size in sizes:
+        hidden = sc["sizes"][size]["model"]["hidden_size"]
+        dense = config["methods"][s.grid["dense_adam", size]]
+        assert dense["size"] == size and "measure_memory" not in dense["grpo"]
+        assert dense["options"]["lr"] == pytest.approx(2.0e-4 * first / hidden)
+        logra = config["methods"][s.grid["logra", size]]["options"]
+        assert logra["kl_budget"] == 8.0e-4 and logra["rank"] == 43
+        frac = config["methods"][s.grid["logra_frac", size]]["options"]
+        assert frac["rank"] == round(43 * hidden / 256)
+        assert {k: v for k, v in frac.items() if k != "rank"} == {
+            k: v for k, v in logra.items() if k != "rank"}
+        assert (s.grid["logra_frac", size] == s.grid["logra", size]) == (hidden == 256)
+        assert base_input(config, SimpleNamespace(task="countdown", method=s.grid[
+            "logra", size], seed="1")) == {"base": f"results/base/countdown/{size}/seed1/model"}
+    check = sc["check"]["size"]
+    want = sorted((m, config["methods"][s.grid[m, check]]["options"][k] * f)
+                  for m, k in (("dense_adam", "lr"), ("logra", "kl_budget"))
+                  for f in sc["check"]["factors"])
+    got = sorted(s.check.values())
+    assert [m for m, _ in got] == [m for m, _ in want]
+    assert [v for _, v in got] == pytest.approx([v for _, v in want])
+    assert s.grid["dense_adam", check] in s.check  # factor 1: the grid's method
+    runs = scaling_runs(config, s)
+    assert len(runs["grid"]) == len(set(s.grid.values())) * len(config["seeds"])
+    assert {r.rsplit("seed", 1)[1] for r in runs["check"] + runs["sweep"]} == {
+        str(x) for x in config["lr_sweep"]["seeds"]}
+    assert base_input(config, SimpleNamespace(task="countdown", seed="2")) == {
+        "base": "results/base/countdown/seed2/model"}  # the grid's bases stay where they are
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["scaling"].update(methods=["logra", "dense_adam"]),
+     r"scaling.methods: the first is the reference .* 'dense_adam' \(given: 'logra'\)"),
+    (lambda c: c["scaling"]["check"].update(size="s9"),
+     r"scaling.check.size: 's9' is not one of scaling.sizes \(s0, s1, s2\)"),
+    (lambda c: c["scaling"].update(rank_fraction=["dense_adam"]),
+     r"scaling.rank_fraction: 'dense_adam' is not one of scaling.methods with a `rank`"),
+    (lambda c: c["scaling"]["transfer"].pop("logra"),
+     r"scaling.methods\[1\]: 'logra' has no scaling.transfer rule"),
+    (lambda c: c["scaling"]["sizes"]["s0"]["model"].update(hidden_size=32,
+                                                            intermediate_size=32),
+     r"methods.logra.options \(on scaling.sizes.s0\): .*rank"),
+    (lambda c: c["scaling"].update(base_band=[0.4, 0.2]), r"scaling.base_band: \[0.4, 0.2\]"),
+    (lambda c: c["scaling"].update(task="arithmetic"),
+     r"scaling.task: 'arithmetic' is not one of lr_sweep.tasks"),
+])
+def test_scaling_config_errors_name_the_key(tmp_path, edit, message):
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    edit(config)
+    with pytest.raises(ConfigError, match=message):
+        validate_file(_write(tmp_path, config))

@@ -57,6 +57,7 @@ rule report:
         criterion=config.get("stability", {}).get("criterion"),
         trl="results/trl",  # its *.json, if `snakemake trl` wrote them before
         sync_regime="results/sync_regime.csv",  # if `snakemake sync_regime` wrote it before
+        scaling="results/scaling.csv",  # if `snakemake scaling` wrote it before
         ablations="results/ablations",  # its tables, if `snakemake ablations` wrote them before
         reference=REFERENCE,
     conda:

@@ -28,6 +28,7 @@ def ablation_tables(folder: Path):
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     i = snakemake.input
     lr_sweep, regime = Path(snakemake.params.lr_sweep), Path(snakemake.params.sync_regime)
+    scaling = Path(snakemake.params.scaling)
     ledger = time_ledger(i.benchmarks)
     text = report_markdown(ReportInputs(
         pd.read_csv(i.summary), pd.read_csv(i.accuracy),
@@ -43,7 +44,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         reference=snakemake.params.reference,
         sync_regime=pd.read_csv(regime) if regime.exists() else None,
         ablations=ablation_tables(Path(snakemake.params.ablations)),
-        sft=[json.loads(Path(p).read_text()) for p in i.sft]))
+        sft=[json.loads(Path(p).read_text()) for p in i.sft],
+        scaling=pd.read_csv(scaling) if scaling.exists() else None))
     with atomic_path(snakemake.output[0]) as tmp:
         tmp.write_text(text)
     progress("report results/REPORT.md", jobs=int(ledger["jobs"].sum()),

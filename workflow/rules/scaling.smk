@@ -1,0 +1,107 @@
+# `snakemake scaling_sweep`, then `snakemake scaling` (config `scaling`): tiny models of each
+# size with their own SFT bases, each method tuned at the first size on the validation split
+# and transferred (logra.harness.config.add_scaling_methods), the transfer checked at one size,
+# every size's runs compared with the reference on the test split (logra/analysis/scaling.py)
+SIZES = (config.get("scaling") or {}).get("sizes", {})
+SCALING_SEEDS = (config.get("scaling") or {}).get("seeds") or SEEDS
+SCALING_TASK = (config.get("scaling") or {}).get("task")
+SCALING_BASES = [(size, seed) for size in SIZES for seed in SCALING_SEEDS]  # the test runs'
+# each validation table's runs and their points ({name: (method, value)})
+VALIDATION = {"lr_sweep": (SCALING_RUNS["sweep"], SCALING.sweep),
+              "transfer_check": (SCALING_RUNS["check"], SCALING.check)}
+
+
+use rule base as scaling_base with:
+    output:
+        model=directory("results/base/{task}/{size}/seed{seed}/model"),
+        sft="results/base/{task}/{size}/seed{seed}/sft.json",
+    params:
+        task=lambda w: config["tasks"][w.task],
+        model=lambda w: {"name": "tiny", "tiny": SIZES[w.size]["model"]},
+        sft=lambda w: task_options(config["sft"], w.task) | {"steps": SIZES[w.size]["sft_steps"]},
+        max_new_tokens=config["grpo"]["max_new_tokens"],
+        room=generation_room(config),
+        seed=lambda w: int(w.seed),
+    benchmark:
+        "results/benchmarks/scaling/base/{task}/{size}/seed{seed}.tsv",
+    log:
+        "results/logs/scaling/base/{task}/{size}/seed{seed}.log",
+
+
+# each size's bases on the test split (its band, the reference's gain over it)
+use rule eval_base as scaling_eval_base with:
+    output:
+        "results/eval/{task}/{size}/base_seed{seed}.json",
+    benchmark:
+        "results/benchmarks/scaling/eval_base/{task}/{size}/seed{seed}.tsv",
+    log:
+        "results/logs/scaling/eval_base/{task}/{size}/seed{seed}.log",
+
+
+# results/scaling/lr_sweep.csv (the sweep at the first size) and transfer_check.csv (the
+# transferred values x check.factors at check.size): the lr sweep's table, validation split
+use rule lr_sweep as scaling_validation with:
+    input:
+        runs=lambda w: expand("results/runs/{run}/summary.json", run=VALIDATION[w.table][0]),
+        evals=lambda w: expand("results/lr_sweep/{run}.json", run=VALIDATION[w.table][0]),
+    output:
+        "results/scaling/{table}.csv",
+    wildcard_constraints:
+        table="lr_sweep|transfer_check",
+    params:
+        sweep=lambda w: VALIDATION[w.table][1],
+        knobs=sweep_knobs(config),
+    benchmark:
+        "results/benchmarks/scaling/{table}.tsv",
+    log:
+        "results/logs/scaling/{table}.log",
+
+
+rule scaling_table:
+    input:
+        evals=lambda w: [f"results/eval/{r[-1]}.json" for r in scaling_grid(config, SCALING)],
+        summaries=lambda w: [f"results/runs/{r[-1]}/summary.json"
+                             for r in scaling_grid(config, SCALING)],
+        bases=[f"results/eval/{SCALING_TASK}/{size}/base_seed{seed}.json"
+               for size, seed in SCALING_BASES],
+        plan="results/analysis_plan.json",
+        checks=["results/scaling/lr_sweep.csv", "results/scaling/transfer_check.csv"],
+        # every job of the target: its CPU time against scaling.cpu_hours
+        benchmarks=lambda w: [f"{BENCH}/{job}.tsv" for job in scaling_jobs(config, SCALING)],
+    output:
+        report("results/scaling.csv", caption="../report/table.rst", category="Tables"),
+    params:
+        grid=lambda w: scaling_grid(config, SCALING),
+        bases=SCALING_BASES,
+        scaling=config.get("scaling"),
+        reference=REFERENCE,
+        methods=config["methods"],
+        width=config["model"]["tiny"].get("hidden_size"),
+        planner=PLANNER,
+        grpo=config["grpo"],
+        models={name: os.path.join(workflow.basedir, path) for name, path in
+                (config.get("scaling") or {}).get("predict_models", {}).items()},
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/tables/scaling.tsv",
+    log:
+        "results/logs/tables/scaling.log",
+    script:
+        "../scripts/scaling_table.py"
+
+
+rule scaling_figure:
+    input:
+        "results/scaling.csv",
+    output:
+        png=report("figures/scaling.png", caption="../report/scaling.rst", category="Figures"),
+        pdf="figures/scaling.pdf",
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/figures/scaling.tsv",
+    log:
+        "results/logs/figures/scaling.log",
+    script:
+        "../scripts/scaling_figure.py"
