@@ -828,9 +828,10 @@ def scaling_grid(config: dict, scaling: Scaling) -> list[tuple[str, str, int, st
 
 
 def scaling_jobs(config: dict, scaling: Scaling) -> list[str]:
-    """Every job of `snakemake scaling` as its benchmark's path under results/benchmarks/
-    (no suffix): each size's bases (the test seeds', the sweep's and the check's), their
-    evaluations, every run and its evaluation."""
+    """The jobs of `snakemake scaling` that are its own, as their benchmarks' paths under
+    results/benchmarks/ (no suffix): each size's bases (the test seeds', the sweep's and the
+    check's), their evaluations, every run and its evaluation (not the data, nor the analysis
+    plan's validation run, which the default target shares)."""
     sc, runs = config["scaling"], scaling_runs(config, scaling)
     seeds, val = sc.get("seeds") or config["seeds"], config["lr_sweep"]["seeds"]
     sizes = list(sc["sizes"])
