@@ -445,6 +445,7 @@ class ReportInputs:
     """What results/REPORT.md is written from: the workflow's tables; `runs` and `long_runs`
     are the summary.json contents of the grid's runs and of the stability runs, `stability`
     their table (results/stability.csv) and the criterion it applied;
+    `stability_opt_in` the tables of `snakemake stability` ({name: table}, `STABILITY_OPT_IN`);
     `reference` the method low-rank sync and measured peaks are compared with; `sft` the
     sft.json of each base the grid starts from (its held-out curve); `plan` the
     frozen analysis plan (results/analysis_plan.json); `ablations` the
@@ -464,6 +465,7 @@ class ReportInputs:
     paper_setting: pd.DataFrame | None = None
     lr_sweep: pd.DataFrame | None = None
     stability: tuple[pd.DataFrame, dict] | None = None
+    stability_opt_in: dict[str, pd.DataFrame] | None = None
     trl: list[dict] | None = None
     reference: str | None = None
     sync_regime: pd.DataFrame | None = None
@@ -751,16 +753,36 @@ def _stability(inputs: ReportInputs) -> list[str]:
     if inputs.stability is None:
         return []
     t, criterion = inputs.stability
+    out = _stability_section(t, criterion, "Stability", "results/stability.csv",
+                             "figures/stability_27b")
+    for name, (title, figure) in STABILITY_OPT_IN.items():
+        if (inputs.stability_opt_in or {}).get(name) is not None:
+            out += _stability_section(inputs.stability_opt_in[name], criterion, title,
+                                      f"results/{name}.csv", figure)
+    if not inputs.stability_opt_in:
+        out += ["", "`snakemake stability` has not run (it writes "
+                + " and ".join(f"`results/{n}.csv`" for n in STABILITY_OPT_IN)
+                + "; the next report includes them)."]
+    return out
+
+
+# `snakemake stability`'s tables: {name: (section title, figure)}
+STABILITY_OPT_IN = {
+    "stability_seeds": ("Stability: the long runs", "figures/stability_27b_seeds"),
+    "stability_controller": ("Stability: the controller ablation",
+                             "figures/stability_controller")}
+
+
+def _stability_section(t: pd.DataFrame, criterion: dict, title: str, source: str,
+                       figure: str) -> list[str]:
     metric = _metric_name(t["metric"].iloc[0])
-    return _section("Stability", "results/stability.csv",
+    return _section(title, source,
                     "Each stability run against the criterion declared in the config "
-                    "(stability.criterion; figures/stability_27b): "
+                    f"(stability.criterion; {figure}): "
                     + criterion_text(criterion).format(metric=metric)
                     + f". Held-out: {metric} on the test split at step `from` and the last "
                     "step, the drop between them with its paired 95% interval; `KL over`: "
-                    "the share of steps whose realized KL exceeded kl_max "
-                    "(`snakemake stability`: results/stability_seeds.csv, "
-                    "results/stability_controller.csv).",
+                    "the share of steps whose realized KL exceeded kl_max.",
                     {"method": t["method"], "seed": t["seed"], "steps": t["steps"],
                      "status": t["status"], "from": _fmt(t["metric_from"]),
                      "last": _fmt(t["metric_last"]),

@@ -65,3 +65,13 @@ def test_the_table_reads_each_runs_files_in_order(tmp_path):
     assert list(t["seed"]) == [0, 1] and list(t["stable"]) == [True, False]
     assert t["controller"].tolist() == [True, True] and t["last_step"].tolist() == [200, 200]
     assert math.isclose(t.loc[1, "metric_drop"], 0.2)
+    # the report: the default's table, and `snakemake stability`'s where it has run
+    from types import SimpleNamespace
+
+    from logra.analysis.report import _stability
+    text = "\n".join(_stability(SimpleNamespace(stability=(t, CRITERION),
+                                                stability_opt_in={"stability_seeds": t})))
+    assert "## Stability: the long runs" in text and "controller ablation" not in text
+    assert text.count("| logra_stable | 1 |") == 2 and "fell 0.200" in text
+    alone = "\n".join(_stability(SimpleNamespace(stability=(t, CRITERION), stability_opt_in={})))
+    assert "`snakemake stability` has not run" in alone

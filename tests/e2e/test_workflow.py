@@ -251,8 +251,9 @@ def test_scaling_runs_every_size_from_its_own_bases(smoke_run, tmp_path):
                          capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     # the smoke run's bases and plan serve as they are: only the sized bases are new
-    assert not re.search(r"^(local)?rule (base|eval_base|analysis_plan):", out.stdout, re.M)
-    assert re.search(r"^(local)?rule scaling_base:", out.stdout, re.M)
+    jobs = out.stdout + out.stderr
+    assert not re.search(r"^(local)?rule (base|eval_base|analysis_plan):", jobs, re.M)
+    assert re.search(r"^(local)?rule scaling_base:", jobs, re.M)
     table = pd.read_csv(tmp_path / "results/scaling.csv")
     measured = table[table["kind"] == "measured"]
     assert list(zip(measured["size"], measured["method"])) == [

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from logra.analysis.report import ReportInputs, report_markdown, time_ledger
+from logra.analysis.report import STABILITY_OPT_IN, ReportInputs, report_markdown, time_ledger
 from logra.files import atomic_path, progress
 
 
@@ -40,6 +40,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         lr_sweep=pd.read_csv(lr_sweep) if lr_sweep.exists() else None,
         stability=(pd.read_csv(i.stability[0]), snakemake.params.criterion)
         if i.stability else None,
+        stability_opt_in={name: pd.read_csv(f"results/{name}.csv")
+                          for name in STABILITY_OPT_IN if Path(f"results/{name}.csv").exists()},
         trl=[json.loads(p.read_text()) for p in sorted(Path(snakemake.params.trl).glob("*.json"))],
         reference=snakemake.params.reference,
         sync_regime=pd.read_csv(regime) if regime.exists() else None,
