@@ -311,6 +311,9 @@ def _check_scaling(config: dict) -> None:
     if sc["check"]["size"] not in sc["sizes"]:
         raise ConfigError(f"scaling.check.size: {sc['check']['size']!r} is not one of "
                           f"scaling.sizes ({', '.join(sc['sizes'])})")
+    if sc["predict_models"] and not config.get("planner"):
+        raise ConfigError("scaling.predict_models: the predictions are made in the planner's "
+                          "setting (`planner:`), which this config does not have")
     lo, hi = sc["base_band"]
     if lo > hi:
         raise ConfigError(f"scaling.base_band: [{lo}, {hi}] is empty (low above high)")

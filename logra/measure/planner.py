@@ -237,6 +237,14 @@ def _jvp_transient(hf_config, responses: int, seq_len: int, c_len: int, chunk_to
                kept + 4 * min(64, c_len) * vocab * 8)
 
 
+def node_setting(planner: dict) -> dict:
+    """The `planner:` section's node (GPUs, sharding, policy, sequence, rollout share), as
+    `predict` takes it."""
+    return {k: planner.get(k) for k in ("micro_batch", "seq_len", "completion_len", "policy",
+                                         "gpus", "sharding", "checkpointing", "rollout_share",
+                                         "gpu_gb")}
+
+
 def predict(hf_config, spec: dict, setting: dict, grpo: dict) -> dict:
     """One row of a prediction table: `plan` for the method `spec` ({rule, options,
     kl_control}) in `setting` (plan's keyword arguments, `gpu_gb` for `gpu_bytes`), the

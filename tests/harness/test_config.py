@@ -531,6 +531,7 @@ def test_scaling_tunes_at_the_first_size_and_transfers_to_the_others():
     (lambda c: c["scaling"].update(base_band=[0.4, 0.2]), r"scaling.base_band: \[0.4, 0.2\]"),
     (lambda c: c["scaling"].update(task="arithmetic"),
      r"scaling.task: 'arithmetic' is not one of lr_sweep.tasks"),
+    (lambda c: c.pop("planner"), r"scaling.predict_models: .* \(`planner:`\), which this"),
 ])
 def test_scaling_config_errors_name_the_key(tmp_path, edit, message):
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())

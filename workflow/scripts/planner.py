@@ -8,13 +8,11 @@ import pandas as pd
 from transformers import AutoConfig
 
 from logra.analysis.report import write_csv
-from logra.measure.planner import predict
+from logra.measure.planner import node_setting, predict
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     p = snakemake.params.planner
-    setting = {k: p[k] for k in ("micro_batch", "seq_len", "policy", "gpus", "sharding",
-                                 "checkpointing", "rollout_share", "gpu_gb")}
-    setting["completion_len"] = p.get("completion_len")
+    setting = node_setting(p)
     # an offload row stores float32 shards (FSDP2 has no separate master) and computes in the
     # policy's dtype; its traffic is per micro-batch, times each GPU's micro-batches per update
     offloaded = setting | {"policy": "fp32", "compute": p["policy"], "offload": True,

@@ -9,7 +9,7 @@ from transformers import AutoConfig
 
 from logra.analysis.report import write_csv
 from logra.analysis.scaling import cost_row, predicted_ratios, scaling_table, validation_rows
-from logra.measure.planner import geometry, predict
+from logra.measure.planner import geometry, node_setting, predict
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     i, p = snakemake.input, snakemake.params
@@ -21,11 +21,9 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     margin = json.loads(open(i.plan).read())["margins"][sc["task"]]["margin"]
     table = scaling_table(runs, bases, p.reference, margin, tuple(sc["base_band"]))
     # the planner at the hub models' sizes: the fixed rank, and the rank fraction there
-    setting = {k: p.planner[k] for k in ("micro_batch", "seq_len", "policy", "gpus", "sharding",
-                                         "checkpointing", "rollout_share", "gpu_gb")}
-    setting["completion_len"] = p.planner.get("completion_len")
     planned = {}
     for model, path in p.models.items():
+        setting = node_setting(p.planner)
         hf_config = AutoConfig.from_pretrained(path)
         hidden = hf_config.get_text_config().hidden_size
         for label in [*sc["methods"], *(f"{m}_frac" for m in sc["rank_fraction"])]:
