@@ -553,7 +553,7 @@ def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
     for method, anchor in spec["anchors"].items():
         base = config["methods"][method]
         for lr in lr_grid(anchor, spec.get("points", 6), spec.get("factor", 2.0)):
-            name = f"{method}_lr{lr:g}".replace("-", "m").replace("+", "").replace(".", "p")
+            name = f"{method}_lr{_point_name(lr)}"
             if name in config["methods"]:
                 raise ConfigError(f"lr_sweep.anchors.{method}: the run name {name!r} for "
                                   f"lr={lr} is already a method")
@@ -677,7 +677,7 @@ def controller_cells(config: dict) -> list[tuple[str, bool, float]]:
         return []
     method = ablation["method"]
     return [(method if on and scale == 1 else
-             f"{method}{'' if on else '_nocontrol'}_x{scale:g}".replace(".", "p"), on, scale)
+             f"{method}{'' if on else '_nocontrol'}_x{_point_name(float(scale))}", on, scale)
             for on in (True, False) for scale in ablation["scales"]]
 
 
@@ -738,6 +738,7 @@ def _point_name(*parts) -> str:
 
 
 def _round(x: float) -> float:
+    """`x` to 12 significant digits (so 5e-5 x 0.02 is 1e-6, not 1.0000000000000002e-06)."""
     return float(f"{x:.12g}")
 
 
@@ -855,7 +856,7 @@ def lr_scaled(method: dict, scale: float) -> dict:
     not 1.0000000000000002e-06)."""
     def times(value):
         return ({k: times(v) for k, v in value.items()} if isinstance(value, dict)
-                else float(f"{value * scale:.12g}"))
+                else _round(value * scale))
     cls = rules.rule_class(method["rule"])
     options = dict(method.get("options", {}))
     if cls.step_size_option not in options and rules.step_size(cls, options) is not None:
