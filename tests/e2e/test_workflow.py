@@ -61,6 +61,12 @@ def test_lint_is_clean(tmp_path):
     # opt-in: the scaling sweep at the first size, 6 points x 2 methods x the sweep's 3 seeds
     ("scaling_sweep", {"scaling_base": 3, "train": 36, "lr_sweep_eval": 36,
                        "scaling_validation": 1}),
+    # opt-in, once scaling.tuned holds the sweep's choices: the sweep, then 8 labelled runs x 3
+    # seeds on the test split (dense, LoGRA, LoGRA's rank fraction at s0 and s2), the check's
+    # 2 methods x 3 factors x 3 seeds at s1, the margin run; the bases of every size
+    ("scaling", {"scaling_base": 15, "train": 36 + 24 + 18 + 1, "eval_run": 24,
+                 "lr_sweep_eval": 36 + 18 + 1, "scaling_eval_base": 9,
+                 "scaling_validation": 2, "scaling_table": 1, "scaling_figure": 1}),
 ])
 def test_default_config_targets_resolve(tmp_path, target, jobs):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
