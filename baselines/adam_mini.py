@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 
 import torch
-from adam_mini import Adam_mini
 
 from baselines.torch_optimizer import TorchOptimizerRule
 from logra.optim.rule import ADAM_OPTIONS, Geometry
@@ -37,6 +36,7 @@ class AdamMini(TorchOptimizerRule):
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, betas=(0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0):
+        from adam_mini import Adam_mini  # here: the config check reads `options` without it
         config = model.config
         heads = config.num_attention_heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads

@@ -41,7 +41,6 @@ from __future__ import annotations
 import math
 
 import torch
-from torchao.optim import AdamW8bit as AO_AdamW8bit
 
 from baselines.torch_optimizer import TorchOptimizerRule
 from logra.optim.rule import ADAM_OPTIONS, POSINT, Geometry
@@ -67,7 +66,7 @@ class AdamW8bit(TorchOptimizerRule):
                              f"{', '.join(wide)} (set the method's grpo.param_dtype: bfloat16)")
         hyper = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                      block_size=block_size, bf16_stochastic_round=bf16_stochastic_round)
-        self.optimizer = AO_AdamW8bit([p for _, p in self.named], **hyper)
+        self.optimizer = _torchao_adamw8bit()([p for _, p in self.named], **hyper)
         cuda = sorted({p.device for _, p in self.named if p.device.type == "cuda"}, key=str)
         with torch.random.fork_rng(devices=cuda):  # the throwaway steps draw none of the run's
             self.compile_ahead(hyper)
@@ -84,7 +83,7 @@ class AdamW8bit(TorchOptimizerRule):
             dummy = torch.nn.Parameter(torch.zeros(shape, dtype=dtype, device=device))
             dummy.grad = torch.zeros_like(dummy)
             with _fp32(device):
-                AO_AdamW8bit([dummy], **hyper).step()
+                _torchao_adamw8bit()([dummy], **hyper).step()
 
     def propose(self) -> None:
         with _fp32(self.named[0][1].device if self.named else torch.device("cpu")):
@@ -107,6 +106,13 @@ class AdamW8bit(TorchOptimizerRule):
                                  for _, s in geo.params),
                 "step": 0, "perturbed_copy": 0, "after_apply": 0,
                 "transient": 2 * geo.largest * f, "frozen_base": False}
+
+
+def _torchao_adamw8bit() -> type[torch.optim.Optimizer]:
+    """torchao's AdamW8bit, imported when a rule is built: the config check reads `options`
+    without loading torchao."""
+    from torchao.optim import AdamW8bit
+    return AdamW8bit
 
 
 def _fp32(device: torch.device):

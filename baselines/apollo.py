@@ -26,9 +26,6 @@ build time: runs of different seeds draw different projections, as for LoGRA's s
 from __future__ import annotations
 
 import torch
-from apollo_torch import APOLLOAdamW
-from apollo_torch.random_projector import GradientProjector
-from apollo_torch.svd_projector import GaLoreProjector
 
 from baselines.torch_optimizer import TorchOptimizerRule
 from logra.optim.rule import (
@@ -56,14 +53,18 @@ class APOLLO(TorchOptimizerRule):
                                "the scale (authors: for short warm-ups, small models)"},
                "dense_lr": LR, "modules": {"type": "string"}}
     shardable = False  # not run under FSDP here
-    checkpoint_classes = (GradientProjector, GaLoreProjector)  # `proj`: random, svd
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
                  scale_type: str = "channel", scale: float = 1.0, proj: str = "random",
                  proj_type: str = "std", update_proj_gap: int = 200, scale_front: bool = False,
                  betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
                  dense_lr: float | None = None, modules: str = DEFAULT_MODULES):
-        # eps 1e-8 as every rule here (the package's default is 1e-6)
+        # eps 1e-8 as every rule here (the package's default is 1e-6); the package is imported
+        # here, not with the module: the config check reads `options` without loading it
+        from apollo_torch import APOLLOAdamW
+        from apollo_torch.random_projector import GradientProjector
+        from apollo_torch.svd_projector import GaLoreProjector
+        self.checkpoint_classes = (GradientProjector, GaLoreProjector)  # `proj`: random, svd
         targets = low_rank_linears(model, modules)
         for name, m in targets:
             if rank > min(m.weight.shape):

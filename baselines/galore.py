@@ -18,8 +18,6 @@ GaLore's known limits stay visible rather than being worked around:
 from __future__ import annotations
 
 import torch
-from galore_torch import GaLoreAdamW
-from galore_torch.galore_projector import GaLoreProjector
 
 from baselines.torch_optimizer import TorchOptimizerRule
 from logra.optim.rule import (
@@ -38,14 +36,17 @@ class GaLore(TorchOptimizerRule):
                "proj_type": {"type": "string", "enum": ["std", "reverse_std", "right", "left"]},
                "dense_lr": LR, "modules": {"type": "string"}}
     shardable = True  # but it gathers whole gradients for its SVD (see the module docstring)
-    checkpoint_classes = (GaLoreProjector,)  # kept in the optimizer's state, one per weight
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
                  update_proj_gap: int = 20, scale: float = 1.0, proj_type: str = "std",
                  betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
                  dense_lr: float | None = None, modules: str = DEFAULT_MODULES):
         # eps 1e-8 as every rule here (galore-torch's own default is 1e-6): the rules compared
-        # differ in their projection, not in Adam's ε
+        # differ in their projection, not in Adam's ε. The package is imported here, not with
+        # the module: the config check reads `options` without loading it (or bitsandbytes)
+        from galore_torch import GaLoreAdamW
+        from galore_torch.galore_projector import GaLoreProjector
+        self.checkpoint_classes = (GaLoreProjector,)  # in the optimizer's state, one per weight
         projected = [m.weight for _, m in low_rank_linears(model, modules)]
         ids = {id(p) for p in projected}
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]

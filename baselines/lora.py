@@ -31,8 +31,6 @@ import math
 import re
 
 import torch
-from peft import LoraConfig, inject_adapter_in_model
-from peft.tuners.lora import LoraLayer
 
 from logra.optim.dense_adam import DenseAdam
 from logra.optim.rule import (
@@ -81,7 +79,8 @@ class LoRA(DenseAdam):
         if dense_modules and not dense:
             raise ValueError(f"dense_modules: pattern {dense_modules!r} matches no parameter "
                              "that is not adapted")
-        model.requires_grad_(False)
+        from peft import LoraConfig, inject_adapter_in_model  # here: the config check reads
+        model.requires_grad_(False)                            # `options` without loading peft
         inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout,
                                            use_rslora=use_rslora,
                                            target_modules=[n for n, _ in targets]), model)
@@ -127,6 +126,7 @@ class LoRA(DenseAdam):
 
     def unwrap(self) -> None:
         """Merge the adapters into the base weights and put the base Linear modules back."""
+        from peft.tuners.lora import LoraLayer
         for name, layer in self.layers.items():
             assert isinstance(layer, LoraLayer)
             layer.merge(adapter_names=[ADAPTER])

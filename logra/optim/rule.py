@@ -106,7 +106,8 @@ class UpdateRule:
     # a rule whose sync_payload() is low-rank puts "low_rank" first
     transports: tuple[str, ...] = ("full", "delta")
     # classes a weights-only load may rebuild in state_dict() (from their attributes, no code
-    # of theirs runs), e.g. a package's projector objects kept in an optimizer's state
+    # of theirs runs), e.g. a package's projector objects kept in an optimizer's state (a rule
+    # that imports its package when built sets it then)
     checkpoint_classes: tuple[type, ...] = ()
     named: list
     grad_norm: float = float("nan")
