@@ -92,10 +92,13 @@ def merge(config: dict, sources: dict, overlay: Mapping, source: str, prefix=())
 
 
 def resolve(files: list[str | Path], overrides: Mapping | None = None,
-            default: str | Path | None = DEFAULT) -> dict:
+            default: str | Path | None = DEFAULT, fit_rules: bool = True) -> dict:
     """The config the workflow runs: `default`, then `files` in order, then `overrides`
     (`--config`), merged as the module docstring says, validated (defaults filled) and
-    checked; an error names the key, the file that set it and how files combine."""
+    checked; an error names the key, the file that set it and how files combine. Without
+    `fit_rules` the rules are not built on the models (`check`): a job Snakemake starts in a
+    process of its own (a slurm job) re-reads the Snakefile, whose main process checked the
+    same config in full before any job ran."""
     config: dict = {}
     sources: dict[tuple, str] = {}
     order = []
@@ -113,7 +116,7 @@ def resolve(files: list[str | Path], overrides: Mapping | None = None,
            "nested maps merge, and a file with `complete: true` replaces all before it")
     validate(config, sources, how)
     try:
-        check(config)
+        check(config, fit_rules)
     except ConfigError as e:  # "key: message": say who set the key, and how files combine
         key = re.split(r"[:= ]", str(e), maxsplit=1)[0]
         path = tuple(re.sub(r"\[\d+\]$", "", key).split("."))
@@ -204,10 +207,12 @@ def _numbers(value, path=()):
         yield path, value
 
 
-def check(config: dict) -> None:
+def check(config: dict, fit_rules: bool = True) -> None:
     """Cross-key checks: references between sections, options accepted by the code, data
-    sizes against batch sizes. The `task_files` are imported first, so the tasks they register
-    are checked like the others."""
+    sizes against batch sizes; with `fit_rules`, each rule built on each model it will train
+    (`_check_rule_fits`: the costly part, which imports transformers and the rules' packages).
+    The `task_files` are imported first, so the tasks they register are checked like the
+    others."""
     load_task_files(config.get("task_files", []))
     _check_rule_options(config)
     _check_data_sizes(config)
@@ -218,8 +223,9 @@ def check(config: dict) -> None:
     _check_per_task_values(config)
     _check_method_grpo(config)  # before the rules are built in each method's param_dtype
     _check_stability(config)
-    _check_scaling(config)
-    _check_rules_fit_model(config)
+    _check_scaling(config, fit_rules)
+    if fit_rules:
+        _check_rules_fit_model(config)
     _check_tasks(config)
 
 
@@ -278,11 +284,12 @@ def _check_stability(config: dict) -> None:
                 f"last step (its grpo.snapshot_every {g['snapshot_every']}, steps {g['steps']})")
 
 
-def _check_scaling(config: dict) -> None:
+def _check_scaling(config: dict, fit_rules: bool = True) -> None:
     """`scaling` compares tiny models of its own sizes, tuned by the lr sweep's rule on a task
     it validates on: its methods are defined, start with verdict.reference, each has a sweep
     anchor and a transfer rule; a rank-fraction method has a rank; the check's size is one of
-    its sizes; every rule fits every size (a rank above a size's hidden size stops here)."""
+    its sizes; with `fit_rules`, every rule fits every size (a rank above a size's hidden size
+    stops here)."""
     sc = config.get("scaling")
     if not sc:
         return
@@ -317,7 +324,7 @@ def _check_scaling(config: dict) -> None:
     lo, hi = sc["base_band"]
     if lo > hi:
         raise ConfigError(f"scaling.base_band: [{lo}, {hi}] is empty (low above high)")
-    for size, spec in sc["sizes"].items():
+    for size, spec in (sc["sizes"] if fit_rules else {}).items():
         for m in sc["methods"]:
             _check_rule_fits(config, f"methods.{m}", config["methods"][m],
                              {"name": "tiny", "tiny": spec["model"]},

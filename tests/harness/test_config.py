@@ -177,6 +177,21 @@ def test_cross_key_checks_name_the_key(tmp_path, edit, message):
         validate_file(_write(tmp_path, config))
 
 
+def test_a_job_process_skips_only_building_the_rules(tmp_path):
+    """`fit_rules=False` (a job Snakemake starts in a process of its own, after the main process
+    checked the same config in full) skips building the rules on the models, and nothing else."""
+    config = copy.deepcopy(SMOKE)
+    config["methods"]["logra"]["options"]["rank"] = 200  # wider than the model
+    path = _write(tmp_path, config)
+    with pytest.raises(ConfigError, match="rank=200 exceeds the input width 128"):
+        resolve([path], default=None)
+    assert resolve([path], default=None, fit_rules=False)["methods"]["logra"]["options"][
+        "rank"] == 200
+    config["run_methods"].append("galore")
+    with pytest.raises(ConfigError, match=r"run_methods\[2\]: 'galore' is not defined"):
+        resolve([_write(tmp_path, config)], default=None, fit_rules=False)
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda c: c["methods"]["dense_adam"]["options"].update(lr=float("nan")),
      r"methods.dense_adam.options.lr: nan is not a finite number"),
