@@ -14,6 +14,8 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+pytest_plugins = ["limits", "pytester"]  # the per-test limit (tests/limits.py) and its test
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
              "--configfile", str(ROOT / "tests/data/smoke.yaml")]
@@ -22,11 +24,13 @@ CONSOLE = "console.txt"  # what the smoke run printed, beside its results
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory) -> Path:
-    """The smoke config's default target, run once, locally (tests/e2e/test_workflow.py; the slurm
-    run of tests/e2e/test_cluster.py is compared with it)."""
+    """The smoke config's default target, run once, locally, as the README writes a complete
+    config from the repository root (tests/e2e/test_workflow.py; the slurm run of
+    tests/e2e/test_cluster.py is compared with it)."""
     tmp_path = tmp_path_factory.mktemp("smoke")
-    out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(tmp_path)],
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "tests/data/smoke.yaml",
+                          "--cores", "2", "--directory", str(tmp_path)],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (tmp_path / CONSOLE).write_text(out.stdout + out.stderr)
     return tmp_path

@@ -14,6 +14,7 @@ from logra.harness import fingerprints
 
 AVX2 = "avx2" in repro.machine()["cpu_flags"]
 
+@pytest.mark.e2e  # two fresh processes, each loading torch on the pinned path
 @pytest.mark.skipif(not AVX2, reason="this CPU has no AVX2: the pinned path is not available")
 def test_pinned_updates_repeat_bit_for_bit_in_two_processes():
     code = ("import torch; from logra.harness.fingerprints import canary; "

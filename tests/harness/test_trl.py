@@ -296,6 +296,7 @@ def test_state_dict_resumes_exactly_and_refuses_other_options(tiny_dir):
     assert not any(torch.equal(x, t.a) for x, t in zip(a, opt3.rule.targets))
 
 
+@pytest.mark.e2e  # the example end to end, as a user runs it: TRL trains both methods
 def test_example_writes_peak_memory_and_reward_of_both_methods(tiny_dir, tmp_path):
     example = runpy.run_path(str(Path(__file__).resolve().parents[2] /
                                  "examples/trl_grpo_logra.py"))

@@ -361,6 +361,7 @@ def test_cuda_meter_uses_allocator_peak():  # pragma: no cover - no GPU in CI
     assert r.peak_bytes >= x.nbytes + (4 << 22)
 
 
+@pytest.mark.e2e  # the whole benchmark script, in a process of its own
 def test_gpu_check_runs_its_table_on_cpu():
     """benchmarks/gpu_check.py is run on GPUs only when one is lent; its code path (bf16
     compute in the sweep's step, the side-by-side table) runs here at a tiny size."""

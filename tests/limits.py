@@ -1,0 +1,35 @@
+"""The suite's per-test limit (README, "Tests"), a pytest plugin that tests/conftest.py loads: a
+test whose own call takes over LIMIT_S seconds fails unless it is marked
+`@pytest.mark.slow(reason=...)` and its docstring says why. Shared fixtures, such as the smoke
+run, are set up once and reported by `--durations`, not held to it. LOGRA_TEST_LIMIT_S moves the
+limit on a slower machine."""
+import os
+
+import pytest
+
+LIMIT_S = float(os.environ.get("LOGRA_TEST_LIMIT_S", 120))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow(reason): allowed over the per-test limit "
+                                       "(tests/limits.py); the reason says why")
+
+
+def pytest_collection_modifyitems(items):
+    """A test marked slow says why: the marker's reason, and its docstring."""
+    for item in items:
+        slow = item.get_closest_marker("slow")
+        if slow and not (slow.kwargs.get("reason") and getattr(item.function, "__doc__", None)):
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.slow needs reason=... and a "
+                                    "docstring saying why the test takes that long")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if (call.when == "call" and report.passed and call.duration > LIMIT_S
+            and item.get_closest_marker("slow") is None):
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {call.duration:.0f} s, over the suite's per-test "
+                           f"limit of {LIMIT_S:g} s (tests/limits.py): make it faster, or mark it "
+                           "@pytest.mark.slow(reason=...) with a docstring line saying why")

@@ -1,0 +1,48 @@
+"""The suite's per-test limit (tests/limits.py) on a suite of its own, run by pytester."""
+import os
+
+import pytest
+from conftest import ROOT
+
+SUITE = '''
+import time
+
+import pytest
+
+
+def test_quick():
+    pass
+
+
+def test_over():
+    time.sleep(0.3)
+
+
+@pytest.mark.slow(reason="sleeps past the limit")
+def test_over_marked():
+    """Sleeps past the limit on purpose."""
+    time.sleep(0.3)
+'''
+
+
+@pytest.fixture(autouse=True)
+def importable(monkeypatch):
+    """The plugin importable by the inner suite's own process."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(ROOT / "tests"), *filter(None, [os.environ.get("PYTHONPATH")])]))
+
+
+def test_a_call_over_the_limit_fails_unless_marked_slow(pytester, monkeypatch):
+    monkeypatch.setenv("LOGRA_TEST_LIMIT_S", "0.2")
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_subprocess("-p", "limits")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*test_over took 0 s, over the suite's per-test limit of 0.2 s*"])
+
+
+@pytest.mark.parametrize("marker", ['@pytest.mark.slow\n', '@pytest.mark.slow(reason="x")\n'])
+def test_a_slow_marker_needs_a_reason_and_a_docstring(pytester, marker):
+    pytester.makepyfile(test_suite=f"import pytest\n\n\n{marker}def test_it():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "limits")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_it: @pytest.mark.slow needs reason=... and a docstring*"])
