@@ -4,6 +4,7 @@ import ast
 import inspect
 import io
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -249,8 +250,12 @@ class SignDescent(UpdateRule):
 
 
 @pytest.mark.e2e
-def test_a_rule_in_its_own_module_runs_through_the_workflow(tmp_path):
-    """README "Add an update rule": a module and a config entry, nothing else."""
+def test_a_rule_in_its_own_module_runs_through_the_workflow(smoke_run, tmp_path):
+    """README "Add an update rule": a module and a config entry, nothing else. A run of its own
+    (its method is not the smoke run's); the smoke run's data and SFT bases serve it as they are
+    (copied, so only the rule's GRPO run runs)."""
+    for part in ("data", "base"):
+        shutil.copytree(smoke_run / "results" / part, tmp_path / "results" / part)
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins/toy_rules.py").write_text(textwrap.dedent(TOY_RULE))
     config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())

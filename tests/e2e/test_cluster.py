@@ -7,6 +7,7 @@ tests. Without one they skip, saying why; under CI=true a missing cluster fails 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -91,11 +92,14 @@ def local_jobs(console: str) -> set[int]:
                                            console, re.M)}
 
 
+@pytest.mark.slow(reason="the smoke grid's ~45 jobs, each a slurm job polled by the executor")
 def test_smoke_grid_on_slurm_matches_the_local_run(partition, smoke_run, tmp_path):
     """The smoke grid through the slurm executor: every job but the Snakefile's localrules is a
     slurm job of its own, which slurm ran to completion with the host memory, wall time, CPUs
     and (no) GPUs the config gives its stage, and whose output is in slurm's log; the results
-    equal the local run's, every stage to the bit."""
+    equal the local run's, every stage to the bit. A run of its own: it is the smoke grid again,
+    through slurm, compared with the shared local run; slow (minutes) since each of its jobs is
+    submitted, started and polled by slurm, which checks back at growing intervals."""
     start = time.time()
     out = subprocess.run(SNAKEMAKE + SLURM + ["--default-resources",
                                               f"slurm_partition={partition}"],
@@ -138,10 +142,16 @@ def test_smoke_grid_on_slurm_matches_the_local_run(partition, smoke_run, tmp_pat
                                       pd.read_csv(smoke_run / "results" / table), obj=table)
 
 
-def test_cancelled_grpo_job_fails_naming_its_rule_and_a_rerun_resumes(partition, tmp_path):
+@pytest.mark.slow(reason="a 16-step GRPO run through slurm, cancelled, resubmitted, then rerun")
+def test_cancelled_grpo_job_fails_naming_its_rule_and_a_rerun_resumes(partition, smoke_run,
+                                                                    tmp_path):
     """scancel of a GRPO run's slurm job after its first checkpoint: Snakemake reports the
     failed job with its rule; the same command again submits that run alone, which resumes from
-    the checkpoint and ends with the weights of a run never interrupted."""
+    the checkpoint and ends with the weights of a run never interrupted. A run of its own, since
+    it is cancelled; the smoke run's data and SFT base serve it as they are (copied, so only the
+    GRPO run goes through slurm). Slow: that run goes through slurm twice and once in-process."""
+    for part in ("data", "base"):
+        shutil.copytree(smoke_run / "results" / part, tmp_path / "results" / part)
     config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
     config.update(seeds=[0], tasks={"arithmetic": config["tasks"]["arithmetic"]},
                   run_methods=["dense_adam"])

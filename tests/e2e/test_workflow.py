@@ -9,6 +9,7 @@ import warnings
 import pandas as pd
 import pytest
 from conftest import CONSOLE, ROOT, SNAKEMAKE
+from dag import counts, dry_run, needed
 
 from logra import repro
 from logra.analysis.verdict import CALLS
@@ -26,7 +27,17 @@ def test_lint_is_clean(tmp_path):
     assert "Lints for" not in out.stdout + out.stderr, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("target, jobs", [
+@pytest.fixture(scope="module")
+def default_dag(tmp_path_factory):
+    """The default config's jobs for every target, from one dry run of them all through the
+    slurm executor and profile (so each job's resources are printed); no cluster is needed."""
+    return dry_run(["--configfile", str(ROOT / "config/config.yaml"), "--executor", "slurm",
+                    "--workflow-profile", str(ROOT / "workflow/profiles/slurm"), "--directory",
+                    str(tmp_path_factory.mktemp("default_dag"))], [t for t, _ in PLANNED])[0]
+
+
+# (target, {rule: jobs}) that `snakemake -n TARGET` plans on the default config
+PLANNED = [
     # 1 run task x 2 run_methods x 3 seeds + the short stability run (seed 0's base), its
     # held-out curve and table + the margin's validation run of the reference (seed 13, its own
     # base); 2 sizes x 4 methods; an SFT base and its evaluation per seed
@@ -67,47 +78,40 @@ def test_lint_is_clean(tmp_path):
     ("scaling", {"scaling_base": 15, "train": 36 + 24 + 18 + 1, "eval_run": 24,
                  "lr_sweep_eval": 36 + 18 + 1, "scaling_eval_base": 9,
                  "scaling_validation": 2, "scaling_table": 1, "scaling_figure": 1}),
-])
-def test_default_config_targets_resolve(tmp_path, target, jobs):
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
-                          "--configfile", str(ROOT / "config/config.yaml"), "-n", target,
-                          "--directory", str(tmp_path)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    stats = out.stdout[out.stdout.index("Job stats"):]
-    for rule, count in jobs.items():
-        assert re.search(rf"^{rule}\s+{count}$", stats, re.M), (rule, stats)
+]
 
 
-def test_paper_config_resolves_on_slurm(tmp_path):
-    """config/paper.yaml through snakemake-executor-plugin-slurm and the slurm workflow profile,
-    dry, as the README's cluster command runs it from the repository root: in a copy of the
-    root's config/ and profile, so no results of the checkout count (paper.yaml is complete:
-    config/config.yaml is not merged under it). The authors' run and the 27B stability runs
-    resolve, sharded runs ask for their GPUs (4; a node's 8 at 27B), lm-eval for one, and each
-    job for the host memory the config gives its stage; the authors' values arrive in the runs'
-    configs."""
-    import shutil
+@pytest.mark.parametrize("target, jobs", PLANNED)
+def test_default_config_targets_resolve(default_dag, target, jobs):
+    planned = counts(needed(default_dag, target))
+    assert {rule: planned[rule] for rule in jobs} == jobs
 
+
+@pytest.fixture(scope="module")
+def paper_dag(tmp_path_factory):
+    """config/paper.yaml's default target through snakemake-executor-plugin-slurm and the slurm
+    workflow profile, dry, as the README's cluster command runs it from the repository root
+    (relative paths), in a results folder of its own (no results of the checkout count): its
+    jobs and console."""
+    return dry_run(["--executor", "slurm", "--workflow-profile", "workflow/profiles/slurm",
+                    "--configfile", "config/paper.yaml", "--directory",
+                    str(tmp_path_factory.mktemp("paper_dag"))], [], cwd=ROOT)
+
+
+def test_paper_config_resolves_on_slurm(paper_dag):
+    """config/paper.yaml on slurm (paper.yaml is complete: config/config.yaml is not merged
+    under it). The authors' run and the 27B stability runs resolve, sharded runs ask for their
+    GPUs (4; a node's 8 at 27B), lm-eval for one, and each job for the host memory the config
+    gives its stage; the authors' values arrive in the runs' configs."""
     import yaml
-    shutil.copytree(ROOT / "config", tmp_path / "config")
-    shutil.copytree(ROOT / "workflow/profiles", tmp_path / "workflow/profiles")
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
-                          "--executor", "slurm", "--workflow-profile", "workflow/profiles/slurm",
-                          "--configfile", "config/paper.yaml", "-n"],
-                         capture_output=True, text=True, cwd=tmp_path)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    stats = out.stdout[out.stdout.index("Job stats"):]
+    jobs, console = paper_dag
     # the authors' run: 2 tasks x {dense AdamW, LoGRA} x 3 seeds + 2 stability methods x 3
     # seeds; hub models: no SFT base, the hub model evaluated once per seed
-    assert "Config file config/config.yaml" not in out.stdout + out.stderr
-    for rule, count in {"train": 12 + 6, "eval_run": 12, "eval_base": 6, "memory_point": 8,
-                        "stability_eval": 6, "stability_27b": 1, "memory_reduction": 1}.items():
-        assert re.search(rf"^{rule}\s+{count}$", stats, re.M), (rule, stats)
-    assert not re.search(r"^base\s", stats, re.M)
-    jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    wildcards: (.*)\n"
-                      r"(?:    .*\n)*?    resources: (.*)", out.stdout, re.M)
-    resources = {(rule, dict(kv.split("=") for kv in w.split(", ")).get("method")):
-                 dict(kv.split("=", 1) for kv in r.split(", ")) for rule, w, r in jobs}
+    assert "Config file config/config.yaml" not in console
+    planned = {"train": 12 + 6, "eval_run": 12, "eval_base": 6, "memory_point": 8,
+               "stability_eval": 6, "stability_27b": 1, "memory_reduction": 1, "base": 0}
+    assert {rule: counts(jobs)[rule] for rule in planned} == planned
+    resources = {(job.rule, job.wildcards.get("method")): job.resources for job in jobs}
     gpus = {job: r.get("gpu") for job, r in resources.items()}
     assert gpus[("train", "logra_32b")] == "8"  # a node; the authors' run: 4 training GPUs
     assert gpus[("train", "logra")] == gpus[("train", "dense_adam")] == "4"
@@ -115,7 +119,7 @@ def test_paper_config_resolves_on_slurm(tmp_path):
     cluster = yaml.safe_load((ROOT / "config/paper.yaml").read_text())["cluster"]
     assert resources[("train", "logra")]["mem_mb"] == str(cluster["mem_gb"]["train"] * 1024)
     assert resources[("eval_run", "logra")]["mem_mb"] == str(cluster["mem_gb"]["eval"] * 1024)
-    assert "slurm" in out.stdout + out.stderr  # the plugin was the executor
+    assert "slurm" in console  # the plugin was the executor
     from logra.harness.config import resolve, run_config
     config = resolve([str(ROOT / "config/paper.yaml")], {})
     dense, logra = (run_config(config, "math", m, 0) for m in ("dense_adam", "logra"))
@@ -137,7 +141,7 @@ def test_paper_config_resolves_on_slurm(tmp_path):
 def test_an_overlay_of_one_key_plans_and_runs_the_default_with_it(tmp_path):
     """The README's overlay: a file holding `grpo: {steps: 2}` plans the default grid, and its
     run (SFT shortened by --config, to be quick) trains 2 steps with every other grpo key as
-    config/config.yaml gives it."""
+    config/config.yaml gives it. A run of its own: its config is the default's, not the smoke's."""
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text("grpo: {steps: 2}\n")
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--configfile",
@@ -157,22 +161,20 @@ def test_an_overlay_of_one_key_plans_and_runs_the_default_with_it(tmp_path):
         "grpo"] | {"steps": 2, "profile_step": 2}
 
 
-def test_complete_configs_resolve_from_the_repository_root(tmp_path):
+def test_complete_configs_resolve_from_the_repository_root(paper_dag, smoke_run):
     """`--configfile config/paper.yaml` (and the smoke config) as the README writes it, from the
-    root: each declares `complete: true`, so the default's tasks do not join them."""
-    for config, jobs in (("config/paper.yaml", {"train": 18}), ("tests/data/smoke.yaml",
-                                                                {"train": 9, "data": 2})):
-        out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", config,
-                              "--directory", str(tmp_path)], capture_output=True, text=True,
-                             cwd=ROOT)
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        for rule, count in jobs.items():
-            assert re.search(rf"^{rule}\s+{count}$", out.stdout, re.M), (config, out.stdout)
+    root, as the paper's dry run and the smoke run start: each declares `complete: true`, so the
+    default's tasks do not join them."""
+    assert counts(paper_dag[0])["train"] == 18
+    console = (smoke_run / CONSOLE).read_text()
+    stats = console[console.index("Job stats"):]
+    assert re.search(r"^train\s+9$", stats, re.M) and re.search(r"^data\s+2$", stats, re.M)
 
 
 def test_the_data_job_refuses_an_example_over_the_cap_naming_file_and_line(tmp_path):
     """One 100,000-character question in a local GSM8K file: the data job stops naming the
-    split's file and line (a tiny model's context would be sized to it), writing nothing."""
+    split's file and line (a tiny model's context would be sized to it), writing nothing. A run
+    of its own (one data job): its data is the bad input."""
     import yaml
     for split in ("train", "test"):
         rows = [{"question": f"q{i}" + ("x" * 100_000 if (split, i) == ("train", 2) else ""),
@@ -200,18 +202,11 @@ def test_the_data_job_refuses_an_example_over_the_cap_naming_file_and_line(tmp_p
     assert not (tmp_path / "results/data/gsm8k/train.jsonl").exists()
 
 
-def test_lr_sweep_resolves_on_slurm(tmp_path):
+def test_lr_sweep_resolves_on_slurm(default_dag):
     """The lr sweep's own rules (inherited with `use rule`) ask a cluster for what the config
     gives their stage, like the grid's: on the CPU default config, lm-eval of a sweep run asks
     for no GPU."""
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
-                          "--executor", "slurm", "--workflow-profile",
-                          str(ROOT / "workflow/profiles/slurm"), "--configfile",
-                          str(ROOT / "config/config.yaml"), "-n", "lr_sweep",
-                          "--directory", str(tmp_path)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)", out.stdout, re.M)
-    resources = {rule: dict(kv.split("=", 1) for kv in r.split(", ")) for rule, r in jobs}
+    resources = {job.rule: job.resources for job in needed(default_dag, "lr_sweep")}
     config = validate_file(ROOT / "config/config.yaml")
     for rule, stage in (("lr_sweep_eval", "eval"), ("data_val", "data"), ("train", "train")):
         want = job_resources(config, stage)
@@ -242,12 +237,14 @@ scaling:
 """
 
 
+@pytest.mark.slow(reason="the scaling target at its smallest design: ~70 jobs")
 def test_scaling_runs_every_size_from_its_own_bases(smoke_run, tmp_path):
     """`snakemake scaling` at smoke scale, beside a copy of the smoke run (its data and analysis
     plan): the sweep at the first size, each size's bases and runs (dense AdamW's lr moved by
     the width, LoGRA's rank fraction), the transfer's check, then results/scaling.csv with a
     row per size and compared method, the trend, the planner's ratio at 32B and the CPU time
-    against the cap, and the figure."""
+    against the cap, and the figure. Slow: the schema's smallest design (3 sizes, 2 seeds, 3
+    check factors) is still ~70 jobs, each a process that loads torch."""
     import shutil
     shutil.copytree(smoke_run / "results", tmp_path / "results")
     overlay = tmp_path / "scaling.yaml"
@@ -453,14 +450,20 @@ def test_smoke_run_repeats_the_reference_fingerprints(smoke_run):
     pytest.skip(f"{uncovered}: {diff} ({where})")
 
 
-def test_killed_workflow_resumes_and_records_divergence(tmp_path):
+@pytest.mark.slow(reason="a workflow killed mid-run and rerun: ~20 jobs, about 100 s idle")
+def test_killed_workflow_resumes_and_records_divergence(smoke_run, tmp_path):
     """kill -9 of the whole workflow mid-run (a preempted node), then the same command again:
-    the run resumes from its checkpoint; a diverging method is recorded and the workflow goes on."""
+    the run resumes from its checkpoint; a diverging method is recorded and the workflow goes on.
+    A run of its own, since it is killed; the smoke run's data and SFT bases serve it as they
+    are (copied, so only GRPO and what follows run). Slow: the run is started twice."""
+    import shutil
     import signal
     import time
 
     import yaml
 
+    for part in ("data", "base"):
+        shutil.copytree(smoke_run / "results" / part, tmp_path / "results" / part)
     config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
     config.update(seeds=[0], tasks={"arithmetic": config["tasks"]["arithmetic"]})
     for paper_only in ("memory_sweep", "planner", "stability"):
@@ -510,7 +513,7 @@ def test_own_task_and_local_gsm8k_each_in_one_config_line(tmp_path):
     one's own (`task_files`) and GSM8K from local JSONL, each one line under `tasks`. A per-task
     lr that names neither stops the dry run naming the key; with a `default` they run end to
     end (one seed, one method), each base model's context sized from its own task's data, so
-    lm-eval keeps every prompt whole."""
+    lm-eval keeps every prompt whole. A run of its own: its tasks are not the smoke run's."""
     import yaml
 
     (tmp_path / "my_tasks.py").write_text(
