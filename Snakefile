@@ -33,8 +33,9 @@ min_version("9.0")
 
 
 # config/config.yaml, then each --configfile merged over it (one with `complete: true`
-# replaces what came before), then --config key=value; validated and checked (logra/harness/config.py),
-# the rules built on the models by the main process only (a slurm job re-reads this file)
+# replaces what came before), then --config key=value; validated and checked
+# (logra/harness/config.py), the rules built on the models by the main process only (a slurm job
+# re-reads this file)
 resolved = resolve(workflow.overwrite_configfiles, workflow.config_settings.config,
                    default=os.path.join(workflow.basedir, "config", "config.yaml"),
                    fit_rules=workflow.is_main_process)

@@ -28,8 +28,8 @@ def smoke_run(tmp_path_factory) -> Path:
     config from the repository root (tests/e2e/test_workflow.py; the slurm run of
     tests/e2e/test_cluster.py is compared with it)."""
     tmp_path = tmp_path_factory.mktemp("smoke")
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "tests/data/smoke.yaml",
-                          "--cores", "2", "--directory", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--configfile",
+                          "tests/data/smoke.yaml", "--cores", "2", "--directory", str(tmp_path)],
                          capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (tmp_path / CONSOLE).write_text(out.stdout + out.stderr)
