@@ -16,7 +16,8 @@ Trusted only after verification:
 - **A digest beside it.** `state.pt.sha256` holds the SHA-256 of
   `state.pt`, renamed into place just before it, with the digest of the file it replaces in a
   second line: a kill between the two renames leaves a file that still verifies. A file
-  whose digest is not there, or that does not read, raises `CorruptCheckpoint` naming the path.
+  whose digest is not there, or that does not read, raises `CorruptCheckpoint` naming the path;
+  so does a digest file with any line other than a hex digest (either case) and a file name.
   The digest guards against corruption (a flipped bit, a truncated copy), not against someone
   who can rewrite the digest too: against them, the weights-only load.
 
@@ -32,6 +33,7 @@ import hashlib
 import json
 import pickle
 import random
+import re
 from pathlib import Path
 
 import torch
@@ -89,20 +91,34 @@ def _sha256(path: Path) -> str:
 
 
 def _digests(path: Path) -> list[str]:
-    """The digests `path` is accepted with (the newest first); [] without a digest file."""
+    """The digests `path` is accepted with (the newest first, lowercase); [] without a digest
+    file. Every line must be one SHA-256 in hex (either case), then the file's name, as `save`
+    (and sha256sum) writes it: anything else raises `CorruptCheckpoint`."""
     try:
-        return [line.split()[0] for line in digest_path(path).read_text().splitlines() if line]
+        text = digest_path(path).read_bytes()
     except OSError:
         return []
+    try:
+        lines = text.decode("ascii").splitlines()
+    except UnicodeDecodeError:
+        lines = [None]
+    parsed = [re.fullmatch(r"([0-9a-fA-F]{64}) [ *]?\S.*", line or "") for line in lines]
+    if not lines or not all(parsed):
+        raise CorruptCheckpoint(f"{path}: corrupt digest file {digest_path(path).name} (a line "
+                                "that is not a SHA-256 in hex and a file name)")
+    return [hit.group(1).lower() for hit in parsed]
 
 
 def save(path: str | Path, state: dict) -> None:
     """Atomic torch.save of `state` (must hold `cfg` and `model`, a state dict), then its
     digest beside it (see the module docstring)."""
     path = Path(path)
-    # the file it replaces stays accepted until the rename: when it verifies, its digest
-    current = ([digest] if path.exists() and (digest := _sha256(path)) in _digests(path)
-               else [])
+    # the file it replaces stays accepted until the rename: when it verifies, its digest (a
+    # corrupt digest file is replaced, and keeps nothing accepted)
+    current = []
+    with contextlib.suppress(CorruptCheckpoint):
+        if path.exists() and (digest := _sha256(path)) in _digests(path):
+            current = [digest]
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
         digests = [_sha256(tmp), *current]
