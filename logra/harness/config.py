@@ -213,7 +213,10 @@ def check(config: dict, fit_rules: bool = True) -> None:
     (`_check_rule_fits`: the costly part, which imports transformers and the rules' packages).
     The `task_files` are imported first, so the tasks they register are checked like the
     others."""
-    load_task_files(config.get("task_files", []))
+    try:
+        load_task_files(config.get("task_files", []))
+    except (OSError, ValueError) as e:  # each message starts "task_files: <the file>"
+        raise ConfigError(str(e)) from None
     _check_rule_options(config)
     _check_data_sizes(config)
     if config["device"] == "cpu" and config["reproducible"] and config["threads"] != 1:

@@ -241,7 +241,10 @@ def register_task(cls: type[Task]) -> type[Task]:
     if not cls.name:
         raise ValueError(f"{cls.__name__} needs a non-empty `name` to be registered")
     if cls.name in TASKS and TASKS[cls.name] is not cls:
-        raise ValueError(f"a task named {cls.name!r} is already registered")
+        held = TASKS[cls.name]
+        raise ValueError(f"a task named {cls.name!r} is already registered "
+                         f"({held.__module__}.{held.__qualname__}); {cls.__qualname__} needs "
+                         "a name of its own")
     TASKS[cls.name] = cls
     return cls
 
@@ -707,7 +710,8 @@ def load_task_files(paths: Iterable[str | os.PathLike]) -> None:
     """Import each Python file of ``paths`` (config ``task_files``, relative to the working
     directory) once, so the tasks it registers are known, and put the files into
     ``LOGRA_TASK_FILES``: every process started from here on (each workflow job, lm-eval's
-    scorer, torchrun's ranks) imports them when it imports this module."""
+    scorer, torchrun's ranks) imports them when it imports this module. A file that is missing,
+    or whose import raises anything (SystemExit included), raises ValueError naming it."""
     files = [Path(p).resolve() for p in paths]
     for path in files:
         if not path.is_file():
@@ -719,6 +723,10 @@ def load_task_files(paths: Iterable[str | os.PathLike]) -> None:
             sys.modules[name] = module
             try:
                 spec.loader.exec_module(module)
+            except (Exception, SystemExit) as e:  # SystemExit: it would end the workflow, rc 0
+                del sys.modules[name]
+                raise ValueError(f"task_files: importing {path} raised {type(e).__name__}"
+                                 f"{f': {e}' if str(e) else ''}") from e
             except BaseException:
                 del sys.modules[name]
                 raise

@@ -553,3 +553,26 @@ def test_scaling_config_errors_name_the_key(tmp_path, edit, message):
     edit(config)
     with pytest.raises(ConfigError, match=message):
         validate_file(_write(tmp_path, config))
+
+
+@pytest.mark.parametrize("source, message", [
+    ("import sys\nsys.exit(0)\n", r"task_files: importing .*exits.py raised SystemExit: 0"),
+    ("from logra.rl.tasks import ArithmeticTask, register_task\n\n\n@register_task\n"
+     "class Mine(ArithmeticTask):\n    name = 'arithmetic'\n",
+     r"task_files: importing .*exits.py raised ValueError: a task named 'arithmetic' is already "
+     r"registered \(logra.rl.tasks.ArithmeticTask\); Mine needs a name of its own"),
+    (None, r"task_files: .*exits.py is not a file"),
+])
+def test_a_task_file_that_fails_to_import_is_a_config_error_naming_it(tmp_path, monkeypatch,
+                                                                       source, message):
+    """A task file that exits, re-registers a built-in task or is missing stops the config check
+    naming the file and the config that listed it (SystemExit used to end Snakemake with rc 0,
+    nothing built; the others were named only as the Snakefile's line)."""
+    from logra.rl.tasks import TASK_FILES_ENV
+    monkeypatch.delenv(TASK_FILES_ENV, raising=False)
+    if source is not None:
+        (tmp_path / "exits.py").write_text(source)
+    config = copy.deepcopy(SMOKE) | {"task_files": [str(tmp_path / "exits.py")]}
+    path = _write(tmp_path, config)
+    with pytest.raises(ConfigError, match=message + rf".* \(set by {path}\)"):
+        resolve([path], default=None)
