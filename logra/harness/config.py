@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import difflib
 import functools
 import inspect
 import math
@@ -340,11 +341,20 @@ def run_tasks(config: dict) -> list[str]:
 
 
 def _check_per_task_values(config: dict) -> None:
-    """A value given per task names every task, or has a `default`."""
+    """A value given per task names only known tasks (those under `tasks`, the registered task
+    types, or `default`: a misspelt task would be dropped silently), and names every task, or
+    has a `default`."""
     per_task = [(f"methods.{name}.options.{key}", value)
                 for name, m in config["methods"].items()
                 for key, value in m.get("options", {}).items()]
+    known = {*config["tasks"], *TASKS, "default"}
     for key, value in [*per_task, ("sft.steps", config["sft"]["steps"])]:
+        for task in (value if isinstance(value, dict) else {}):
+            if task not in known:
+                close = difflib.get_close_matches(task, known, n=1)
+                raise ConfigError(f"{key}.{task}: not a task of this config "
+                                  f"({', '.join(config['tasks'])}), a registered task type or "
+                                  f"`default`{f'; did you mean {close[0]!r}?' if close else ''}")
         missing = (sorted(set(config["tasks"]) - set(value))
                    if isinstance(value, dict) and "default" not in value else [])
         if missing:

@@ -169,6 +169,16 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"step \(its grpo.snapshot_every 2, steps 3\)"),
     (lambda c: c["stability"].pop("criterion"),
      r"stability.criterion is required and no file sets it"),
+    # a misspelt task in a per-task map would be dropped silently, its task keeping another value
+    (lambda c: c["methods"]["dense_adam"]["options"]["lr"].update(countdwon=1.0e-2),
+     r"methods.dense_adam.options.lr.countdwon: not a task of this config \(arithmetic, "
+     r"countdown\), a registered task type or `default`; did you mean 'countdown'\?"),
+    (lambda c: c["methods"]["logra"]["options"].update(update_ratio={"countdwon": 1.0e-2,
+                                                                     "default": 3.0e-3}),
+     r"methods.logra.options.update_ratio.countdwon: not a task of this config"),
+    (lambda c: c["sft"].update(steps={"arithmetic": 10, "countdown": 10, "chess": 5}),
+     r"sft.steps.chess: not a task of this config \(arithmetic, countdown\), a registered task "
+     r"type or `default` \(set by "),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
