@@ -105,9 +105,10 @@ def resolve(files: list[str | Path], overrides: Mapping | None = None,
     order = []
     for path in ([default] if default else []) + list(files):
         data = read_yaml(path)
-        if data.get("complete"):  # a config written whole: what came before is dropped
+        complete = data.get("complete") is True  # else the schema names a non-boolean
+        if complete:  # a config written whole: what came before is dropped
             config, sources, order = {}, {}, []
-        order.append(str(path) + (" (complete)" if data.get("complete") else ""))
+        order.append(str(path) + (" (complete)" if complete else ""))
         merge(config, sources, data, str(path))
     if overrides:
         order.append("--config")
@@ -167,17 +168,26 @@ def _schema() -> dict:
     return yaml.safe_load(SCHEMA.read_text())
 
 
+@functools.cache
+def _validator():
+    """Draft 2020-12 with `integer` meaning a Python int: JSON Schema counts 2.0 as one, which
+    then fails as a step count or a seed inside a job (bool is refused as well)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import extend
+
+    return extend(Draft202012Validator, type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)))
+
+
 def validate(config: dict, sources: dict | None = None, how: str = "") -> None:
     """Validate `config` against the schema, filling defaults in place, then refuse any
     non-finite number. An error names the key, the value, the file that set it and `how` the
     files combined, without the schema dump."""
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
     from snakemake.utils import validate as fill_defaults
 
     sources = sources or {}
-    error = best_match(Draft202012Validator(_schema())
-                       .iter_errors(config))
+    error = best_match(_validator()(_schema()).iter_errors(config))
     if error is not None:
         path = tuple(error.absolute_path)
         by = _set_by(sources, path)

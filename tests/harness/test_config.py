@@ -51,6 +51,16 @@ def test_default_and_smoke_configs_are_valid():
      "'float16' is not one of"),
     (lambda c: c["methods"]["dense_adam"].update(rollout={"engine": "vllm"}),
      "'engine' was unexpected"),
+    # integers are ints (JSON Schema counts 2.0 as one; a job then fails on it), booleans bools,
+    # and numbers bounded where a larger one overflows inside a job
+    (lambda c: c["grpo"].update(steps=2.0), r"grpo.steps: 2.0 is not of type 'integer'"),
+    (lambda c: c["grpo"].update(group_size=4.0), r"grpo.group_size: 4.0 is not of type 'integer'"),
+    (lambda c: c.update(seeds=[0.0, 1.0]), r"seeds.\d: \d.0 is not of type 'integer'"),
+    (lambda c: c.update(seeds=[True]), r"seeds.0: True is not of type 'integer'"),
+    (lambda c: c.update(complete="false"), r"complete: 'false' is not of type 'boolean'"),
+    (lambda c: c.update(seeds=[10**30]), r"seeds.0: .* is greater than the maximum of 2147483647"),
+    (lambda c: c["lr_sweep"].update(points=2200), r"lr_sweep.points: 2200 is greater than the "
+                                                  r"maximum of 64"),
 ])
 def test_schema_rejects_with_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
