@@ -692,6 +692,34 @@ def check_lengths(task: Task, splits: dict[str, list[Example]], max_chars: int,
                     + "; shorten or drop it, or raise the cap")
 
 
+def check_overlap(splits: dict[str, list[Example]], files: dict[str, str],
+                  allow: bool = False) -> list[str]:
+    """Refuse held-out examples (test, val) whose prompt repeats one of an earlier split (in the
+    order train, test, val) or of their own: a score on them measures recall of a trained (or
+    already counted) question. The message counts them per split and names the first line of
+    each in the files the splits are written to (`files`). With `allow` (config
+    `data.allow_overlap`) the same lines are returned instead, for the job's log."""
+    seen: dict[str, tuple[str, int]] = {}
+    found = []
+    for split in ("train", "test", "val"):
+        repeats = []
+        for line, example in enumerate(splits.get(split, []), 1):
+            if split != "train" and example["prompt"] in seen:
+                repeats.append((line, seen[example["prompt"]]))
+            seen.setdefault(example["prompt"], (split, line))
+        if repeats:
+            line, (first, first_line) = repeats[0]
+            counts = Counter(s for _, (s, _) in repeats)
+            found.append(f"{files.get(split, split)}: {len(repeats)} of {len(splits[split])} "
+                         f"{split} questions repeat earlier ones ("
+                         + ", ".join(f"{n} from {s}" for s, n in counts.items())
+                         + f"; first: line {line}, as {files.get(first, first)}:{first_line})")
+    if found and not allow:
+        raise ValueError("; ".join(found) + ": remove them from the task's files, or set "
+                         "data.allow_overlap: true to keep them knowingly")
+    return found
+
+
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     """Atomically write ``rows`` as JSONL (see logra/files.py)."""
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:

@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import re
 import string
 from fractions import Fraction
 from pathlib import Path
@@ -15,6 +16,7 @@ from logra.rl.tasks import (
     TASKS,
     Task,
     check_lengths,
+    check_overlap,
     evaluate_expression,
     extract_number,
     get_task,
@@ -313,11 +315,33 @@ def test_gsm8k_real_data():
     task = get_task("gsm8k", train_path=train_file if train_file.exists() else test_file, test_path=test_file)
     splits = task.splits(seed=0, n_train=None, n_test=None)
     assert len(splits["test"]) == sum(1 for line in test_file.open() if line.strip())
+    assert check_overlap(splits, {}) == []  # GSM8K's test questions are none of its train's
     for ex in splits["train"] + splits["test"]:
         assert extract_number(ex["solution"]) == ex["answer"]
         assert task.reward(ex["solution"], ex) == 1.0
         assert task.reward(task.target(ex), ex) == 1.0
         assert set(ex["prompt"]) <= PRINTABLE
+
+
+def test_held_out_questions_that_repeat_train_or_their_own_split_are_refused(tmp_path):
+    """GSM8K-format files whose 4 test rows are all train rows: the data job's check counts
+    them and names the first line of each file; a test row repeated within test too. With
+    data.allow_overlap the same report is returned for the log instead."""
+    rows = [{"question": f"Sam has {i} apples. How many?", "answer": f"#### {i}"}
+            for i in range(6)]
+    extra = {"question": "Sam has 9 pears. How many?", "answer": "#### 9"}
+    task = get_task("gsm8k", train_path=_write_gsm8k(tmp_path / "train.jsonl", rows),
+                    test_path=_write_gsm8k(tmp_path / "test.jsonl", rows[2:] + [extra, extra]))
+    splits = task.splits(seed=0, n_train=None, n_test=None)
+    files = {"train": "out/train.jsonl", "test": "out/test.jsonl"}
+    report = (r"out/test.jsonl: 5 of 6 test questions repeat earlier ones \(4 from train, 1 from "
+              r"test; first: line 1, as out/train.jsonl:\d\)")
+    with pytest.raises(ValueError, match=report + ": remove them .* data.allow_overlap: true"):
+        check_overlap(splits, files)
+    (kept,) = check_overlap(splits, files, allow=True)
+    assert re.fullmatch(report, kept)
+    distinct = get_task("arithmetic").splits(0, 40, 6, 8)
+    assert check_overlap(distinct, files) == []
 
 
 def test_gsm8k_missing_field(tmp_path):
