@@ -124,19 +124,21 @@ def row_adam(s: torch.Tensor, v: torch.Tensor, step: int, beta2: float,
 
 class _AccumulateSketch(torch.autograd.Function):
     """Identity on a target's output that keeps P = X·Aᵀ for backward (autograd owns it and
-    frees it after backward) and there adds Gᵀ·P to the sketch S."""
+    frees it after backward) and there adds Gᵀ·P to the target's sketch S, counting the
+    backward pass."""
 
     @staticmethod
-    def forward(ctx, output, projected, sketch):
+    def forward(ctx, output, projected, target):
         ctx.save_for_backward(projected)
-        ctx.sketch = sketch
+        ctx.target = target
         return output
 
     @staticmethod
     def backward(ctx, grad):
         (projected,) = ctx.saved_tensors
         with torch.no_grad():
-            ctx.sketch.add_((grad.reshape(-1, grad.shape[-1]).T @ projected).float())
+            ctx.target.s.add_((grad.reshape(-1, grad.shape[-1]).T @ projected).float())
+        ctx.target.backwards += 1
         return grad, None, None
 
 
@@ -149,6 +151,7 @@ class Target:
     s: torch.Tensor  # out x r, float32
     v: torch.Tensor  # out x 1, float32
     applied: tuple | None = field(default=None, repr=False)  # (factor, A's update index)
+    backwards: int = 0  # backward passes sketched into S since it was last consumed
 
     @property
     def weight(self) -> torch.nn.Parameter:
@@ -164,6 +167,29 @@ def _per_task(f, *values):
     if not tasks:
         return float(f"{f(*values):.12g}")
     return {t: float(f"{f(*at(t)):.12g}") for t in tasks}
+
+
+def _check_options(**values) -> None:
+    """Each option of `LoGRA` of its type and in its range (finite numbers), before the model
+    is touched: a NaN step size would write NaN weights, a negative budget fail in a square
+    root steps later. Whole numbers are ints (not bools), switches bools."""
+    for key in ("rank", "seed", "schedule_steps", "probe_responses", "probe_max_tokens"):
+        value, low = values[key], 0 if key == "seed" else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{key}: an integer >= {low}, got {value!r}")
+    for key, (low, high) in {"beta2": ("[0", "1)"), "epsilon": ("(0", "inf)"),
+                             "update_ratio": ("(0", "1]"), "kl_budget": ("(0", "inf)"),
+                             "kl_budget_final": ("(0", "inf)"), "alpha_max": ("(0", "inf)"),
+                             "mismatch_ema_weight": ("(0", "1]"),
+                             "mismatch_budget_floor": ("[0", "1]")}.items():
+        value, lo, hi = values[key], float(low[1:]), float(high[:-1])
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value) and (value >= lo if low[0] == "[" else value > lo)
+                and (value <= hi if high[-1] == "]" else value < hi)):
+            raise ValueError(f"{key}: a finite number in {low}, {high}, got {value!r}")
+    for key in ("refresh", "controller", "mismatch_subtraction"):
+        if not isinstance(values[key], bool):
+            raise ValueError(f"{key}: true or false, got {values[key]!r}")
 
 
 class LoGRA(UpdateRule):
@@ -233,14 +259,23 @@ class LoGRA(UpdateRule):
                  probe_max_tokens: int = 4096, mismatch_subtraction: bool = True,
                  mismatch_ema_weight: float = 0.3, mismatch_budget_floor: float = 0.5):
         from logra.optim.kl_control import BudgetControl
+        _check_options(rank=rank, seed=seed, schedule_steps=schedule_steps,
+                       probe_responses=probe_responses, probe_max_tokens=probe_max_tokens,
+                       beta2=beta2, epsilon=epsilon, update_ratio=update_ratio,
+                       kl_budget=kl_budget, kl_budget_final=kl_budget_final, alpha_max=alpha_max,
+                       mismatch_ema_weight=mismatch_ema_weight,
+                       mismatch_budget_floor=mismatch_budget_floor, refresh=refresh,
+                       controller=controller, mismatch_subtraction=mismatch_subtraction)
         if distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution: unknown {distribution!r}; known: {DISTRIBUTIONS}")
         if update_factor_dtype not in FACTOR_DTYPES:
             raise ValueError(f"update_factor_dtype: unknown {update_factor_dtype!r}; known: "
                              f"{sorted(FACTOR_DTYPES)}")
-        if not 0 <= beta2 < 1 or epsilon <= 0 or rank < 1 or update_ratio <= 0:
-            raise ValueError(f"need 0 <= beta2 < 1, epsilon > 0, rank >= 1, update_ratio > 0; "
-                             f"got {beta2}, {epsilon}, {rank}, {update_ratio}")
+        embeddings = getattr(model, "get_input_embeddings", lambda: None)()
+        if not isinstance(embeddings, torch.nn.Module):
+            raise TypeError(f"{type(model).__name__} has no get_input_embeddings() module (a "
+                            "transformers model's): LoGRA hooks it so that the sketches' backward "
+                            "runs with every weight frozen")
         self.config = {
             "rank": rank, "seed": seed, "distribution": distribution, "refresh": refresh,
             "update_factor_dtype": update_factor_dtype, "beta2": beta2, "epsilon": epsilon,
@@ -282,7 +317,7 @@ class LoGRA(UpdateRule):
         self.named = [(f"{t.name}.weight", t.weight) for t in self.targets]
         self.hooks = [t.module.register_forward_hook(self._sketch_hook(t))
                       for t in self.targets]
-        self.hooks.append(model.get_input_embeddings().register_forward_hook(_requires_grad))
+        self.hooks.append(embeddings.register_forward_hook(_requires_grad))
         self.control = None if not controller else BudgetControl(
             kl_budget=kl_budget, kl_budget_final=kl_budget_final, schedule_steps=schedule_steps,
             alpha_max=alpha_max, probe_responses=probe_responses,
@@ -298,7 +333,7 @@ class LoGRA(UpdateRule):
             with torch.no_grad():
                 x = args[0].reshape(-1, args[0].shape[-1])
                 projected = x @ t.a.to(x.dtype).T
-            return _AccumulateSketch.apply(output, projected, t.s)
+            return _AccumulateSketch.apply(output, projected, t)
         return hook
 
     # -- propose / apply --------------------------------------------------------------------
@@ -318,6 +353,7 @@ class LoGRA(UpdateRule):
         if not math.isfinite(self.grad_norm):
             for t in self.targets:
                 t.s.zero_()
+                t.backwards = 0
             return {"directions": None}
         tokens = max(int(self.batch_tokens), 1)
         directions = []
@@ -325,6 +361,7 @@ class LoGRA(UpdateRule):
             directions.append(row_adam(t.s / tokens, t.v, self.count + 1, self.beta2,
                                        self.epsilon))
             t.s.zero_()
+            t.backwards = 0
         norms = torch.zeros(2, dtype=torch.float64, device=self.targets[0].a.device)
         for t, d in zip(self.targets, directions):
             w = local(t.weight.detach())
@@ -472,10 +509,17 @@ class LoGRA(UpdateRule):
             diff = "; ".join(f"{k}: {saved.get(k)!r} saved, {self.config[k]!r} now"
                              for k in sorted(self.config) if saved.get(k) != self.config[k])
             raise ValueError(f"LoGRA.load_state_dict: a state saved with other options ({diff})")
+        for t in self.targets:  # all checked before anything changes
+            v = state["v"].get(t.name)
+            if not isinstance(v, torch.Tensor) or v.shape != t.v.shape:
+                raise ValueError(f"LoGRA.load_state_dict: {t.name}'s row moment is "
+                                 f"{tuple(v.shape) if isinstance(v, torch.Tensor) else v!r} in "
+                                 f"the state, {tuple(t.v.shape)} here (another model)")
         self.count = state["count"]
         for t in self.targets:
             t.v.copy_(state["v"][t.name])  # in place: the memory meter labels them by storage
             t.s.zero_()
+            t.backwards = 0
             t.applied = None
         if self.control:
             self.control.load_state_dict(state["control"])

@@ -42,9 +42,19 @@ bf16 autocast needs no scaler and works.
 `state_dict()` holds the options, the update count, the row second moments and the
 controller's mismatch EMA (the projections are redrawn from the seed and the count; an
 attached function `controller` keeps its own state); loading a state saved with other options
-is refused, and so is saving between `prepare_update()` and
-`step()`. Not here: the low-rank sync to a separate rollout engine (the harness's loop). One
-process only: under DDP the sketches would need the all-reduce the harness's FSDP loop does.
+or for another model is refused before anything changes, and so is saving between
+`prepare_update()` and `step()`. Not here: the low-rank sync to a separate rollout engine (the
+harness's loop). One process only: under DDP the sketches would need the all-reduce the
+harness's FSDP loop does.
+
+Guards for a trainer of one's own, each refusing before the model changes: the options are
+checked (types, finite ranges; `update_ratio` in (0, 1]) and the model's structure before it
+is frozen or hooked; `step()` needs a backward pass since the last step (one whose gradient is
+zero, e.g. equal rewards, steps), refuses a step whose relative size α·update_ratio (‖ΔW‖/‖W‖
+over the targets) exceeds `max_step_ratio` (0.1 by default; None: no bound), and refuses
+factors that could write a non-finite weight, naming the layer. Parameter groups are fixed at
+construction (`add_param_group` is refused), and the optimizer is not picklable (it holds its
+model's hooks): save `state_dict()`.
 """
 from __future__ import annotations
 
@@ -65,9 +75,14 @@ class LoGRAOptimizer(torch.optim.Optimizer):
     # GradScaler then hands step() its found_inf instead of unscaling .grad: fp16 is refused
     _step_supports_amp_scaling = True
 
-    def __init__(self, model: torch.nn.Module, **options):
+    def __init__(self, model: torch.nn.Module, max_step_ratio: float | None = 0.1, **options):
         """Freeze `model` and install LoGRA on it; `options` are
-        `logra.optim.logra_rule.LoGRA`'s."""
+        `logra.optim.logra_rule.LoGRA`'s, `max_step_ratio` bounds a step's α·update_ratio."""
+        if max_step_ratio is not None and not (
+                isinstance(max_step_ratio, (int, float)) and not isinstance(max_step_ratio, bool)
+                and math.isfinite(max_step_ratio) and max_step_ratio > 0):
+            raise ValueError(f"max_step_ratio: a finite number > 0 or None, got "
+                             f"{max_step_ratio!r}")
         if torch.distributed.is_available() and torch.distributed.is_initialized() \
                 and torch.distributed.get_world_size() > 1:
             raise RuntimeError("LoGRAOptimizer runs in one process (sharded training: the "
@@ -84,9 +99,23 @@ class LoGRAOptimizer(torch.optim.Optimizer):
         self.last_control: dict = {}
         self.normalization_tokens: int | None = None  # T; None: 1
         self._step = None  # the prepared step, between prepare_update and step
+        self.max_step_ratio = max_step_ratio
         params = [p for _, p in self.rule.named]
         super().__init__([{"params": params, "lr": 1.0, "name": "targets"}], {"lr": 1.0})
         _HOOKED.update({id(p): weakref.ref(p) for p in params})
+        self._built = True
+
+    def add_param_group(self, param_group: dict) -> None:
+        if getattr(self, "_built", False):
+            raise TypeError("LoGRAOptimizer: its parameters are LoGRA's target weights, fixed "
+                            "when it is built (option target_modules); add_param_group is not "
+                            "supported")
+        super().add_param_group(param_group)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("LoGRAOptimizer cannot be pickled or copied: it holds its model's hooks. "
+                        "Save optimizer.state_dict() and load it into a LoGRAOptimizer built on "
+                        "the model")
 
     @property
     def state(self) -> dict:
@@ -116,6 +145,11 @@ class LoGRAOptimizer(torch.optim.Optimizer):
         token was sampled (default: every position the attention mask keeps), `temperature`
         the sampling temperature, `mismatch` the signed engine − trainer log-prob mean over
         completed responses (nan: none observed)."""
+        if not (isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2
+                and not input_ids.is_floating_point() and input_ids.dtype != torch.bool):
+            raise ValueError(f"set_probe: input_ids must be a 2-D tensor of token ids (batch, T), "
+                             f"got {getattr(input_ids, 'dtype', type(input_ids).__name__)} of "
+                             f"shape {tuple(getattr(input_ids, 'shape', ()))}")
         attn = torch.ones_like(input_ids) if attention_mask is None else attention_mask
         mask = attn[:, 1:] if loss_mask is None else loss_mask
         if attn.shape != input_ids.shape or mask.shape != (input_ids.shape[0],
@@ -144,7 +178,12 @@ class LoGRAOptimizer(torch.optim.Optimizer):
         return self.rule.grad_norm
 
     def _check_tokens(self) -> None:
-        if not self.normalization_tokens:
+        tokens = self.normalization_tokens
+        if tokens is not None and (isinstance(tokens, bool) or not float(tokens).is_integer()
+                                   or tokens < 0):
+            raise ValueError(f"LoGRAOptimizer: normalization_tokens is a count of tokens, got "
+                             f"{tokens!r}")
+        if not tokens:
             raise RuntimeError(
                 "LoGRAOptimizer: normalization_tokens (T, the completion tokens of the batch "
                 "the backward passes saw) is not set: set optimizer.normalization_tokens = T or "
@@ -167,6 +206,10 @@ class LoGRAOptimizer(torch.optim.Optimizer):
                                "bf16 (`bf16=True`), which needs no scaler")
         if self._step is None:
             self._check_tokens()
+            if not any(t.backwards for t in self.rule.targets):
+                raise RuntimeError("LoGRAOptimizer.step: no backward pass reached LoGRA's target "
+                                   "weights since the last step (call loss.backward() first); "
+                                   "nothing was changed")
         needs_probe = alpha is None and not self.controller and self.rule.control is not None
         if needs_probe and self.probe is None:  # nothing is consumed: set it, step again
             raise RuntimeError(
@@ -181,12 +224,34 @@ class LoGRAOptimizer(torch.optim.Optimizer):
             alpha = self._alpha(self._step)
         if not (math.isfinite(alpha) and alpha >= 0):
             raise ValueError(f"LoGRAOptimizer.step: alpha must be finite and >= 0, got {alpha}")
+        self._check_step(alpha)  # the prepared step is kept: step(alpha=...) may follow
         step, self._step = self._step, None
         self.rule.apply(step, alpha)
         for t in self.rule.targets:  # no rollout engine to sync: drop the step's factors
             t.applied = None
         self.normalization_tokens, self.probe = None, None
         return loss
+
+    def _check_step(self, alpha: float) -> None:
+        """Refuse a step larger than `max_step_ratio` (‖ΔW‖/‖W‖ = α·update_ratio), or whose
+        factor α·D, rounded as `apply` rounds it, could make a weight non-finite: each entry of
+        (α·D)·A is a sum of `rank` products, so |W| + rank·max|α·D|·max|A| must stay below
+        float32's largest value."""
+        ratio = alpha * self.rule.update_ratio
+        if self.max_step_ratio is not None and ratio > self.max_step_ratio:
+            raise ValueError(f"LoGRAOptimizer.step: a step of relative size {ratio:.3g} "
+                             f"(alpha {alpha:.3g} x update_ratio {self.rule.update_ratio:.3g}) "
+                             f"exceeds max_step_ratio {self.max_step_ratio:g}; nothing was "
+                             "changed")
+        directions = self._step["directions"]
+        for t, d in zip(self.rule.targets, directions if directions is not None and alpha
+                        else []):
+            factor = (d * alpha).to(self.rule.factor_dtype).float()
+            bound = (t.weight.detach().abs().max() + self.rule.rank * factor.abs().max()
+                     * t.a.abs().max()).item()
+            if not math.isfinite(bound) or bound >= torch.finfo(torch.float32).max:
+                raise ValueError(f"LoGRAOptimizer.step: the step at alpha {alpha:.3g} could "
+                                 f"make {t.name}.weight non-finite; nothing was changed")
 
     def _alpha(self, step: dict) -> float:
         """α from the attached function, else the rule's controller on the probe, else 1."""
@@ -204,6 +269,8 @@ class LoGRAOptimizer(torch.optim.Optimizer):
 
     def count_tokens(self, n: int) -> None:
         """Add a micro-batch's completion tokens to T (`normalization_tokens`)."""
+        if n < 0:
+            raise ValueError(f"LoGRAOptimizer.count_tokens: a count of tokens, got {n!r}")
         self.normalization_tokens = (self.normalization_tokens or 0) + int(n)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -212,6 +279,8 @@ class LoGRAOptimizer(torch.optim.Optimizer):
             raise RuntimeError("LoGRAOptimizer.zero_grad: a prepared update was not applied")
         for buffer in self.rule.grad_buffers():
             buffer.zero_()
+        for t in self.rule.targets:
+            t.backwards = 0
 
     def state_bytes(self) -> int:
         """Bytes of the optimizer state: per target A (r x in) and v (out)."""
@@ -224,10 +293,17 @@ class LoGRAOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict) -> None:
         """The groups' settings and the rule's state (refused when saved with other options);
-        tensors may come back on another device (accelerate moves them)."""
+        tensors may come back on another device (accelerate moves them). A state that is not a
+        LoGRAOptimizer's, or is another model's, is refused before anything changes."""
+        rule_state = state_dict.get("logra") if isinstance(state_dict, dict) else None
+        if not (isinstance(rule_state, dict)
+                and len(state_dict.get("param_groups", [])) == len(self.param_groups)):
+            raise ValueError("LoGRAOptimizer.load_state_dict: not a LoGRAOptimizer's state "
+                             f"(keys {sorted(state_dict) if isinstance(state_dict, dict) else ''})"
+                             ": load what LoGRAOptimizer.state_dict() returned")
+        self.rule.load_state_dict(rule_state)
         for g, saved in zip(self.param_groups, state_dict["param_groups"], strict=True):
             g.update({k: v for k, v in saved.items() if k != "params"})
-        self.rule.load_state_dict(state_dict["logra"])
 
 
 class LoGRATrainerMixin:
