@@ -299,6 +299,7 @@ def test_a_broken_overlay_names_the_key_the_file_and_how_files_combine(tmp_path,
 
 
 def test_snakemake_stops_before_any_job(tmp_path):
+    """A Snakemake run of its own: its config is the bad input, refused before any job."""
     config = copy.deepcopy(SMOKE)
     config["grpo"]["micro_batch"] = 4
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
