@@ -16,17 +16,11 @@ results/reinforce/, figures/reinforce/; no verdict: the plan's margins are GRPO'
 the smallest and transferred: results/scaling/, results/scaling.csv, figures/scaling).
 """
 import os
-import re
 
 from snakemake.utils import min_version
 
-from logra.harness.config import (add_controller_ablation_methods, add_lr_sweep_methods,
-                          add_scaling_methods, add_sync_regime_methods, base_input,
-                          controller_runs,
-                          generation_room, hub_models, job_resources, margin_runs,
-                          margin_seeds, resolve, run_config, run_tasks, scaling_grid,
-                          scaling_jobs, scaling_runs, stability_runs,
-                          start_model, sweep_knobs, sync_regime_runs, task_options)
+from logra.harness.config import resolve
+from logra.harness.plan import build_plan
 from logra.repro import pin_cpu
 
 min_version("9.0")
@@ -34,35 +28,20 @@ min_version("9.0")
 
 # config/config.yaml, then each --configfile merged over it (one with `complete: true`
 # replaces what came before), then --config key=value; validated and checked
-# (logra/harness/config.py), the rules built on the models by the main process only (a slurm job
-# re-reads this file)
-resolved = resolve(workflow.overwrite_configfiles, workflow.config_settings.config,
-                   default=os.path.join(workflow.basedir, "config", "config.yaml"),
-                   fit_rules=workflow.is_main_process)
+# (logra/harness/config.py), then expanded into the plan of every run, each derived run checked
+# as a written one (logra/harness/plan.py); the rules built on the models by the main process
+# only (a slurm job re-reads this file). The rule files read PLAN, and `config` is its config.
+PLAN = build_plan(resolve(workflow.overwrite_configfiles, workflow.config_settings.config,
+                          default=os.path.join(workflow.basedir, "config", "config.yaml"),
+                          fit_rules=workflow.is_main_process),
+                  fit_rules=workflow.is_main_process)
 config.clear()
-config.update(resolved)
+config.update(PLAN.config)
 if config["device"] == "cpu" and config["reproducible"]:
     pin_cpu()  # every job started from here inherits the pinned kernels (logra/repro.py)
 if config["model"]["name"] == "tiny":  # built locally: nothing may come from a hub
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-
-TASKS, METHODS, SEEDS = run_tasks(config), config["run_methods"], config["seeds"]
-ABLATIONS = [m for m in config["ablation_methods"] if m not in METHODS]
-SWEEP = add_lr_sweep_methods(config)  # {method name: (method, lr)}
-REGIMES = add_sync_regime_methods(config)  # {sync regime: its method names}
-add_controller_ablation_methods(config)  # stability.controller_ablation's cells
-CONTROL_RUNS = controller_runs(config)  # as task/method/seedN
-SCALING = add_scaling_methods(config)  # `scaling`'s sweep, grid and transfer check
-SCALING_RUNS = scaling_runs(config, SCALING)  # {part: its runs as task/method/seedN}
-LR_SWEEP = config.get("lr_sweep") or {}
-# the method every other is compared with (verdicts, memory ratios)
-REFERENCE = config["verdict"]["reference"]
-VERDICTS = REFERENCE in METHODS and len(METHODS) > 1
-# the validation runs that fix each task's margin before any test evaluation: {task: the lr
-# sweep's run of the reference at its configured lr}, at seeds of their own
-MARGIN_RUNS = margin_runs(config, SWEEP) if VERDICTS else {}
-MARGIN_SEEDS = margin_seeds(config)
 
 
 wildcard_constraints:
@@ -72,6 +51,7 @@ wildcard_constraints:
     size=r"[a-z][a-z0-9_]*",
 
 
+include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/base.smk"
 include: "workflow/rules/train.smk"
@@ -84,26 +64,8 @@ include: "workflow/rules/fingerprints.smk"
 include: "workflow/rules/verdicts.smk"
 include: "workflow/rules/trl.smk"
 include: "workflow/rules/sync_regime.smk"
-
-
-PAPER = {"memory_sweep", "planner", "stability"} <= set(config)  # the paper's figures
-
-
 include: "workflow/rules/report.smk"
 include: "workflow/rules/scaling.smk"
-
-
-# quick work on results already made (tables, figures, the planner's arithmetic, the report): a
-# cluster executor runs these beside Snakemake; every other rule's jobs are submitted, with the
-# resources the config gives their stage (logra.harness.config.job_resources)
-localrules:
-    summary, ablation_summary, reinforce_summary, reward_curves, ablation_reward_curves,
-    reinforce_reward_curves, verdicts,
-    ablation_verdicts, verdicts_figure, ablation_verdicts_figure, margin, analysis_plan,
-    memory_sweep, ablation_memory_sweep, planner, paper_setting,
-    memory_reduction, stability_table, stability_27b, stability_27b_seeds,
-    stability_controller, sync_bytes, lr_sweep, report,
-    sync_regime_table, scaling_validation, scaling_table, scaling_figure,
 
 
 report: "workflow/report/workflow.rst"  # `snakemake --report report.html` after a run
@@ -115,13 +77,13 @@ rule all:
         "results/summary.csv",
         "results/accuracy.csv",
         "results/fingerprints.csv",
-        ["results/verdicts.csv"] if VERDICTS else [],
-        ["results/memory/sweep.csv", "results/memory/planner.csv"] if PAPER else [],
+        ["results/verdicts.csv"] if PLAN.verdicts else [],
+        ["results/memory/sweep.csv", "results/memory/planner.csv"] if PLAN.paper else [],
         expand(
             "figures/{fig}.{ext}",
             fig=["reward_curves"]
-            + (["verdicts"] if VERDICTS else [])
-            + (["memory_reduction", "stability_27b", "sync_bytes"] if PAPER else []),
+            + (["verdicts"] if PLAN.verdicts else [])
+            + (["memory_reduction", "stability_27b", "sync_bytes"] if PLAN.paper else []),
             ext=["png", "pdf"],
         ),
 
@@ -130,12 +92,12 @@ rule ablations:
     input:
         "results/ablations/summary.csv",
         "results/ablations/accuracy.csv",
-        ["results/ablations/verdicts.csv"] if VERDICTS else [],
+        ["results/ablations/verdicts.csv"] if PLAN.verdicts else [],
         ["results/ablations/memory_sweep.csv"]
         if config.get("memory_sweep", {}).get("ablation_methods")
         else [],
         expand("figures/ablations/{fig}.{ext}", fig=["reward_curves"]
-               + (["verdicts"] if VERDICTS else []), ext=["png", "pdf"]),
+               + (["verdicts"] if PLAN.verdicts else []), ext=["png", "pdf"]),
 
 
 rule reinforce:
@@ -153,7 +115,7 @@ rule memory_large:
 rule stability:
     input:
         expand("figures/{fig}.{ext}", fig=["stability_27b_seeds"]
-               + (["stability_controller"] if CONTROL_RUNS else []), ext=["png", "pdf"]),
+               + (["stability_controller"] if PLAN.runs["controller"] else []), ext=["png", "pdf"]),
 
 
 rule sync_regime:
@@ -172,3 +134,10 @@ rule scaling:
         "results/scaling/transfer_check.csv",
         "results/scaling.csv",
         expand("figures/scaling.{ext}", ext=["png", "pdf"]),
+
+
+# quick work on results already made (tables, figures, the planner's arithmetic, the report)
+# runs beside Snakemake under a cluster executor: every rule that asks no resources of a stage
+# (workflow/rules/common.smk `stage_resources`); every other rule's jobs are submitted
+workflow.localrules(*[rule.name for rule in workflow.rules
+                     if not rule.norun and "runtime" not in rule.resources])

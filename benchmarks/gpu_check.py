@@ -61,7 +61,7 @@ def methods_at(size: str) -> dict:
 
 
 GRPO = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28,
-        "probe_size": 8}
+        "probe_size": 8, "estimator": "grpo"}
 PHASES = ["rollout", "forward_backward", "propose", "kl_control", "apply"]
 
 

@@ -16,6 +16,7 @@ from conftest import ROOT
 from transformers import AutoModelForCausalLM
 
 from logra import rules
+from logra.rl.loss import ESTIMATORS
 from logra.rl.models import load
 from logra.rl.weight_sync import apply_payload
 
@@ -189,6 +190,33 @@ def test_no_code_outside_a_rule_module_compares_against_its_name():
         offences += [f"{rel}:{line}: {name!r}"
                      for line, name in _compared_rule_names(ast.parse(path.read_text()), names)]
     assert not offences, offences
+
+
+def test_no_code_outside_the_loss_module_compares_against_an_estimators_name():
+    """grpo.estimator is chosen once (logra.rl.loss.estimator): every other module asks the
+    estimator object, never compares the name."""
+    files = [p for d in ("logra", "baselines", "benchmarks", "workflow/scripts")
+             for p in sorted((ROOT / d).rglob("*.py")) if p != ROOT / "logra/rl/loss.py"]
+    offences = [f"{path.relative_to(ROOT)}:{line}: {name!r}" for path in files
+                for line, name in _compared_constants(ast.parse(path.read_text()),
+                                                      set(ESTIMATORS))]
+    assert not offences, offences
+    assert _compared_constants(ast.parse('a = g["estimator"] != "grpo"\nb = g.get("grpo")\n'
+                                         'c = e in ("x", "reinforce_baseline")'),
+                               set(ESTIMATORS)) == [(1, "grpo"), (3, "reinforce_baseline")]
+
+
+def _compared_constants(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of each of `names` written as a comparison's operand (`x == "grpo"`,
+    `x in ("grpo", ...)`); a name used as a key (`g.get("grpo")`) is not a comparison."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                items = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                found += [(node.lineno, leaf.value) for leaf in items
+                          if isinstance(leaf, ast.Constant) and leaf.value in names]
+    return found
 
 
 def test_the_name_check_finds_a_comparison():

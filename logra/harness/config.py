@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import difflib
 import functools
-import inspect
 import math
 import re
 from collections.abc import Mapping
@@ -228,19 +226,41 @@ def check(config: dict, fit_rules: bool = True) -> None:
         load_task_files(config.get("task_files", []))
     except (OSError, ValueError) as e:  # each message starts "task_files: <the file>"
         raise ConfigError(str(e)) from None
-    _check_rule_options(config)
+    for name, m in (config.get("paper_setting") or {}).get("methods", {}).items():
+        _check_options(f"paper_setting.methods.{name}", m)  # predicted only: no runs
+    for name in config["methods"]:
+        _check_method_options(config, name)
     _check_data_sizes(config)
     if config["device"] == "cpu" and config["reproducible"] and config["threads"] != 1:
         raise ConfigError(f"threads: {config['threads']}; reproducible CPU runs use one thread "
                           "per job (set threads: 1, or reproducible: false)")
     _check_references(config)
     _check_per_task_values(config)
-    _check_method_grpo(config)  # before the rules are built in each method's param_dtype
+    trained = _trained(config)
+    for name in config["methods"]:  # before the rules are built in each method's param_dtype
+        _check_method_grpo(config, name, name in trained)
     _check_stability(config)
     _check_scaling(config, fit_rules)
-    if fit_rules:
-        _check_rules_fit_model(config)
+    for name in config["methods"] if fit_rules else []:
+        _check_rule_fits(config, name)
     _check_tasks(config)
+
+
+def check_method(config: dict, name: str, trained: bool = True, fit_rules: bool = True) -> None:
+    """The checks of `check` that concern one method (`name`, under `methods`): its rule's
+    options and sync, its grpo keys (`trained`: it runs, so the sharding checks apply), its
+    batch against the train split and, with `fit_rules`, its rule built on the model it trains.
+    `logra.harness.plan.build_plan` runs them on every method it derives."""
+    _check_method_options(config, name)
+    _check_method_grpo(config, name, trained)
+    _check_prompts(config, name)
+    if fit_rules:
+        _check_rule_fits(config, name)
+
+
+def method_grpo(config: dict, name: str) -> dict:
+    """Method `name`'s grpo keys: its own `grpo` over the grpo section's."""
+    return config["grpo"] | config["methods"][name].get("grpo", {})
 
 
 def _check_references(config: dict) -> None:
@@ -290,8 +310,8 @@ def _check_stability(config: dict) -> None:
     frm = st["criterion"]["from_step"]
     names = {*st["methods"], *st.get("opt_in_methods", []),
              *([st["controller_ablation"]["method"]] if st.get("controller_ablation") else [])}
-    for name in sorted(names):
-        g = config["grpo"] | config["methods"].get(name, {}).get("grpo", {})
+    for name in sorted(names & set(config["methods"])):  # the plan names an undefined one
+        g = method_grpo(config, name)
         if not g["snapshot_every"] or frm % g["snapshot_every"] or frm >= g["steps"]:
             raise ConfigError(
                 f"stability.criterion.from_step: {frm} is not a snapshot of {name!r} before its "
@@ -338,11 +358,9 @@ def _check_scaling(config: dict, fit_rules: bool = True) -> None:
     lo, hi = sc["base_band"]
     if lo > hi:
         raise ConfigError(f"scaling.base_band: [{lo}, {hi}] is empty (low above high)")
-    for size, spec in (sc["sizes"] if fit_rules else {}).items():
+    for size in (sc["sizes"] if fit_rules else {}):
         for m in sc["methods"]:
-            _check_rule_fits(config, f"methods.{m}", config["methods"][m],
-                             {"name": "tiny", "tiny": spec["model"]},
-                             f" (on scaling.sizes.{size})")
+            _check_rule_fits(config, m, size)
 
 
 def run_tasks(config: dict) -> list[str]:
@@ -391,150 +409,150 @@ def _check_tasks(config: dict) -> None:
                               "(it is null: every row trains)")
 
 
-def _check_method_grpo(config: dict) -> None:
-    """Each method's grpo keys (merged over grpo) exist, take the grpo section's values and
-    fit together: the cosine diagnostic off the profiled steps, GRPO's groups of two or more
-    (REINFORCE's keys only with it), a decay that ends after the warmup, bf16 storage in one
-    process, and sharded runs
-    (grpo.nproc_per_node > 1) with a rule that shards, a batch that splits over the ranks and
-    no checkpoints."""
+def _trained(config: dict) -> set[str]:
+    """The written methods that run GRPO (those only predicted or measured do not)."""
     sweep = config.get("lr_sweep") or {"anchors": {}}
-    trained = {*config["run_methods"], *config.get("ablation_methods", []), *sweep["anchors"],
-               *config.get("reinforce_methods", []),
-               *(config.get("stability") or {}).get("methods", []),
-               *(config.get("stability") or {}).get("opt_in_methods", []),
-               *(config.get("sync_regime") or {}).get("methods", [])}
+    return {*config["run_methods"], *config.get("ablation_methods", []), *sweep["anchors"],
+            *config.get("reinforce_methods", []),
+            *(config.get("stability") or {}).get("methods", []),
+            *(config.get("stability") or {}).get("opt_in_methods", []),
+            *(config.get("sync_regime") or {}).get("methods", [])}
+
+
+def _check_method_grpo(config: dict, name: str, trained: bool) -> None:
+    """Method `name`'s grpo keys (merged over grpo) exist, take the grpo section's values and
+    fit together: the cosine diagnostic off the profiled steps, the estimator's own keys
+    (`logra.rl.loss.estimator`), a decay that ends after the warmup, bf16 storage in one
+    process, and, for a method that is `trained`, sharded runs (grpo.nproc_per_node > 1)
+    with a rule that shards, a batch that splits over the ranks and no checkpoints."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
-    schema = _schema()
-    grpo_values = Draft202012Validator({"$defs": schema["$defs"],
-                                        **schema["properties"]["grpo"]})
-    for name, m in config["methods"].items():
-        unknown = sorted(set(m.get("grpo", {})) - set(config["grpo"]))
-        if unknown:
-            raise ConfigError(f"methods.{name}.grpo: unknown key {unknown[0]!r} "
-                              f"(grpo keys: {sorted(config['grpo'])})")
-        error = best_match(grpo_values.iter_errors(m.get("grpo", {})))
-        if error is not None:  # a method's grpo values as the grpo section's (no defaults)
-            raise ConfigError(f"methods.{name}.grpo."
-                              f"{'.'.join(map(str, error.absolute_path))}: {error.message}")
-        merged = config["grpo"] | m.get("grpo", {})
-        def key(k: str, name=name, m=m) -> str:  # the method's own grpo key, else the global
-            return f"methods.{name}.grpo.{k}" if k in m.get("grpo", {}) else f"grpo.{k}"
-        if merged["cosine_step"] in (1, min(merged["profile_step"], merged["steps"])):
-            raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']} is a memory-profiled "
-                              f"step (step 1 and grpo.profile_step, method {name}): the "
-                              "diagnostic's copies would count in the measured peak")
-        if merged["estimator"] == "grpo" and merged["group_size"] < 2:
-            raise ConfigError(f"{key('group_size')}={merged['group_size']}: GRPO's advantages "
-                              "compare the responses of one prompt (at least 2), or set "
-                              f"grpo.estimator: reinforce_baseline ({name})")
-        if merged["estimator"] == "grpo" and merged["length_reference"] is not None:
-            raise ConfigError(f"{key('length_reference')}: weighs REINFORCE's advantages; set "
-                              f"grpo.estimator: reinforce_baseline or drop it ({name})")
-        if merged["decay_steps"] and merged["decay_steps"] <= merged["warmup_steps"]:
-            raise ConfigError(f"{key('decay_steps')}={merged['decay_steps']}: the decay ends "
-                              f"after the warmup ({key('warmup_steps')}="
-                              f"{merged['warmup_steps']}; method {name})")
-        if merged["param_dtype"] != "float32" and merged["nproc_per_node"] > 1:
-            raise ConfigError(f"{key('param_dtype')}={merged['param_dtype']}: weights stored "
-                              "in bf16 run in one process; under FSDP set compute_dtype "
-                              f"instead ({key('nproc_per_node')}={merged['nproc_per_node']}, "
-                              f"method {name})")
-        if merged["cosine_step"] and merged["nproc_per_node"] > 1 and name in trained:
-            raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']}: the diagnostic "
-                              f"runs in one process only; set 0 with grpo.nproc_per_node > 1 ({name})")
-        world = merged["nproc_per_node"]
-        if world > 1 and name in trained:
-            if not rules.rule_class(m["rule"]).shardable:
-                can = [r for r in rules.RULES if rules.rule_class(r).shardable]
-                raise ConfigError(f"methods.{name}.rule: {m['rule']!r} cannot run sharded "
-                                  f"(grpo.nproc_per_node={world}); rules that can: {can}")
-            batch = merged["prompts_per_step"] * merged["group_size"]
-            if batch % (merged["micro_batch_size"] * world):
-                raise ConfigError(
-                    f"grpo: a batch of prompts_per_step x group_size = {batch} sequences does "
-                    f"not split into global micro-batches of micro_batch_size x nproc_per_node "
-                    f"= {merged['micro_batch_size']} x {world} (method {name})")
-            if merged["checkpoint_every"]:
-                raise ConfigError(f"grpo.checkpoint_every={merged['checkpoint_every']}: resume "
-                                  "checkpoints are single-process; set 0 when "
-                                  f"grpo.nproc_per_node={world} (method {name})")
+
+    from logra.rl.loss import estimator
+    schema, m = _schema(), config["methods"][name]
+    unknown = sorted(set(m.get("grpo", {})) - set(config["grpo"]))
+    if unknown:
+        raise ConfigError(f"methods.{name}.grpo: unknown key {unknown[0]!r} "
+                          f"(grpo keys: {sorted(config['grpo'])})")
+    grpo_values = Draft202012Validator({"$defs": schema["$defs"], **schema["properties"]["grpo"]})
+    error = best_match(grpo_values.iter_errors(m.get("grpo", {})))
+    if error is not None:  # a method's grpo values as the grpo section's (no defaults)
+        raise ConfigError(f"methods.{name}.grpo."
+                          f"{'.'.join(map(str, error.absolute_path))}: {error.message}")
+    merged = method_grpo(config, name)
+
+    def key(k: str) -> str:  # the method's own grpo key, else the global one
+        return f"methods.{name}.grpo.{k}" if k in m.get("grpo", {}) else f"grpo.{k}"
+    if merged["cosine_step"] in (1, min(merged["profile_step"], merged["steps"])):
+        raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']} is a memory-profiled "
+                          f"step (step 1 and grpo.profile_step, method {name}): the "
+                          "diagnostic's copies would count in the measured peak")
+    try:
+        estimator(merged).check(merged)
+    except ValueError as e:  # "grpo.<key>...": the method's own key where it sets it
+        k = re.match(r"grpo\.(\w+)", str(e)).group(1)
+        raise ConfigError(f"{key(k)}{str(e)[len('grpo.' + k):]} ({name})") from None
+    if merged["decay_steps"] and merged["decay_steps"] <= merged["warmup_steps"]:
+        raise ConfigError(f"{key('decay_steps')}={merged['decay_steps']}: the decay ends "
+                          f"after the warmup ({key('warmup_steps')}="
+                          f"{merged['warmup_steps']}; method {name})")
+    if merged["param_dtype"] != "float32" and merged["nproc_per_node"] > 1:
+        raise ConfigError(f"{key('param_dtype')}={merged['param_dtype']}: weights stored "
+                          "in bf16 run in one process; under FSDP set compute_dtype "
+                          f"instead ({key('nproc_per_node')}={merged['nproc_per_node']}, "
+                          f"method {name})")
+    world = merged["nproc_per_node"]
+    if not trained or world == 1:
+        return
+    if merged["cosine_step"]:
+        raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']}: the diagnostic "
+                          f"runs in one process only; set 0 with grpo.nproc_per_node > 1 ({name})")
+    if not rules.rule_class(m["rule"]).shardable:
+        can = [r for r in rules.RULES if rules.rule_class(r).shardable]
+        raise ConfigError(f"methods.{name}.rule: {m['rule']!r} cannot run sharded "
+                          f"(grpo.nproc_per_node={world}); rules that can: {can}")
+    batch = merged["prompts_per_step"] * merged["group_size"]
+    if batch % (merged["micro_batch_size"] * world):
+        raise ConfigError(
+            f"grpo: a batch of prompts_per_step x group_size = {batch} sequences does "
+            f"not split into global micro-batches of micro_batch_size x nproc_per_node "
+            f"= {merged['micro_batch_size']} x {world} (method {name})")
+    if merged["checkpoint_every"]:
+        raise ConfigError(f"grpo.checkpoint_every={merged['checkpoint_every']}: resume "
+                          "checkpoints are single-process; set 0 when "
+                          f"grpo.nproc_per_node={world} (method {name})")
 
 
-def _check_rule_options(config: dict) -> None:
-    """Each method's `rule` names a rule, its `options` are those the rule declares
-    (`UpdateRule.options`, validated as JSON schema; the paper setting's methods too), its
-    sync transport (`sync`, else `rollout.sync`) applies to the rule, and KL control asks for
-    a rule whose step can be scaled."""
+def _check_options(where: str, m: dict) -> None:
+    """A method's `rule` names a rule and its `options` are those the rule declares
+    (`UpdateRule.options`, validated as JSON schema); `where` names the method's key."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
-    defs = _schema()["$defs"]
-    specs = [(f"methods.{n}", n, m) for n, m in config["methods"].items()]
-    specs += [(f"paper_setting.methods.{n}", n, m)  # predicted only: no sync, no runs
-              for n, m in (config.get("paper_setting") or {}).get("methods", {}).items()]
-    for where, name, m in specs:
-        try:
-            rule = rules.rule_class(m["rule"])
-        except ValueError as e:
-            raise ConfigError(f"{where}.rule: {e}") from None
-        schema = {"$defs": defs, "type": "object", "additionalProperties": False,
-                  "properties": rule.options}
-        error = best_match(Draft202012Validator(schema).iter_errors(m.get("options", {})))
-        if error is not None:
-            key = ".".join(map(str, error.absolute_path))
-            raise ConfigError(f"{where}.options{'.' + key if key else ''}: "
-                              f"{error.message}{_number_hint(error.instance)} (rule "
-                              f"{m['rule']!r} takes "
-                              f"{sorted(rule.options)})")
-        if where.startswith("paper_setting"):
-            continue
-        key = f"methods.{name}.sync" if "sync" in m else "rollout.sync"
-        try:
-            weight_sync.transport(m.get("sync", (config.get("rollout") or {}).get("sync", "auto")),
-                           rule)
-        except ValueError as e:
-            raise ConfigError(f"{key}: {e} (method {name})") from None
-        if m.get("kl_control") and not rule.scalable:
-            raise ConfigError(f"methods.{name}.kl_control: rule {m['rule']!r} cannot scale its "
-                              "step (it applies the update inside propose)")
+    try:
+        rule = rules.rule_class(m["rule"])
+    except ValueError as e:
+        raise ConfigError(f"{where}.rule: {e}") from None
+    schema = {"$defs": _schema()["$defs"], "type": "object", "additionalProperties": False,
+              "properties": rule.options}
+    error = best_match(Draft202012Validator(schema).iter_errors(m.get("options", {})))
+    if error is not None:
+        key = ".".join(map(str, error.absolute_path))
+        raise ConfigError(f"{where}.options{'.' + key if key else ''}: "
+                          f"{error.message}{_number_hint(error.instance)} (rule "
+                          f"{m['rule']!r} takes {sorted(rule.options)})")
 
 
-def _check_rules_fit_model(config: dict) -> None:
-    """Build each update rule on the configured architecture (meta tensors: no memory, no
-    weights), so options that cannot work on this model, e.g. a rank above a weight's smaller
-    side, stop the workflow here with the rule's own message naming the module."""
-    for name, m in config["methods"].items():
-        _check_rule_fits(config, f"methods.{name}", m, config["model"])
+def _check_method_options(config: dict, name: str) -> None:
+    """`_check_options` for method `name`, whose sync transport (`sync`, else `rollout.sync`)
+    applies to its rule and whose KL control asks for a rule whose step can be scaled."""
+    m = config["methods"][name]
+    _check_options(f"methods.{name}", m)
+    rule = rules.rule_class(m["rule"])
+    key = f"methods.{name}.sync" if "sync" in m else "rollout.sync"
+    try:
+        weight_sync.transport(m.get("sync", (config.get("rollout") or {}).get("sync", "auto")),
+                              rule)
+    except ValueError as e:
+        raise ConfigError(f"{key}: {e} (method {name})") from None
+    if m.get("kl_control") and not rule.scalable:
+        raise ConfigError(f"methods.{name}.kl_control: rule {m['rule']!r} cannot scale its "
+                          "step (it applies the update inside propose)")
 
 
-def _check_rule_fits(config: dict, key: str, m: dict, model_spec: dict,
-                     where: str = "") -> None:
-    """`_check_rules_fit_model` for one method `m` (named by `key` in the messages) on the
-    model `model_spec` describes (`where`, if not the configured one; a hub name offline:
-    checked when the run starts)."""
+def _check_rule_fits(config: dict, name: str, size: str | None = None) -> None:
+    """Build method `name`'s update rule on the model it trains (meta tensors: no memory, no
+    weights): `scaling.sizes[size]`'s, else its method's `size`'s, else its own `model`, else
+    the configured one; so options that cannot work on that model, e.g. a rank above a
+    weight's smaller side, stop the workflow here with the rule's own message naming the
+    module (a hub name offline is checked when the run starts)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from logra.rl.models import model_config
+    m = config["methods"][name]
+    size = size or m.get("size")
+    spec = ({"name": "tiny", "tiny": config["scaling"]["sizes"][size]["model"]} if size
+            else m.get("model") or config["model"])
     try:
-        hf_config = model_config(model_spec)
+        hf_config = model_config(spec)
     except OSError:  # a hub name while offline: the rule is checked when the run starts
         return
     task = next(iter(config["tasks"]))  # only lrs differ per task: they fit any model
-    dtype = getattr(torch, (config["grpo"] | m.get("grpo", {}))["param_dtype"])
+    grpo = method_grpo(config, name)
     with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA adapters)
-        model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(hf_config, dtype=getattr(torch,
+                                                                          grpo["param_dtype"]))
+    where = f" (on scaling.sizes.{size})" if size else ""
     try:
         rule = rules.build(m["rule"], model, task_options(m.get("options", {}), task))
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{key}.options{where}: {e}") from None
+        raise ConfigError(f"methods.{name}.options{where}: {e}") from None
     if rule.control is not None and m.get("kl_control"):
-        raise ConfigError(f"{key}.kl_control: rule {m['rule']!r} controls its own "
+        raise ConfigError(f"methods.{name}.kl_control: rule {m['rule']!r} controls its own "
                           "step (its options); remove kl_control, or switch its own off")
-    half = (config["grpo"] | m.get("grpo", {}))["probe_size"] // 2
+    half = grpo["probe_size"] // 2
     if getattr(rule.control, "probe_responses", 0) > half:
-        raise ConfigError(f"{key}.options.probe_responses: "
+        raise ConfigError(f"methods.{name}.options.probe_responses: "
                           f"{rule.control.probe_responses} sequences exceed the probe's "
                           f"prediction half (grpo.probe_size // 2 = {half}; the other half "
                           "measures the realized KL)")
@@ -561,45 +579,6 @@ def task_options(options: dict, task: str) -> dict:
     value, or its `default` for a task it does not name."""
     return {k: v.get(task, v.get("default")) if isinstance(v, dict) else v
             for k, v in options.items()}
-
-
-def lr_grid(anchor: float, points: int, factor: float) -> list[float]:
-    """The lr sweep's grid rule, the same for every method (an equal tuning budget): `points`
-    lrs spaced by `factor` around the method's declared `anchor`, anchor·factor^k for
-    k = -((points - 1) // 2) ... points // 2 (6 points, factor 2: anchor/4 ... anchor·8)."""
-    ks = range(-((points - 1) // 2), points // 2 + 1)
-    return [float(f"{anchor * factor ** k if k >= 0 else anchor / factor ** -k:.12g}") for k in ks]
-
-
-def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
-    """Add one method per (method, lr) of `lr_sweep` (each anchor's `lr_grid`) to
-    config["methods"], a copy at that point of the rule's knob (its `tuned` options: the lr;
-    LoGRA's KL budget, its update_ratio following), named `<method>_lr<lr>`
-    (`dense_adam_lr0p0001`, `logra_lr0p0002`), the configured one too: adopting the choice
-    in the config renames no sweep run. The copies measure no memory (`grpo.measure_memory`:
-    the weights are the same; what the sweep reads is their validation accuracy). Returns
-    {name: (method, lr)}, lr the point of the knob."""
-    sweep, spec = {}, config.get("lr_sweep") or {"anchors": {}}
-    for method, anchor in spec["anchors"].items():
-        base = config["methods"][method]
-        for lr in lr_grid(anchor, spec.get("points", 6), spec.get("factor", 2.0)):
-            name = f"{method}_lr{_point_name(lr)}"
-            if name in config["methods"]:
-                raise ConfigError(f"lr_sweep.anchors.{method}: the run name {name!r} for "
-                                  f"lr={lr} is already a method")
-            cls = rules.rule_class(base["rule"])
-            config["methods"][name] = {  # validation runs: their memory is not read
-                **copy.deepcopy(base), "options": cls.tuned(dict(base.get("options", {})), lr),
-                "grpo": {**base.get("grpo", {}), "measure_memory": False}}
-            sweep[name] = (method, lr)
-    return sweep
-
-
-def sweep_knobs(config: dict) -> dict[str, str]:
-    """{method: the option its lr sweep's points set} for each of `lr_sweep.anchors`."""
-    return {m: rules.rule_class(config["methods"][m]["rule"]).tuning_option(
-        config["methods"][m].get("options", {}))
-        for m in (config.get("lr_sweep") or {}).get("anchors", {})}
 
 
 def _check_eval_and_margin(config: dict) -> None:
@@ -630,34 +609,6 @@ def margin_seeds(config: dict) -> list[int]:
     return [max([*config["seeds"], *(config.get("lr_sweep") or {}).get("seeds", [0])]) + 1]
 
 
-def margin_runs(config: dict, sweep: dict[str, tuple[str, float]]) -> dict[str, str]:
-    """{task: the lr sweep's run name of the reference at the lr it is configured with on that
-    task}, for the tasks the lr sweep validates on (`add_lr_sweep_methods`'s `sweep`): run at
-    `margin_seeds`, the validation runs that set the task's margin (none when the reference has
-    no grid). The configured lr must be a point of the reference's grid."""
-    reference = config["verdict"]["reference"]
-    tasks = [t for t in (config.get("lr_sweep") or {}).get("tasks", []) if t in config["tasks"]]
-    if not tasks:
-        return {}
-    method = config["methods"][reference]
-    knob = rules.rule_class(method["rule"]).tuning_option(method.get("options", {}))
-    points = {lr: name for name, (m, lr) in sweep.items() if m == reference}
-    if not points:  # the reference is not swept: every margin is the floor
-        return {}
-    runs = {}
-    for task in tasks:
-        lr = method.get("options", {}).get(knob)
-        lr = lr.get(task, lr.get("default")) if isinstance(lr, dict) else lr
-        match = [name for point, name in points.items() if lr is not None
-                 and math.isclose(point, lr, rel_tol=1e-9)]
-        if not match:
-            raise ConfigError(f"verdict.margin: {reference}'s {knob} on {task} ({lr}) is not a "
-                              f"point of its lr_sweep grid ({sorted(points)}): the margin is set "
-                              "on the sweep's validation run at the configured lr")
-        runs[task] = match[0]
-    return runs
-
-
 def validate_file(path: str | Path) -> dict:
     """One complete config file, read, validated (filling defaults) and checked (`resolve`
     without the default config under it)."""
@@ -666,7 +617,7 @@ def validate_file(path: str | Path) -> dict:
 
 def _check_data_sizes(config: dict) -> None:
     """The train split must fill SFT's held-out slice plus one batch, and every method's GRPO
-    step (each draws its prompts without replacement)."""
+    step (`_check_prompts`)."""
     n = (config.get("data") or {}).get("n_train")
     if n is None:  # every row of a dataset: its size is known to the data job
         return
@@ -676,302 +627,28 @@ def _check_data_sizes(config: dict) -> None:
         raise ConfigError(f"data.n_train: {n} train examples cannot hold SFT's held-out slice "
                           f"(sft.eval_examples: {sft['eval_examples']}) plus one batch "
                           f"(sft.batch_size: {sft['batch_size']})")
-    for name, m in config["methods"].items():
-        prompts = (config["grpo"] | m.get("grpo", {}))["prompts_per_step"]
-        if prompts > n:
-            key = (f"methods.{name}.grpo.prompts_per_step" if "prompts_per_step" in
-                   m.get("grpo", {}) else "grpo.prompts_per_step")
-            raise ConfigError(f"{key}: {prompts} prompts per step are drawn from the train "
-                              f"split without replacement, which holds data.n_train: {n}")
+    for name in config["methods"]:
+        _check_prompts(config, name)
 
 
-def stability_runs(config: dict, opt_in: bool = False) -> list[str]:
-    """The long runs of figures/stability_27b as "task/method/seedN": `stability.methods` on its
-    task over `stability.seeds`, or `opt_in_methods` over `opt_in_seeds` (defaults: methods,
-    every seed)."""
-    st = config.get("stability") or {}
-    if not st:
-        return []
-    methods = (st.get("opt_in_methods") if opt_in else None) or st["methods"]
-    seeds = st.get("opt_in_seeds" if opt_in else "seeds") or config["seeds"]
-    return [f"{st['task']}/{m}/seed{s}" for m in methods for s in seeds]
+def _check_prompts(config: dict, name: str) -> None:
+    """Method `name`'s GRPO step draws its prompts from the train split without replacement:
+    data.n_train holds them."""
+    n = (config.get("data") or {}).get("n_train")
+    prompts = method_grpo(config, name)["prompts_per_step"]
+    if n is not None and prompts > n:
+        key = (f"methods.{name}.grpo.prompts_per_step" if "prompts_per_step" in
+               config["methods"][name].get("grpo", {}) else "grpo.prompts_per_step")
+        raise ConfigError(f"{key}: {prompts} prompts per step are drawn from the train "
+                          f"split without replacement, which holds data.n_train: {n}")
 
 
-def controller_cells(config: dict) -> list[tuple[str, bool, float]]:
-    """`stability.controller_ablation`'s cells as (method name, controller on, scale): its
-    method with its rule's `controller` on and off at each of `scales` times its step size,
-    named `<method>_x<s>` and `<method>_nocontrol_x<s>` (on at scale 1: the method itself);
-    the controller on first, by scale."""
-    ablation = (config.get("stability") or {}).get("controller_ablation")
-    if not ablation:
-        return []
-    method = ablation["method"]
-    return [(method if on and scale == 1 else
-             f"{method}{'' if on else '_nocontrol'}_x{_point_name(float(scale))}", on, scale)
-            for on in (True, False) for scale in ablation["scales"]]
-
-
-def add_controller_ablation_methods(config: dict) -> list[str]:
-    """Define the controller ablation's cells (`controller_cells`) in config["methods"], each
-    a copy of its method at that multiple of its step size (`lr_scaled`) with `controller` set;
-    returns their names."""
-    cells = controller_cells(config)
-    if not cells:
-        return []
-    method = config["stability"]["controller_ablation"]["method"]
-    if method not in config["methods"]:
-        raise ConfigError(f"stability.controller_ablation.method: {method!r} is not defined "
-                          f"under methods (defined: {sorted(config['methods'])})")
-    base = config["methods"][method]
-    if "controller" not in inspect.signature(rules.rule_class(base["rule"])).parameters:
-        raise ConfigError(f"stability.controller_ablation.method: {method!r}'s rule "
-                          f"{base['rule']!r} has no `controller` option to switch off")
-    for name, on, scale in cells:
-        if name == method:
-            continue
-        if name in config["methods"]:
-            raise ConfigError(f"stability.controller_ablation: the run name {name!r} is "
-                              "already a method")
-        config["methods"][name] = lr_scaled(base, scale)
-        config["methods"][name]["options"]["controller"] = on
-    return [name for name, _, _ in cells]
-
-
-def controller_runs(config: dict) -> list[str]:
-    """The controller ablation's runs as "task/method/seedN": its cells on `stability.task`
-    over `stability.opt_in_seeds` (default: every seed)."""
-    st = config.get("stability") or {}
-    return [f"{st['task']}/{name}/seed{s}" for name, _, _ in controller_cells(config)
-            for s in st.get("opt_in_seeds") or config["seeds"]]
-
-
-@dataclasses.dataclass
-class Scaling:
-    """`snakemake scaling`'s methods (`add_scaling_methods`):
-    - `sweep`: {name: (method, value)}, the tuning sweep at the first size (`lr_sweep`'s grid
-      rule and anchors), value the point of the method's knob (`UpdateRule.tuning_option`:
-      dense AdamW's lr, LoGRA's KL budget);
-    - `grid`: {(label, size): name}, every method, and each rank-fraction variant (label
-      `<method>_frac`), at every size at its `scaling.tuned` value transferred by
-      `scaling.transfer` (empty until every method is tuned);
-    - `check`: {name: (method, value)}, the transfer's check: `check.factors` times each
-      transferred value at `check.size` (factor 1: the grid's method itself)."""
-    sweep: dict = dataclasses.field(default_factory=dict)
-    grid: dict = dataclasses.field(default_factory=dict)
-    check: dict = dataclasses.field(default_factory=dict)
-
-
-def _point_name(*parts) -> str:
-    """A method name from its parts, numbers as %g with '.', '-' and '+' spelled p, m, ''."""
-    return "_".join(f"{p:g}" if isinstance(p, float) else str(p) for p in parts).replace(
-        "-", "m").replace("+", "").replace(".", "p")
-
-
-def _round(x: float) -> float:
-    """`x` to 12 significant digits (so 5e-5 x 0.02 is 1e-6, not 1.0000000000000002e-06)."""
-    return float(f"{x:.12g}")
-
-
-def transfer_factor(config: dict, method: str, size: str) -> float:
-    """The factor on `method`'s tuned knob at `size` (`scaling.transfer`): `inverse_width`, the
-    first size's hidden size over this size's (µP's rule for Adam's hidden-layer lr, applied
-    here to every weight: the models are not reparametrised); `none`, 1 (a KL budget is a
-    per-step move of the policy, whatever the model's size)."""
-    sc = config["scaling"]
-    if sc["transfer"][method] == "none":
-        return 1.0
-    first = next(iter(sc["sizes"].values()))["model"]["hidden_size"]
-    return first / sc["sizes"][size]["model"]["hidden_size"]
-
-
-def add_scaling_methods(config: dict) -> Scaling:
-    """Define `snakemake scaling`'s methods (`Scaling`) in config["methods"]: copies of each of
-    `scaling.methods` with the key `size` (their runs start from that size's SFT base,
-    `base_input`) and their knob set by the rule's `tuned`. A rank-fraction variant
-    (`scaling.rank_fraction`) takes rank x hidden / model.tiny.hidden_size (the fraction its
-    configured rank is of the configured model); where that is the configured rank, it is the
-    fixed-rank method itself. Validation runs (sweep, check) measure no memory. Names:
-    `<method>_<size>`, `<method>_frac_<size>`, `<method>_<size>_lr<value>`,
-    `<method>_<size>_x<factor>`."""
-    sc, out = config.get("scaling"), Scaling()
-    if not sc:
-        return out
-    sizes, methods, sweep = list(sc["sizes"]), config["methods"], config["lr_sweep"]
-
-    def define(name, method, size, value, validation=False, **overrides):
-        if name in methods:
-            raise ConfigError(f"scaling: the run name {name!r} is already a method")
-        base = methods[method]
-        options = rules.rule_class(base["rule"]).tuned(dict(base.get("options", {})), value)
-        grpo = {**base.get("grpo", {}), **({"measure_memory": False} if validation else {})}
-        methods[name] = {**copy.deepcopy(base), "size": size, "grpo": grpo,
-                         "options": options | overrides}
-        return name
-
-    for method in sc["methods"]:
-        for value in lr_grid(sweep["anchors"][method], sweep["points"], sweep["factor"]):
-            out.sweep[define(_point_name(method, sizes[0], "lr") + _point_name(value),
-                             method, sizes[0], value, validation=True)] = (method, value)
-    tuned = sc.get("tuned") or {}
-    if any(tuned.get(m) is None for m in sc["methods"]):
-        return out  # the grid waits for the sweep's choice
-    width = config["model"]["tiny"]["hidden_size"]
-    for method in sc["methods"]:
-        for size in sizes:
-            value = _round(tuned[method] * transfer_factor(config, method, size))
-            name = out.grid[method, size] = define(_point_name(method, size), method, size,
-                                                   value)
-            if method in sc["rank_fraction"]:
-                rank = methods[method]["options"]["rank"]
-                frac = max(1, round(rank * sc["sizes"][size]["model"]["hidden_size"] / width))
-                out.grid[f"{method}_frac", size] = name if frac == rank else define(
-                    _point_name(method, "frac", size), method, size, value, rank=frac)
-            if size == sc["check"]["size"]:
-                for factor in sc["check"]["factors"]:
-                    point = _round(value * factor)
-                    out.check[name if factor == 1 else define(
-                        f"{name}_{_point_name('x', float(factor))}", method, size, point,
-                        validation=True)] = (method, point)
-    return out
-
-
-def scaling_runs(config: dict, scaling: Scaling) -> dict[str, list[str]]:
-    """`snakemake scaling`'s runs as "task/method/seedN", by part: `sweep` and `check` at
-    `lr_sweep.seeds` (validation), `grid` at `scaling.seeds` (default: every seed)."""
-    sc = config.get("scaling") or {}
-    if not sc:
-        return {"sweep": [], "grid": [], "check": []}
-    val, test = config["lr_sweep"]["seeds"], sc.get("seeds") or config["seeds"]
-    return {"sweep": [f"{sc['task']}/{m}/seed{s}" for m in scaling.sweep for s in val],
-            "grid": [f"{sc['task']}/{m}/seed{s}" for m in dict.fromkeys(scaling.grid.values())
-                     for s in test],
-            "check": [f"{sc['task']}/{m}/seed{s}" for m in scaling.check for s in val]}
-
-
-def scaling_grid(config: dict, scaling: Scaling) -> list[tuple[str, str, int, str]]:
-    """The grid's test runs as (label, size, seed, "task/method/seedN"), every label at every
-    size over `scaling.seeds`; a clear stop while `scaling.tuned` lacks a method."""
-    if not scaling.grid:
-        raise ConfigError("scaling.tuned: not every method of scaling.methods has a value: run "
-                          "`snakemake scaling_sweep` and adopt each method's choice at the "
-                          "first size (results/scaling/lr_sweep.csv) before the test runs")
-    sc = config["scaling"]
-    return [(label, size, seed, f"{sc['task']}/{name}/seed{seed}")
-            for (label, size), name in scaling.grid.items()
-            for seed in sc.get("seeds") or config["seeds"]]
-
-
-def scaling_jobs(config: dict, scaling: Scaling) -> list[str]:
-    """The jobs of `snakemake scaling` that are its own, as their benchmarks' paths under
-    results/benchmarks/ (no suffix): each size's bases (the test seeds', the sweep's and the
-    check's), their evaluations, every run and its evaluation (not the data, nor the analysis
-    plan's validation run, which the default target shares)."""
-    sc, runs = config["scaling"], scaling_runs(config, scaling)
-    seeds, val = sc.get("seeds") or config["seeds"], config["lr_sweep"]["seeds"]
-    sizes = list(sc["sizes"])
-    bases = dict.fromkeys([(z, s) for z in sizes for s in seeds]
-                          + [(z, s) for z in (sizes[0], sc["check"]["size"]) for s in val])
-    grid = list(dict.fromkeys(run for *_, run in scaling_grid(config, scaling)))
-    return ([f"scaling/base/{sc['task']}/{z}/seed{s}" for z, s in bases]
-            + [f"scaling/eval_base/{sc['task']}/{z}/seed{s}" for z in sizes for s in seeds]
-            + [f"train/train/{run}" for run in runs["sweep"] + runs["check"] + grid]
-            + [f"lr_sweep/lr_sweep_eval/{run}" for run in runs["sweep"] + runs["check"]]
-            + [f"eval/eval_run/{run}" for run in grid])
-
-
-def lr_scaled(method: dict, scale: float) -> dict:
-    """A copy of a `methods` entry with every step-size option (the rule's
-    `step_size_option`, `lr` or LoGRA's `update_ratio`, and each `*_lr`, per task where given
-    per task) multiplied by `scale`, rounded to 12 significant digits (so 5e-5 x 0.02 is 1e-6,
-    not 1.0000000000000002e-06)."""
-    def times(value):
-        return ({k: times(v) for k, v in value.items()} if isinstance(value, dict)
-                else _round(value * scale))
-    cls = rules.rule_class(method["rule"])
-    options = dict(method.get("options", {}))
-    if cls.step_size_option not in options and rules.step_size(cls, options) is not None:
-        options[cls.step_size_option] = rules.step_size(cls, options)  # its default, scaled
-    return {**copy.deepcopy(method), "options": {**options, **{
-        k: times(v) for k, v in options.items()
-        if k == cls.step_size_option or k.endswith("_lr")}}}
-
-
-def sync_regimes(config: dict) -> dict[str, list[str]]:
-    """`snakemake sync_regime`'s regimes, {regime: its method names}: each of
-    `sync_regime.methods` with its lrs times the regime's `lr_scales` value, named
-    `<method>_<regime>` (the method itself at scale 1; `add_sync_regime_methods` defines them)."""
-    st = config.get("sync_regime") or {}
-    return {regime: [m if scale == 1 else f"{m}_{regime}" for m in st["methods"]]
-            for regime, scale in st.get("lr_scales", {}).items()}
-
-
-def add_sync_regime_methods(config: dict) -> dict[str, list[str]]:
-    """Define the lr-scaled methods of `sync_regimes` in config["methods"]; returns them."""
-    regimes = sync_regimes(config)
-    st = config.get("sync_regime") or {}
-    for regime, names in regimes.items():
-        for method, name in zip(st["methods"], names):
-            if name == method:
-                continue
-            if name in config["methods"]:
-                raise ConfigError(f"sync_regime.lr_scales.{regime}: the run name {name!r} is "
-                                  "already a method")
-            config["methods"][name] = lr_scaled(config["methods"][method],
-                                                st["lr_scales"][regime])
-    return regimes
-
-
-def sync_regime_methods(config: dict) -> list[str]:
-    """The methods of `snakemake sync_regime`, every regime's."""
-    return list(dict.fromkeys(m for names in sync_regimes(config).values() for m in names))
-
-
-def sync_regime_runs(config: dict) -> list[str]:
-    """The runs of `snakemake sync_regime` as "task/method/seedN": every regime's methods on
-    its task over `sync_regime.seeds` (default: every seed)."""
-    st = config.get("sync_regime") or {}
-    return [f"{st['task']}/{m}/seed{s}" for m in sync_regime_methods(config)
-            for s in st.get("seeds") or config["seeds"]] if st else []
-
-
-def start_model(config: dict, method: str | None = None) -> str | None:
-    """The hub model (name or directory) a run of `method` (None: the task's base model) starts
-    from as it is, or None when it starts from its seed's SFT base
-    `results/base/{task}/seed{seed}/model`: a method's own `model`, or the configured hub model
-    when `sft.steps` is 0."""
-    own = config["methods"][method].get("model") if method else None
-    if own:
-        return own["name"]
-    steps = config["sft"]["steps"]
-    if config["model"]["name"] != "tiny" and not any(
-            steps.values() if isinstance(steps, dict) else [steps]):
-        return config["model"]["name"]
-    return None
-
-
-def base_input(config: dict, wildcards) -> dict[str, str]:
-    """Snakemake input {"base": SFT base directory} of a run (`wildcards.method`) or of a base
-    evaluation (no method), or {} when it starts from a hub model. Each seed has its own base,
-    shared by every method of that seed: a seed replicates the whole pipeline. A run of a
-    method with a `size` (`add_scaling_methods`), or a base evaluation with a `size` wildcard,
-    starts from that size's base, `results/base/{task}/{size}/seed{seed}/model`."""
-    method = getattr(wildcards, "method", None)
-    if start_model(config, method):
-        return {}
-    size = config["methods"][method].get("size") if method else getattr(wildcards, "size", None)
-    return {"base": f"results/base/{wildcards.task}/{size + '/' if size else ''}"
-                    f"seed{wildcards.seed}/model"}
-
-
-# the stages (rule files) whose jobs compute on `device`: on CUDA each takes one GPU, a GRPO run
-# grpo.nproc_per_node of them
 DEVICE_STAGES = ("base", "train", "eval", "memory")
 
 
 def gpus_per_run(config: dict, method: str) -> int:
     """GPUs one run of `method` needs: 0 on CPU."""
-    grpo = config["grpo"] | config["methods"][method].get("grpo", {})
-    return grpo["nproc_per_node"] if config["device"].startswith("cuda") else 0
+    return method_grpo(config, method)["nproc_per_node"] if config["device"].startswith("cuda") else 0
 
 
 def job_resources(config: dict, stage: str) -> dict:
@@ -1004,7 +681,7 @@ def run_config(config: dict, task: str, method: str, seed: int) -> dict:
                    "options": _seeded(config["methods"][method], task, int(seed)),
                    "kl_control": config["methods"][method].get("kl_control")},
         "model_name": (config["methods"][method].get("model") or config["model"])["name"],
-        "grpo": _run_grpo(config["grpo"] | config["methods"][method].get("grpo", {})),
+        "grpo": _run_grpo(method_grpo(config, method)),
         "rollout": (dict(config["rollout"]) | config["methods"][method].get("rollout", {})
                     | {"sync": sync_transport(config, method)}),
     }

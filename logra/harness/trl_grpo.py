@@ -35,6 +35,7 @@ from trl import GRPOConfig, GRPOTrainer
 from logra.harness.config import task_options
 from logra.measure.memory import MemoryMeter, optimizer_state_bytes
 from logra.optim.optimizer import LoGRAOptimizer, LoGRATrainerMixin
+from logra.rl.loss import GRPO, estimator
 from logra.rl.models import load, n_params
 
 METHODS = ("logra", "adamw")  # compare()'s two runs: LoGRAOptimizer, TRL's default AdamW
@@ -176,11 +177,10 @@ def config_options(config: dict, task: str) -> dict:
     """compare()'s options from the workflow's config: LoGRA's options on `task` (method
     `logra`), AdamW's lr (method `dense_adam`'s) and the `grpo` batch sizes; TRL's GRPO
     only (its groups of two or more)."""
-    g = config["grpo"]
-    estimator = g.get("estimator", "grpo")  # a config as read (the example's) or validated
-    if estimator != "grpo" or g["group_size"] < 2:
+    g = config["grpo"]  # validated (`resolve`)
+    if not isinstance(estimator(g), GRPO) or g["group_size"] < 2:
         raise ValueError(f"trl: TRL's GRPOTrainer runs GRPO with groups of two or more; this "
-                         f"config's grpo.estimator is {estimator!r}, grpo.group_size "
+                         f"config's grpo.estimator is {g['estimator']!r}, grpo.group_size "
                          f"{g['group_size']}")
     return dict(logra=task_options(config["methods"]["logra"]["options"], task),
                 adamw_lr=task_options(config["methods"]["dense_adam"]["options"], task)["lr"],

@@ -117,7 +117,7 @@ class UpdateRule:
     # the rule's own step control (between propose and apply), or None: then the config's
     # `kl_control`, if any (logra/optim/kl_control.py)
     control = None
-    # the option a regime scales (logra/harness/config.py): the step size
+    # the option a regime scales (logra/harness/plan.py): the step size
     step_size_option: str = "lr"
 
     @classmethod

@@ -89,7 +89,7 @@ from logra.optim.kl_control import KLControl
 from logra.optim.kl_control import calibration as kl_calibration
 from logra.optim.rule import tensor_bytes
 from logra.rl import checkpoint, fsdp
-from logra.rl.loss import group_advantages, running_baseline_advantages
+from logra.rl.loss import estimator
 from logra.rl.models import load, median_abs_weight, n_params
 from logra.rl.rollout import EngineError, make_engine
 from logra.rl.step import cap_cuda_memory, compute_context, cuda_oom, update_step
@@ -156,6 +156,7 @@ class Run:
     base_median_w: float | None
     param_bytes: int
     profiled: set[int]  # the steps measured with the MemoryMeter
+    estimator: object  # grpo.estimator's (logra.rl.loss.estimator): advantages, loss, signal
 
     @property
     def sharded(self) -> bool:
@@ -215,13 +216,14 @@ def setup(cfg: dict, base_dir, train_jsonl, out_dir, checkpoint_dir=None) -> Run
                 else {1, grpo["profile_step"]})
     return Run(cfg, grpo, Path(base_dir), out_dir, device, mesh, collectives.rank(), task, rows,
                model, tokenizer, ref_model, autocast, rule, kl_control, rng, shuffle_gen, eos,
-               ckpt_path, weight_norm(model), base_median_w, param_bytes, profiled)
+               ckpt_path, weight_norm(model), base_median_w, param_bytes, profiled,
+               estimator(grpo))
 
 
 def fresh_progress() -> dict:
     """The loop's state besides the weights and the rule's, checkpointed with them."""
     return {"step": 0, "metrics": [], "memory": {}, "memory_seq_len": {},  # by profiled step
-            "baseline": 0.0,  # grpo.estimator reinforce_baseline's running baseline
+            "baseline": 0.0,  # the estimator's running baseline (reinforce_baseline's)
             "lowrank_bytes": 0,  # low-rank sync bytes ...
             "lowrank_full": 0,  # ... and what those weights take in full
             "wall_s": 0.0, "resumed_from": [],
@@ -275,13 +277,9 @@ def sample(run: Run, engine, step: int, progress: dict) -> Batch:
         run.cfg["seed"] * 1_000_003 + step) if engine else None)
     rewards = torch.tensor([run.task.reward(r.text, examples[i // group])
                             for i, r in enumerate(rollouts)])
-    if grpo["estimator"] == "grpo":
-        adv = group_advantages(rewards, group, scale=grpo["scale_advantages"])
-    else:  # the authors' REINFORCE: its running baseline is the loop's state (checkpointed)
-        adv, progress["baseline"] = running_baseline_advantages(
-            rewards, torch.tensor([len(r.completion_ids) for r in rollouts]),
-            progress["baseline"], grpo["baseline_weight"], grpo["failure_reward"],
-            grpo["length_reference"])
+    adv, progress["baseline"] = run.estimator.advantages(  # a running baseline is checkpointed
+        rewards, torch.tensor([len(r.completion_ids) for r in rollouts]), progress["baseline"],
+        grpo)
     perm = torch.randperm(len(rollouts), generator=run.shuffle_gen)
     ids, attn, mask, engine_logp = (t[perm].to(run.device)
                                     for t in pad_batch(rollouts, run.tokenizer.pad_token_id))
@@ -309,7 +307,8 @@ def update(run: Run, batch: Batch, step: int, progress: dict) -> tuple:
             run.model, run.ref_model, rule, run.kl_control, batch.tensors, batch.probe, grpo,
             max_scale=scheduled_scale(step, grpo),
             phase=getattr(meter, "phase", None), engine_logp=batch.engine_logp,
-            completed=batch.completed, cosine=step == grpo["cosine_step"])
+            completed=batch.completed, cosine=step == grpo["cosine_step"],
+            estimator=run.estimator)
     if step in run.profiled:
         progress["memory"][step] = meter.report
         progress["memory_seq_len"][step] = batch.tensors[0].shape[1]
@@ -338,10 +337,7 @@ def stopped(run: Run, batch: Batch, step: int, progress: dict, loss: float,
             return {"status": "oom", "oom_at_step": step, "oom_check": (
                 "measured peak vs budget, after the step (the larger of the profiled "
                 "steps' peaks)"), "oom_needed_bytes": peak}
-    if run.grpo["estimator"] == "grpo":
-        varied = bool((batch.rewards.view(-1, run.grpo["group_size"]).std(dim=1) > 0).any())
-    else:  # REINFORCE: every response whose outcome is not the baseline has a gradient
-        varied = bool((batch.tensors[3] != 0).any())
+    varied = run.estimator.has_signal(batch.rewards, batch.tensors[3], run.grpo)
     progress["zero_grad_steps"] = (progress["zero_grad_steps"] + 1
                                    if run.rule.grad_norm == 0 and varied else 0)
     ratio = weight_norm(run.model) / run.base_norm

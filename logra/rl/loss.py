@@ -111,6 +111,64 @@ def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: str,
     return per_seq.sum() / (normalizer if normalizer is not None else per_seq.numel())
 
 
+class GRPO:
+    """GRPO's estimator (each estimator: `check`, `advantages`, `loss`, `has_signal`): advantages normalised within each prompt's group
+    (`group_advantages`, grpo.group_size, grpo.scale_advantages) and the clipped-ratio loss
+    (`policy_loss`); a step has a gradient when some group's rewards vary."""
+
+    def check(self, grpo: dict) -> None:
+        if grpo["group_size"] < 2:
+            raise ValueError(f"grpo.group_size={grpo['group_size']}: GRPO's advantages compare "
+                             "the responses of one prompt (at least 2), or set grpo.estimator: "
+                             "reinforce_baseline")
+        if grpo["length_reference"] is not None:
+            raise ValueError("grpo.length_reference: weighs REINFORCE's advantages; set "
+                             "grpo.estimator: reinforce_baseline or drop it")
+
+    def advantages(self, rewards, lengths, baseline: float, grpo: dict):
+        """(advantages, the baseline unchanged: GRPO keeps none)."""
+        return group_advantages(rewards, grpo["group_size"], scale=grpo["scale_advantages"]), \
+            baseline
+
+    def loss(self, logp, engine_logp, advantages, mask, grpo: dict, normalizer):
+        return policy_loss(logp, logp.detach(), advantages, mask, grpo["clip_low"],
+                           grpo["clip_high"], grpo["aggregation"], normalizer=normalizer)
+
+    def has_signal(self, rewards, advantages, grpo: dict) -> bool:
+        return bool((rewards.view(-1, grpo["group_size"]).std(dim=1) > 0).any())
+
+
+class RunningBaselineReinforce:
+    """The LoGRA authors' REINFORCE (the module docstring): advantages against a running
+    baseline of earlier batches (`running_baseline_advantages`; the baseline is the loop's
+    state, checkpointed with it) and the importance-weighted loss (`reinforce_loss`); every
+    response whose outcome is not the baseline has a gradient."""
+
+    def check(self, grpo: dict) -> None:
+        pass
+
+    def advantages(self, rewards, lengths, baseline: float, grpo: dict):
+        """(advantages, the baseline after this batch)."""
+        return running_baseline_advantages(rewards, lengths, baseline, grpo["baseline_weight"],
+                                           grpo["failure_reward"], grpo["length_reference"])
+
+    def loss(self, logp, engine_logp, advantages, mask, grpo: dict, normalizer):
+        return reinforce_loss(logp, engine_logp, advantages, mask, grpo["importance_cap"],
+                              grpo["aggregation"], normalizer=normalizer)
+
+    def has_signal(self, rewards, advantages, grpo: dict) -> bool:
+        return bool((advantages != 0).any())
+
+
+ESTIMATORS = {"grpo": GRPO(), "reinforce_baseline": RunningBaselineReinforce()}
+
+
+def estimator(grpo: dict) -> GRPO | RunningBaselineReinforce:
+    """The estimator `grpo["estimator"]` names (its `check(grpo)` raises a ValueError naming
+    a grpo key that does not fit it)."""
+    return ESTIMATORS[grpo["estimator"]]
+
+
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(π ‖ π_ref): exp(ref - logp) - (ref - logp) - 1 (≥ 0)."""
     d = ref_logp - logp

@@ -14,14 +14,15 @@ import torch
 from logra.optim import collectives
 from logra.optim.collectives import local
 from logra.optim.kl_control import at_cap, probe_base, probe_kl, split_probe
-from logra.rl.loss import kl_k3, policy_loss, reinforce_loss, token_logprobs
+from logra.rl.loss import estimator as choose_estimator
+from logra.rl.loss import kl_k3, token_logprobs
 
 CONTROL_METRICS = ("kl_budget", "mismatch_ema", "control_seconds", "step_at_cap")
 
 
 def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
                 max_scale: float = 1.0, phase=None, engine_logp=None, completed=None,
-                cosine: bool = False) -> tuple:
+                cosine: bool = False, estimator=None) -> tuple:
     """One update: gradients, propose, (KL-controlled) apply, realized KL on the probe.
 
     The step's control is the rule's own (`rule.control`, LoGRA's budget) or `kl_control` (the
@@ -36,7 +37,8 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
     whether η is at its cap}). `completed`: per sequence, whether its response ended with eos (the signed
     mismatch's). `cosine`: also "update_cosine", the cosine between the applied step and the
     batch's negative dense gradient over every trained weight (`rule.dense_gradients`; nan
-    where the rule cannot keep it), a diagnostic that copies the weights and gradients once."""
+    where the rule cannot keep it), a diagnostic that copies the weights and gradients once.
+    `estimator`: the loss's (`accumulate_gradients`)."""
     phase = phase or (lambda name: None)
     control = rule.control or kl_control
     fit, held_out = split_probe(probe)
@@ -46,7 +48,8 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
             diagnose = rule.dense_gradients()
     with diagnose or contextlib.nullcontext():
         loss, mismatch = accumulate_gradients(model, ref_model, *batch, grpo,
-                                              engine_logp=engine_logp, completed=completed)
+                                              engine_logp=engine_logp, completed=completed,
+                                              estimator=estimator)
         dense = ({n: p.grad.detach().clone() for n, p in rule.named if p.grad is not None}
                  if diagnose else {})
         before = {n: p.detach().clone() for n, p in rule.named} if dense else {}
@@ -98,10 +101,11 @@ def update_cosine(named, before: dict, dense: dict) -> float:
 
 
 def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
-                         engine_logp=None, completed=None) -> tuple[float, dict]:
+                         engine_logp=None, completed=None, estimator=None) -> tuple[float, dict]:
     """Forward/backward over micro-batches; gradients accumulate (or are consumed by the
-    update rule's hooks). The loss is GRPO's, or the authors' REINFORCE with grpo["estimator"]
-    reinforce_baseline (its importance weights from `engine_logp`). Returns the full-batch
+    update rule's hooks). The loss is the `estimator`'s (default: the one grpo["estimator"]
+    names, `logra.rl.loss.estimator`): GRPO's, or the authors' REINFORCE, its importance
+    weights from `engine_logp`. Returns the full-batch
     loss and the mismatch between the trainer's and the engine's log-probs of the sampled
     completion tokens, from this forward (the old log-probs) and `engine_logp` (`pad_batch`):
     {"logp_mismatch_mean", "logp_mismatch_max"} of |log π_trainer − log π_engine| over every
@@ -113,6 +117,7 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
     temperature with no top-k or top-p, so each token's −log π has, given its prefix, the
     sampling policy's entropy there as its expectation (a one-sample estimate; no pass over
     the vocabulary)."""
+    estimator = estimator or choose_estimator(grpo)
     n, mb = ids.shape[0], grpo["micro_batch_size"]
     normalizer = mask.sum().clamp(min=1) if grpo["aggregation"] == "dapo" else n
     # FSDP: rank r takes the r-th micro-batch of each global one of mb x world sequences
@@ -137,13 +142,8 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
                 done = mask[c].bool() & completed[c].to(mask.device)[:, None]
                 gap[3] += signed[done].sum()
                 gap[4] += done.sum()
-        if grpo.get("estimator", "grpo") == "grpo":
-            loss = policy_loss(logp, logp.detach(), adv[c], mask[c], grpo["clip_low"],
-                               grpo["clip_high"], grpo["aggregation"], normalizer=normalizer)
-        else:  # the authors' REINFORCE (logra/rl/loss.py)
-            loss = reinforce_loss(logp, None if engine_logp is None else engine_logp[c],
-                                  adv[c], mask[c], grpo["importance_cap"], grpo["aggregation"],
-                                  normalizer=normalizer)
+        loss = estimator.loss(logp, None if engine_logp is None else engine_logp[c], adv[c],
+                              mask[c], grpo, normalizer)
         if ref_model is not None:
             with torch.no_grad():
                 ref = token_logprobs(ref_model, ids[c], attn[c], grpo["temperature"],

@@ -87,6 +87,28 @@ def test_default_config_targets_resolve(default_dag, target, jobs):
     assert {rule: planned[rule] for rule in jobs} == jobs
 
 
+PLANNED_JOBS = ROOT / "tests/data/planned_jobs.json"
+
+
+def job_ids(jobs) -> list[str]:
+    """Each job as "rule k=v,..." (its wildcards), sorted."""
+    return sorted(f"{job.rule} {','.join(f'{k}={v}' for k, v in sorted(job.wildcards.items()))}"
+                  .strip() for job in jobs)
+
+
+def test_every_target_plans_the_jobs_of_the_reference(default_dag, paper_dag):
+    """Every job of every target of the default config and of config/paper.yaml's default
+    target equals tests/data/planned_jobs.json, job by job (1,145 jobs), the jobs they planned
+    before the plan (logra/harness/plan.py) took over the expansions. A change that alters a
+    target's jobs on purpose rewrites the file (LOGRA_WRITE_PLANNED_JOBS=1 and this test) and
+    says so in its commit."""
+    planned = {"config/config.yaml": {t: job_ids(needed(default_dag, t)) for t, _ in PLANNED},
+               "config/paper.yaml": {"all": job_ids(paper_dag[0])}}
+    if os.environ.get("LOGRA_WRITE_PLANNED_JOBS"):
+        PLANNED_JOBS.write_text(json.dumps(planned, indent=0) + "\n")
+    assert planned == json.loads(PLANNED_JOBS.read_text())
+
+
 @pytest.fixture(scope="module")
 def paper_dag(tmp_path_factory):
     """config/paper.yaml's default target through snakemake-executor-plugin-slurm and the slurm

@@ -9,14 +9,13 @@ from conftest import ROOT
 
 from logra.harness.config import (
     ConfigError,
-    add_lr_sweep_methods,
-    margin_runs,
     margin_seeds,
     resolve,
     run_config,
     task_options,
     validate_file,
 )
+from logra.harness.plan import add_lr_sweep_methods, build_plan, margin_runs
 from logra.rl.tasks import get_task
 
 SMOKE = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
@@ -419,7 +418,7 @@ def test_sync_regimes_scale_every_lr_of_their_methods(tmp_path):
     <method>_<regime> whose step-size options (`lr` or LoGRA's `update_ratio`, `*_lr`, per task
     too) are scaled and whose other keys are the method's; a copy's name that is already a
     method is refused."""
-    from logra.harness.config import ConfigError, add_sync_regime_methods
+    from logra.harness.plan import add_sync_regime_methods
     config = validate_file(ROOT / "config/config.yaml")
     methods = copy.deepcopy(config["methods"])
     regimes = add_sync_regime_methods(config)
@@ -448,8 +447,7 @@ def test_the_controller_ablation_switches_the_controller_at_each_step_size():
     (LoGRA's update_ratio, per task too) with `controller` set, every other option its own; on
     at scale 1 is the method itself; each cell runs on the stability task over opt_in_seeds; a
     rule without a controller is refused."""
-    from logra.harness.config import (ConfigError, add_controller_ablation_methods,
-                                      controller_runs)
+    from logra.harness.plan import add_controller_ablation_methods, controller_runs
     config = validate_file(ROOT / "config/config.yaml")
     base = copy.deepcopy(config["methods"]["logra_stable_short"])
     names = add_controller_ablation_methods(config)
@@ -506,7 +504,7 @@ def test_scaling_tunes_at_the_first_size_and_transfers_to_the_others():
     the transferred values, every copy starting from its size's base."""
     from types import SimpleNamespace
 
-    from logra.harness.config import add_scaling_methods, base_input, lr_grid, scaling_runs
+    from logra.harness.plan import add_scaling_methods, base_input, lr_grid, scaling_runs
     config = validate_file(ROOT / "config/config.yaml")
     sc = config["scaling"]
     sizes = list(sc["sizes"])
@@ -574,6 +572,27 @@ def test_scaling_config_errors_name_the_key(tmp_path, edit, message):
     edit(config)
     with pytest.raises(ConfigError, match=message):
         validate_file(_write(tmp_path, config))
+
+
+def test_a_derived_run_is_checked_like_a_written_one(tmp_path):
+    """The plan checks every method it derives as a written one: a scaling size whose
+    intermediate size holds LoGRA's configured rank (43) but not its rank fraction there
+    (86 at hidden 512) passes the written config's checks and stops at the plan, naming the
+    size, the run and the module, before any job. On the default config every derived run
+    names the key that made it."""
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["scaling"]["sizes"]["s2"]["model"]["intermediate_size"] = 64
+    written = validate_file(_write(tmp_path, config))  # the written methods fit every size
+    with pytest.raises(ConfigError, match=r"scaling.sizes.s2: its run 'logra_frac_s2' cannot "
+                                          r"work: methods.logra_frac_s2.options \(on "
+                                          r"scaling.sizes.s2\): rank=86 exceeds"):
+        build_plan(written)
+    plan = build_plan(validate_file(ROOT / "config/config.yaml"))
+    assert set(plan.derived) == set(plan.config["methods"]) - set(
+        validate_file(ROOT / "config/config.yaml")["methods"])
+    assert plan.derived["logra_frac_s2"] == "scaling.sizes.s2"
+    assert plan.derived["dense_adam_lr0p0001"] == "lr_sweep.anchors.dense_adam"
+    assert plan.derived["logra_stable_short_nocontrol_x2"] == "stability.controller_ablation"
 
 
 @pytest.mark.parametrize("source, message", [

@@ -20,7 +20,7 @@ RULES = [("dense_adam", {}), ("logra", {"rank": 4, "probe_responses": 2}),
          ("apollo", {"rank": 1, "scale_type": "tensor", "scale": 128}), ("adam_mini", {}),
          ("adamw_8bit", {}), ("muon", {})]
 GRPO = {"temperature": 1.0, "aggregation": "dapo", "clip_low": 0.2, "clip_high": 0.28,
-        "beta": 0.0, "probe_size": 4}
+        "beta": 0.0, "probe_size": 4, "estimator": "grpo"}
 
 
 @pytest.mark.parametrize("rule, options", RULES)

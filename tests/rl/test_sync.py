@@ -106,7 +106,7 @@ def test_serialized_length_is_the_payloads_not_its_addresses():
 
 
 G = {"micro_batch_size": 6, "aggregation": "dapo", "temperature": 0.7, "clip_low": 0.2,
-     "clip_high": 0.28, "beta": 0.0}
+     "clip_high": 0.28, "beta": 0.0, "estimator": "grpo"}
 
 
 def test_logp_mismatch_is_zero_for_equal_logprobs_and_matches_a_constructed_difference(

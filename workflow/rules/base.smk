@@ -8,13 +8,13 @@ rule base:
     params:
         task=lambda w: config["tasks"][w.task],
         model=config["model"],
-        sft=lambda w: task_options(config["sft"], w.task),
+        sft=lambda w: PLAN.sft(w.task),
         max_new_tokens=config["grpo"]["max_new_tokens"],
-        room=generation_room(config),
+        room=PLAN.generation_room,
         seed=lambda w: int(w.seed),  # the initialisation and SFT's batches
     threads: config["threads"]
     resources:
-        **job_resources(config, "base"),
+        **stage_resources("base"),
     conda:
         "../../environment.yml"
     benchmark:

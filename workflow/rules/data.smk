@@ -5,10 +5,10 @@ rule data:
     params:
         task=lambda w: config["tasks"][w.task],
         data=config["data"],
-        hub_models=hub_models(config),  # each must hold the task's prompts and completions
-        room=generation_room(config),
+        hub_models=PLAN.hub_models,  # each must hold the task's prompts and completions
+        room=PLAN.generation_room,
     resources:
-        **job_resources(config, "data"),
+        **stage_resources("data"),
     conda:
         "../../environment.yml"
     benchmark:
@@ -26,9 +26,9 @@ use rule data as data_val with:
         val="results/data/{task}/val.jsonl",
     params:
         task=lambda w: config["tasks"][w.task],
-        data=config["data"] | {"n_val": LR_SWEEP.get("n_val", 0)},
-        hub_models=hub_models(config),
-        room=generation_room(config),
+        data=config["data"] | {"n_val": (config.get("lr_sweep") or {}).get("n_val", 0)},
+        hub_models=PLAN.hub_models,
+        room=PLAN.generation_room,
     benchmark:
         "results/benchmarks/lr_sweep/data_val/{task}.tsv",
     log:
@@ -48,7 +48,7 @@ rule lmeval_task:
         max_gen_toks=config["eval"]["max_gen_toks"],
         protocols=config["eval"]["protocols"],
     resources:
-        **job_resources(config, "data"),
+        **stage_resources("data"),
     conda:
         "../../environment.yml"
     benchmark:

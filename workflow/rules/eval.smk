@@ -13,7 +13,7 @@ rule eval_run:
         model=lambda wildcards, input: input.model,
     threads: config["threads"]
     resources:
-        **job_resources(config, "eval"),
+        **stage_resources("eval"),
     conda:
         "../../environment.yml"
     benchmark:
@@ -28,15 +28,15 @@ rule eval_base:
     input:
         unpack(lambda w: {"lmeval": f"results/data/{w.task}/lmeval",
                           "plan": ancient("results/analysis_plan.json")}
-                         | base_input(config, w)),
+                         | base_input(w)),
     output:
         "results/eval/{task}/base_seed{seed}.json",
     params:
         eval=config["eval"],
-        model=lambda wildcards, input: start_model(config) or input.base,
+        model=lambda wildcards, input: PLAN.start_model() or input.base,
     threads: config["threads"]
     resources:
-        **job_resources(config, "eval"),
+        **stage_resources("eval"),
     conda:
         "../../environment.yml"
     benchmark:

@@ -1,17 +1,8 @@
-RUNS = expand("{task}/{method}/seed{seed}", task=TASKS, method=METHODS, seed=SEEDS)
-ABLATION_RUNS = RUNS + expand(
-    "{task}/{method}/seed{seed}", task=TASKS, method=ABLATIONS, seed=SEEDS
-)
-REINFORCE_RUNS = expand(
-    "{task}/{method}/seed{seed}", task=TASKS, method=config["reinforce_methods"], seed=SEEDS
-)
-
-
 rule summary:
     input:
-        runs=expand("results/runs/{run}/summary.json", run=RUNS),
-        evals=expand("results/eval/{run}.json", run=RUNS),
-        base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["grid"]),
+        evals=expand("results/eval/{run}.json", run=PLAN.runs["grid"]),
+        base=expand("results/eval/{task}/base_seed{seed}.json", task=PLAN.tasks, seed=PLAN.seeds),
     output:
         summary=report("results/summary.csv", caption="../report/table.rst", category="Tables"),
         accuracy=report("results/accuracy.csv", caption="../report/table.rst", category="Tables"),
@@ -28,7 +19,7 @@ rule summary:
 rule reward_curves:
     input:
         summary="results/summary.csv",
-        metrics=expand("results/runs/{run}/metrics.csv", run=RUNS),
+        metrics=expand("results/runs/{run}/metrics.csv", run=PLAN.runs["grid"]),
     output:
         png=report("figures/reward_curves.png", caption="../report/reward_curves.rst",
                    category="Figures"),
@@ -45,9 +36,9 @@ rule reward_curves:
 
 use rule summary as ablation_summary with:
     input:
-        runs=expand("results/runs/{run}/summary.json", run=ABLATION_RUNS),
-        evals=expand("results/eval/{run}.json", run=ABLATION_RUNS),
-        base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["ablations"]),
+        evals=expand("results/eval/{run}.json", run=PLAN.runs["ablations"]),
+        base=expand("results/eval/{task}/base_seed{seed}.json", task=PLAN.tasks, seed=PLAN.seeds),
     output:
         summary="results/ablations/summary.csv",
         accuracy="results/ablations/accuracy.csv",
@@ -59,9 +50,9 @@ use rule summary as ablation_summary with:
 
 use rule summary as reinforce_summary with:
     input:
-        runs=expand("results/runs/{run}/summary.json", run=REINFORCE_RUNS),
-        evals=expand("results/eval/{run}.json", run=REINFORCE_RUNS),
-        base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["reinforce"]),
+        evals=expand("results/eval/{run}.json", run=PLAN.runs["reinforce"]),
+        base=expand("results/eval/{task}/base_seed{seed}.json", task=PLAN.tasks, seed=PLAN.seeds),
     output:
         summary="results/reinforce/summary.csv",
         accuracy="results/reinforce/accuracy.csv",
@@ -74,7 +65,7 @@ use rule summary as reinforce_summary with:
 use rule reward_curves as reinforce_reward_curves with:
     input:
         summary="results/reinforce/summary.csv",
-        metrics=expand("results/runs/{run}/metrics.csv", run=REINFORCE_RUNS),
+        metrics=expand("results/runs/{run}/metrics.csv", run=PLAN.runs["reinforce"]),
     output:
         png="figures/reinforce/reward_curves.png",
         pdf="figures/reinforce/reward_curves.pdf",
@@ -87,7 +78,7 @@ use rule reward_curves as reinforce_reward_curves with:
 use rule reward_curves as ablation_reward_curves with:
     input:
         summary="results/ablations/summary.csv",
-        metrics=expand("results/runs/{run}/metrics.csv", run=ABLATION_RUNS),
+        metrics=expand("results/runs/{run}/metrics.csv", run=PLAN.runs["ablations"]),
     output:
         png="figures/ablations/reward_curves.png",
         pdf="figures/ablations/reward_curves.pdf",
@@ -106,7 +97,7 @@ rule memory_reduction:
                    category="Figures"),
         pdf="figures/memory_reduction.pdf",
     params:
-        reference=REFERENCE,
+        reference=PLAN.reference,
     conda:
         "../../environment.yml"
     benchmark:

@@ -4,7 +4,6 @@ SWEEP_POINTS = {"sweep": MEMORY["sizes"], "sweep_large": MEMORY["sizes"]
                 | MEMORY.get("opt_in_sizes", {})}
 PLANNER = config.get("planner")
 PAPER_SETTING = config.get("paper_setting")
-LONG_RUNS = stability_runs(config)  # figures/stability_27b's, as task/method/seedN
 
 
 rule memory_point:
@@ -13,13 +12,13 @@ rule memory_point:
     params:
         size=lambda w: {k: v for k, v in SWEEP_POINTS["sweep_large"][w.size].items()
                         if k != "shape"},
-        method=lambda w: run_config(config, TASKS[0], w.method, 0),
+        method=lambda w: PLAN.run_config(PLAN.tasks[0], w.method, 0),
         shape=lambda w: MEMORY.get("shape", {})
         | SWEEP_POINTS["sweep_large"][w.size].get("shape", {}),
         steps=MEMORY.get("steps"),
     threads: config["threads"]
     resources:
-        **job_resources(config, "memory"),
+        **stage_resources("memory"),
     conda:
         "../../environment.yml"
     benchmark:
@@ -42,7 +41,7 @@ rule memory_sweep:
     wildcard_constraints:
         sweep="sweep|sweep_large",
     params:
-        reference=REFERENCE,
+        reference=PLAN.reference,
     conda:
         "../../environment.yml"
     benchmark:

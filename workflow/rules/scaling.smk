@@ -1,14 +1,14 @@
 # `snakemake scaling_sweep`, then `snakemake scaling` (config `scaling`): tiny models of each
 # size with their own SFT bases, each method tuned at the first size on the validation split
-# and transferred (logra.harness.config.add_scaling_methods), the transfer checked at one size,
+# and transferred (logra.harness.plan.add_scaling_methods), the transfer checked at one size,
 # every size's runs compared with the reference on the test split (logra/analysis/scaling.py)
 SIZES = (config.get("scaling") or {}).get("sizes", {})
-SCALING_SEEDS = (config.get("scaling") or {}).get("seeds") or SEEDS
+SCALING_SEEDS = (config.get("scaling") or {}).get("seeds") or PLAN.seeds
 SCALING_TASK = (config.get("scaling") or {}).get("task")
 SCALING_BASES = [(size, seed) for size in SIZES for seed in SCALING_SEEDS]  # the test runs'
 # each validation table's runs and their points ({name: (method, value)})
-VALIDATION = {"lr_sweep": (SCALING_RUNS["sweep"], SCALING.sweep),
-              "transfer_check": (SCALING_RUNS["check"], SCALING.check)}
+VALIDATION = {"lr_sweep": (PLAN.runs["scaling_sweep"], PLAN.scaling.sweep),
+              "transfer_check": (PLAN.runs["scaling_check"], PLAN.scaling.check)}
 
 
 use rule base as scaling_base with:
@@ -18,9 +18,9 @@ use rule base as scaling_base with:
     params:
         task=lambda w: config["tasks"][w.task],
         model=lambda w: {"name": "tiny", "tiny": SIZES[w.size]["model"]},
-        sft=lambda w: task_options(config["sft"], w.task) | {"steps": SIZES[w.size]["sft_steps"]},
+        sft=lambda w: PLAN.sft(w.task) | {"steps": SIZES[w.size]["sft_steps"]},
         max_new_tokens=config["grpo"]["max_new_tokens"],
-        room=generation_room(config),
+        room=PLAN.generation_room,
         seed=lambda w: int(w.seed),
     benchmark:
         "results/benchmarks/scaling/base/{task}/{size}/seed{seed}.tsv",
@@ -50,7 +50,7 @@ use rule lr_sweep as scaling_validation with:
         table="lr_sweep|transfer_check",
     params:
         sweep=lambda w: VALIDATION[w.table][1],
-        knobs=sweep_knobs(config),
+        knobs=PLAN.sweep_knobs,
     benchmark:
         "results/benchmarks/scaling/{table}.tsv",
     log:
@@ -59,25 +59,25 @@ use rule lr_sweep as scaling_validation with:
 
 rule scaling_table:
     input:
-        evals=lambda w: [f"results/eval/{r[-1]}.json" for r in scaling_grid(config, SCALING)],
+        evals=lambda w: [f"results/eval/{r[-1]}.json" for r in PLAN.scaling_grid()],
         summaries=lambda w: [f"results/runs/{r[-1]}/summary.json"
-                             for r in scaling_grid(config, SCALING)],
+                             for r in PLAN.scaling_grid()],
         bases=[f"results/eval/{SCALING_TASK}/{size}/base_seed{seed}.json"
                for size, seed in SCALING_BASES],
         plan="results/analysis_plan.json",
         checks=["results/scaling/lr_sweep.csv", "results/scaling/transfer_check.csv"],
         # every job of the target: its CPU time against scaling.cpu_hours
-        benchmarks=lambda w: [f"{BENCH}/{job}.tsv" for job in scaling_jobs(config, SCALING)],
+        benchmarks=lambda w: PLAN.benchmarks("scaling"),
     output:
         report("results/scaling.csv", caption="../report/table.rst", category="Tables"),
     params:
-        grid=lambda w: scaling_grid(config, SCALING),
+        grid=lambda w: PLAN.scaling_grid(),
         bases=SCALING_BASES,
         scaling=config.get("scaling"),
-        reference=REFERENCE,
+        reference=PLAN.reference,
         methods=config["methods"],
         width=config["model"]["tiny"].get("hidden_size"),
-        planner=PLANNER,
+        planner=config.get("planner"),
         grpo=config["grpo"],
         models={name: os.path.join(workflow.basedir, path) for name, path in
                 (config.get("scaling") or {}).get("predict_models", {}).items()},

@@ -2,23 +2,23 @@
 # controller ablation over opt_in_seeds): each run's held-out curve on its snapshots, the
 # criterion declared in stability.criterion applied to every run (logra/analysis/stability.py),
 # the figures. Test evaluations: they wait for the analysis plan, as eval_run does.
-STABILITY_SETS = {"stability": LONG_RUNS, "stability_seeds": stability_runs(config, True),
-                  "stability_controller": CONTROL_RUNS}
+STABILITY_SETS = {"stability": "long", "stability_seeds": "stability_seeds",  # {table: its runs
+                  "stability_controller": "controller"}  # in PLAN.runs}
 
 
 rule stability_eval:
     input:
         unpack(lambda w: {"run": f"results/runs/{w.task}/{w.method}/seed{w.seed}/summary.json",
                           "lmeval": f"results/data/{w.task}/lmeval",
-                          "plan": ancient("results/analysis_plan.json")} | base_input(config, w)),
+                          "plan": ancient("results/analysis_plan.json")} | base_input(w)),
     output:
         "results/stability/{task}/{method}/seed{seed}.json",
     params:
-        eval=PRIMARY_EVAL,
-        base=lambda wildcards, input: start_model(config) or input.base,
+        eval=PLAN.primary_eval,
+        base=lambda wildcards, input: PLAN.start_model() or input.base,
     threads: config["threads"]
     resources:
-        **job_resources(config, "eval"),
+        **stage_resources("eval"),
     conda:
         "../../environment.yml"
     benchmark:
@@ -31,9 +31,12 @@ rule stability_eval:
 
 rule stability_table:
     input:
-        summaries=lambda w: expand("results/runs/{run}/summary.json", run=STABILITY_SETS[w.set]),
-        metrics=lambda w: expand("results/runs/{run}/metrics.csv", run=STABILITY_SETS[w.set]),
-        curves=lambda w: expand("results/stability/{run}.json", run=STABILITY_SETS[w.set]),
+        summaries=lambda w: expand("results/runs/{run}/summary.json",
+                                   run=PLAN.runs[STABILITY_SETS[w.set]]),
+        metrics=lambda w: expand("results/runs/{run}/metrics.csv",
+                                 run=PLAN.runs[STABILITY_SETS[w.set]]),
+        curves=lambda w: expand("results/stability/{run}.json",
+                                run=PLAN.runs[STABILITY_SETS[w.set]]),
     output:
         "results/{set}.csv",
     wildcard_constraints:
@@ -56,8 +59,8 @@ rule stability_27b:
     input:
         planner="results/memory/planner.csv",
         table="results/stability.csv",
-        metrics=expand("results/runs/{run}/metrics.csv", run=LONG_RUNS),
-        curves=expand("results/stability/{run}.json", run=LONG_RUNS),
+        metrics=expand("results/runs/{run}/metrics.csv", run=PLAN.runs["long"]),
+        curves=expand("results/stability/{run}.json", run=PLAN.runs["long"]),
     output:
         png=report("figures/stability_27b.png", caption="../report/stability_27b.rst",
                    category="Figures"),
@@ -79,8 +82,8 @@ use rule stability_27b as stability_27b_seeds with:
     input:
         planner="results/memory/planner.csv",
         table="results/stability_seeds.csv",
-        metrics=expand("results/runs/{run}/metrics.csv", run=stability_runs(config, True)),
-        curves=expand("results/stability/{run}.json", run=stability_runs(config, True)),
+        metrics=expand("results/runs/{run}/metrics.csv", run=PLAN.runs["stability_seeds"]),
+        curves=expand("results/stability/{run}.json", run=PLAN.runs["stability_seeds"]),
     output:
         png=report("figures/stability_27b_seeds.png", caption="../report/stability_27b.rst",
                    category="Figures"),
@@ -95,8 +98,8 @@ use rule stability_27b as stability_27b_seeds with:
 use rule stability_27b as stability_controller with:
     input:
         table="results/stability_controller.csv",
-        metrics=expand("results/runs/{run}/metrics.csv", run=CONTROL_RUNS),
-        curves=expand("results/stability/{run}.json", run=CONTROL_RUNS),
+        metrics=expand("results/runs/{run}/metrics.csv", run=PLAN.runs["controller"]),
+        curves=expand("results/stability/{run}.json", run=PLAN.runs["controller"]),
     output:
         png=report("figures/stability_controller.png",
                    caption="../report/stability_controller.rst", category="Figures"),

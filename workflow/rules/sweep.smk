@@ -1,15 +1,12 @@
-# lm-eval under the primary protocol only: the lr sweep's choice and the margin use nothing
-# else (on the validation split, never on test), nor do the stability runs' held-out curves
-PRIMARY_EVAL = config["eval"] | {"protocols": {config["eval"]["primary"]:
-                                           config["eval"]["protocols"][config["eval"]["primary"]]}}
-
-
+# lm-eval under the primary protocol only (PLAN.primary_eval): the lr sweep's choice and the
+# margin use nothing else (on the validation split, never on test), nor do the stability runs'
+# held-out curves
 use rule eval_run as lr_sweep_eval with:
     input:
         model="results/runs/{task}/{method}/seed{seed}/model",
         lmeval="results/data/{task}/lmeval_val",
     params:
-        eval=PRIMARY_EVAL,
+        eval=PLAN.primary_eval,
         model=lambda wildcards, input: input.model,
     output:
         "results/lr_sweep/{task}/{method}/seed{seed}.json",
@@ -22,10 +19,10 @@ use rule eval_run as lr_sweep_eval with:
 # each lr-sweep seed's SFT base on the validation split: the margin's reference point
 use rule eval_base as lr_sweep_eval_base with:
     input:
-        unpack(lambda w: {"lmeval": f"results/data/{w.task}/lmeval_val"} | base_input(config, w)),
+        unpack(lambda w: {"lmeval": f"results/data/{w.task}/lmeval_val"} | base_input(w)),
     params:
-        eval=PRIMARY_EVAL,
-        model=lambda wildcards, input: start_model(config) or input.base,
+        eval=PLAN.primary_eval,
+        model=lambda wildcards, input: PLAN.start_model() or input.base,
     output:
         "results/lr_sweep/{task}/base_seed{seed}.json",
     benchmark:
@@ -34,23 +31,15 @@ use rule eval_base as lr_sweep_eval_base with:
         "results/logs/lr_sweep/{task}/base_seed{seed}.log",
 
 
-SWEEP_RUNS = expand(
-    "{task}/{method}/seed{seed}",
-    task=LR_SWEEP.get("tasks", []),
-    method=list(SWEEP),
-    seed=LR_SWEEP.get("seeds", [0]),
-)
-
-
 rule lr_sweep:
     input:
-        runs=expand("results/runs/{run}/summary.json", run=SWEEP_RUNS),
-        evals=expand("results/lr_sweep/{run}.json", run=SWEEP_RUNS),
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["lr_sweep"]),
+        evals=expand("results/lr_sweep/{run}.json", run=PLAN.runs["lr_sweep"]),
     output:
         "results/lr_sweep.csv",
     params:
-        sweep=SWEEP,
-        knobs=sweep_knobs(config),
+        sweep=PLAN.sweep,
+        knobs=PLAN.sweep_knobs,
     conda:
         "../../environment.yml"
     benchmark:

@@ -1,15 +1,12 @@
 # `snakemake sync_regime`: the runs of every sync_regime regime (bf16 engine, delta vs low-rank
 # sync) and their table, results/sync_regime.csv, which results/REPORT.md includes once written
-REGIME_RUNS = sync_regime_runs(config)
-
-
 rule sync_regime_table:
     input:
-        runs=expand("results/runs/{run}/summary.json", run=REGIME_RUNS),
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["sync_regime"]),
     output:
         "results/sync_regime.csv",
     params:
-        regimes=REGIMES,
+        regimes=PLAN.regimes,
     conda:
         "../../environment.yml"
     benchmark:

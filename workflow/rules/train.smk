@@ -1,20 +1,20 @@
 rule train:
     input:
         # the task's train split, and its SFT base unless the run starts from a hub model
-        unpack(lambda w: {"train": f"results/data/{w.task}/train.jsonl"} | base_input(config, w)),
+        unpack(lambda w: {"train": f"results/data/{w.task}/train.jsonl"} | base_input(w)),
     output:
         summary="results/runs/{task}/{method}/seed{seed}/summary.json",
         metrics="results/runs/{task}/{method}/seed{seed}/metrics.csv",
         model=directory("results/runs/{task}/{method}/seed{seed}/model"),
     params:
         # the resolved run config: editing a method's options reruns its runs
-        run=lambda w: run_config(config, w.task, w.method, int(w.seed)),
+        run=lambda w: PLAN.run_config(w.task, w.method, int(w.seed)),
         # not an output: Snakemake must not delete it when a job dies (resume reads it)
         checkpoint="results/checkpoints/{task}/{method}/seed{seed}",
-        base=lambda wildcards, input: start_model(config, wildcards.method) or input.base,
+        base=lambda wildcards, input: PLAN.start_model(wildcards.method) or input.base,
     threads: config["threads"]
     resources:
-        **job_resources(config, "train"),
+        **stage_resources("train"),
     conda:
         "../../environment.yml"
     benchmark:

@@ -16,7 +16,7 @@ rule trl_grpo:
         steps=TRL_STEPS,
     threads: config["threads"]
     resources:
-        **job_resources(config, "base"),  # one process on one device, as an SFT base job
+        **stage_resources("base"),  # one process on one device, as an SFT base job
     conda:
         "../../environment.yml"
     benchmark:
@@ -29,4 +29,4 @@ rule trl_grpo:
 
 rule trl:
     input:
-        expand("results/trl/{task}.json", task=TASKS),
+        expand("results/trl/{task}.json", task=PLAN.tasks),

@@ -3,15 +3,15 @@
 rule margin:
     input:
         refs=[f"results/lr_sweep/{task}/{run}/seed{seed}.json"
-              for task, run in MARGIN_RUNS.items() for seed in MARGIN_SEEDS],
+              for task, run in PLAN.margin_runs.items() for seed in PLAN.margin_seeds],
         bases=[f"results/lr_sweep/{task}/base_seed{seed}.json"
-               for task in MARGIN_RUNS for seed in MARGIN_SEEDS],
+               for task in PLAN.margin_runs for seed in PLAN.margin_seeds],
     output:
         "results/margin.csv",
     params:
-        tasks=TASKS,
+        tasks=PLAN.tasks,
         margin=config["verdict"]["margin"],
-        lrs={task: SWEEP[run][1] for task, run in MARGIN_RUNS.items()},
+        lrs={task: PLAN.sweep[run][1] for task, run in PLAN.margin_runs.items()},
     conda:
         "../../environment.yml"
     benchmark:
@@ -30,12 +30,11 @@ rule analysis_plan:
     output:
         "results/analysis_plan.json",
     params:
-        plan={"reference": REFERENCE, "methods": METHODS, "ablation_methods": ABLATIONS,
-              "tasks": TASKS, "seeds": SEEDS, "n_test": config["data"].get("n_test"),
+        plan={"reference": PLAN.reference, "methods": PLAN.methods, "ablation_methods": PLAN.ablations,
+              "tasks": PLAN.tasks, "seeds": PLAN.seeds, "n_test": config["data"].get("n_test"),
               "eval": config["eval"], "verdict": config["verdict"],
-              "method_config": {m: config["methods"][m] for m in METHODS + ABLATIONS},
-              "steps": {m: (config["grpo"] | config["methods"][m].get("grpo", {}))["steps"]
-                        for m in METHODS + ABLATIONS}},
+              "method_config": {m: config["methods"][m] for m in PLAN.methods + PLAN.ablations},
+              "steps": {m: PLAN.grpo(m)["steps"] for m in PLAN.methods + PLAN.ablations}},
     conda:
         "../../environment.yml"
     benchmark:
@@ -50,13 +49,13 @@ rule analysis_plan:
 # and a non-inferiority call (logra/analysis/verdict.py), whatever they say.
 rule verdicts:
     input:
-        evals=expand("results/eval/{run}.json", run=RUNS),
-        base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
+        evals=expand("results/eval/{run}.json", run=PLAN.runs["grid"]),
+        base=expand("results/eval/{task}/base_seed{seed}.json", task=PLAN.tasks, seed=PLAN.seeds),
         plan="results/analysis_plan.json",
     output:
         report("results/verdicts.csv", caption="../report/table.rst", category="Tables"),
     params:
-        runs=RUNS,
+        runs=PLAN.runs["grid"],
     conda:
         "../../environment.yml"
     benchmark:
@@ -87,13 +86,13 @@ rule verdicts_figure:
 
 use rule verdicts as ablation_verdicts with:
     input:
-        evals=expand("results/eval/{run}.json", run=ABLATION_RUNS),
-        base=expand("results/eval/{task}/base_seed{seed}.json", task=TASKS, seed=SEEDS),
+        evals=expand("results/eval/{run}.json", run=PLAN.runs["ablations"]),
+        base=expand("results/eval/{task}/base_seed{seed}.json", task=PLAN.tasks, seed=PLAN.seeds),
         plan="results/analysis_plan.json",
     output:
         "results/ablations/verdicts.csv",
     params:
-        runs=ABLATION_RUNS,
+        runs=PLAN.runs["ablations"],
     benchmark:
         "results/benchmarks/ablations/verdicts.tsv",
     log:
