@@ -220,17 +220,29 @@ def setup(cfg: dict, base_dir, train_jsonl, out_dir, checkpoint_dir=None) -> Run
                estimator(grpo))
 
 
-def fresh_progress() -> dict:
-    """The loop's state besides the weights and the rule's, checkpointed with them."""
-    return {"step": 0, "metrics": [], "memory": {}, "memory_seq_len": {},  # by profiled step
-            "baseline": 0.0,  # the estimator's running baseline (reinforce_baseline's)
-            "lowrank_bytes": 0,  # low-rank sync bytes ...
-            "lowrank_full": 0,  # ... and what those weights take in full
-            "wall_s": 0.0, "resumed_from": [],
-            "zero_grad_steps": 0,  # consecutive steps without a gradient while rewards varied
-            "steps_at_cap": 0,  # steps whose scale the control set at its cap
-            "weight_ratio_max": 1.0,  # the largest ‖θ‖ / ‖θ_base‖ after a step
-            "update_cosine": None}  # {step, cosine} of grpo.cosine_step
+@dataclasses.dataclass
+class Progress:
+    """The loop's state besides the weights and the rule's, checkpointed with them
+    (`dataclasses.asdict`: plain data)."""
+    step: int = 0
+    metrics: list[dict] = dataclasses.field(default_factory=list)  # metrics.csv's rows
+    memory: dict[int, MemoryReport] = dataclasses.field(default_factory=dict)  # by profiled step
+    memory_seq_len: dict[int, int] = dataclasses.field(default_factory=dict)  # by profiled step
+    baseline: float = 0.0  # the estimator's running baseline (reinforce_baseline's)
+    lowrank_bytes: int = 0  # low-rank sync bytes ...
+    lowrank_full: int = 0  # ... and what those weights take in full
+    wall_s: float = 0.0
+    resumed_from: list[int] = dataclasses.field(default_factory=list)
+    zero_grad_steps: int = 0  # consecutive steps without a gradient while rewards varied
+    steps_at_cap: int = 0  # steps whose scale the control set at its cap
+    weight_ratio_max: float = 1.0  # the largest ‖θ‖ / ‖θ_base‖ after a step
+    update_cosine: dict | None = None  # {step, cosine} of grpo.cosine_step
+
+    @classmethod
+    def from_state(cls, state: dict) -> Progress:
+        """The progress a checkpoint holds (`dataclasses.asdict` of one)."""
+        return cls(**state | {"memory": {s: MemoryReport(**r)
+                                         for s, r in state["memory"].items()}})
 
 
 def restore(run: Run) -> tuple[dict, dict | None, list[str]]:
@@ -240,16 +252,15 @@ def restore(run: Run) -> tuple[dict, dict | None, list[str]]:
     if not isinstance(state, dict) and run.rank == 0:  # from the base: no earlier snapshot holds
         shutil.rmtree(run.out_dir / "snapshots", ignore_errors=True)
     if isinstance(state, Path):  # corrupt, set aside: the run starts from its base
-        return fresh_progress(), None, [str(state)]
+        return Progress(), None, [str(state)]
     if state is None:
-        return fresh_progress(), None, []
+        return Progress(), None, []
     run.model.load_state_dict(state["model"])
     run.rule.load_state_dict(state["rule"])
     checkpoint.set_rng_states(state["rng"], run.rng, run.shuffle_gen)
-    progress = state["run"]
-    progress["memory"] = {s: MemoryReport(**r) for s, r in progress["memory"].items()}
-    progress["resumed_from"].append(progress["step"])
-    print(f"resumed from {run.ckpt_path} at step {progress['step']}")
+    progress = Progress.from_state(state["run"])
+    progress.resumed_from.append(progress.step)
+    print(f"resumed from {run.ckpt_path} at step {progress.step}")
     return progress, state["engine"], []
 
 
@@ -265,9 +276,9 @@ class Batch:
     probe: tuple[torch.Tensor, ...]
 
 
-def sample(run: Run, engine, step: int, progress: dict) -> Batch:
+def sample(run: Run, engine, step: int, progress: Progress) -> Batch:
     """The step's prompts, their rollouts (rank 0's engine, broadcast), rewards and advantages
-    (GRPO's, or REINFORCE's against `progress["baseline"]`, which it moves on); shuffled, so
+    (GRPO's, or REINFORCE's against `progress.baseline`, which it moves on); shuffled, so
     that each micro-batch (and the probe) mixes prompts instead of being one prompt's group
     (the loss does not depend on the order)."""
     grpo, group = run.grpo, run.grpo["group_size"]
@@ -277,8 +288,8 @@ def sample(run: Run, engine, step: int, progress: dict) -> Batch:
         run.cfg["seed"] * 1_000_003 + step) if engine else None)
     rewards = torch.tensor([run.task.reward(r.text, examples[i // group])
                             for i, r in enumerate(rollouts)])
-    adv, progress["baseline"] = run.estimator.advantages(  # a running baseline is checkpointed
-        rewards, torch.tensor([len(r.completion_ids) for r in rollouts]), progress["baseline"],
+    adv, progress.baseline = run.estimator.advantages(  # a running baseline is checkpointed
+        rewards, torch.tensor([len(r.completion_ids) for r in rollouts]), progress.baseline,
         grpo)
     perm = torch.randperm(len(rollouts), generator=run.shuffle_gen)
     ids, attn, mask, engine_logp = (t[perm].to(run.device)
@@ -290,7 +301,7 @@ def sample(run: Run, engine, step: int, progress: dict) -> Batch:
                  (ids[:n], attn[:n], mask[:n]))
 
 
-def update(run: Run, batch: Batch, step: int, progress: dict) -> tuple:
+def update(run: Run, batch: Batch, step: int, progress: Progress) -> tuple:
     """The step's update (logra.rl.step.update_step), measured by the MemoryMeter on the
     profiled steps (the report kept in `progress`): (loss, η, predicted KL, realized KL,
     mismatch metrics). Raises FloatingPointError (a control's prediction was not finite) and
@@ -310,8 +321,8 @@ def update(run: Run, batch: Batch, step: int, progress: dict) -> tuple:
             completed=batch.completed, cosine=step == grpo["cosine_step"],
             estimator=run.estimator)
     if step in run.profiled:
-        progress["memory"][step] = meter.report
-        progress["memory_seq_len"][step] = batch.tensors[0].shape[1]
+        progress.memory[step] = meter.report
+        progress.memory_seq_len[step] = batch.tensors[0].shape[1]
     return out
 
 
@@ -323,7 +334,7 @@ def scheduled_scale(step: int, grpo: dict) -> float:
                          grpo["decay_final"])
 
 
-def stopped(run: Run, batch: Batch, step: int, progress: dict, loss: float,
+def stopped(run: Run, batch: Batch, step: int, progress: Progress, loss: float,
             kl_real: float) -> dict | None:
     """After the update: why the run stops here, as summary fields, or None. Out of memory on
     CPU (the larger profiled peak above `memory_budget_bytes`, after the last profiled step)
@@ -331,18 +342,18 @@ def stopped(run: Run, batch: Batch, step: int, progress: dict, loss: float,
     budget = run.cfg.get("memory_budget_bytes")
     if step == max(run.profiled, default=None):
         peak = collectives.all_reduce(  # the largest rank's: every rank decides alike
-            torch.tensor(max(r.peak_bytes for r in progress["memory"].values()),
+            torch.tensor(max(r.peak_bytes for r in progress.memory.values()),
                          device=run.device), op="max").item()
         if budget and peak > budget:
             return {"status": "oom", "oom_at_step": step, "oom_check": (
                 "measured peak vs budget, after the step (the larger of the profiled "
                 "steps' peaks)"), "oom_needed_bytes": peak}
     varied = run.estimator.has_signal(batch.rewards, batch.tensors[3], run.grpo)
-    progress["zero_grad_steps"] = (progress["zero_grad_steps"] + 1
+    progress.zero_grad_steps = (progress.zero_grad_steps + 1
                                    if run.rule.grad_norm == 0 and varied else 0)
     ratio = weight_norm(run.model) / run.base_norm
-    progress["weight_ratio_max"] = max(progress["weight_ratio_max"], ratio)
-    why = divergence(loss, run.rule.grad_norm, kl_real, ratio, progress["zero_grad_steps"],
+    progress.weight_ratio_max = max(progress.weight_ratio_max, ratio)
+    why = divergence(loss, run.rule.grad_norm, kl_real, ratio, progress.zero_grad_steps,
                      run.grpo)
     return diverged(step, why) if why else None
 
@@ -352,14 +363,14 @@ def diverged(step: int, why: str) -> dict:
     return {"status": "diverged", "diverged_at_step": step, "diverged_because": why}
 
 
-def sync(run: Run, syncer: EngineSync, engine, step: int, progress: dict) -> dict:
+def sync(run: Run, syncer: EngineSync, engine, step: int, progress: Progress) -> dict:
     """Send the step to the engine (the run's transport; every rank takes part under FSDP) and
     every `rollout.full_sync_every` steps the full weights, with the drift found before it:
     the step's sync metrics."""
     metrics = syncer.step(engine)
     params = dict(run.model.named_parameters())
-    progress["lowrank_bytes"] += payload_bytes({"lowrank": syncer.lowrank})
-    progress["lowrank_full"] += sum(params[n].numel() * params[n].element_size()
+    progress.lowrank_bytes += payload_bytes({"lowrank": syncer.lowrank})
+    progress.lowrank_full += sum(params[n].numel() * params[n].element_size()
                                     for n in syncer.lowrank)
     metrics["sync_drift"] = math.nan
     every = run.cfg["rollout"]["full_sync_every"]
@@ -371,23 +382,23 @@ def sync(run: Run, syncer: EngineSync, engine, step: int, progress: dict) -> dic
     return metrics
 
 
-def record(run: Run, progress: dict, step: int, batch: Batch, measured: dict) -> None:
+def record(run: Run, progress: Progress, step: int, batch: Batch, measured: dict) -> None:
     """The step's row of metrics.csv (METRIC_COLUMNS) into `progress`, and what the summary
     keeps of it: the steps at the control's cap and the update-cosine diagnostic."""
-    memory = progress["memory"]
+    memory = progress.memory
     row = {"step": step, "reward_mean": batch.rewards.mean().item(),
            "reward_std": batch.rewards.std().item(), "grad_norm": run.rule.grad_norm,
            "response_tokens_mean": batch.tensors[2].sum(dim=1).double().mean().item(),
            "peak_mem_bytes": memory[step].peak_bytes if step in run.profiled else math.nan,
            **measured}
-    progress["steps_at_cap"] += row.pop("step_at_cap")
+    progress.steps_at_cap += row.pop("step_at_cap")
     if "update_cosine" in row:  # the diagnostic step's (grpo.cosine_step)
-        progress["update_cosine"] = {"step": step, "cosine": row.pop("update_cosine")}
-    progress["metrics"].append(row)
-    progress["step"] = step
+        progress.update_cosine = {"step": step, "cosine": row.pop("update_cosine")}
+    progress.metrics.append(row)
+    progress.step = step
 
 
-def save_checkpoint(run: Run, engine, step: int, progress: dict) -> None:
+def save_checkpoint(run: Run, engine, step: int, progress: Progress) -> None:
     """Every `grpo.checkpoint_every` steps before the last (single-process runs)."""
     every = run.grpo["checkpoint_every"]
     if run.ckpt_path and every and step % every == 0 and step < run.grpo["steps"]:
@@ -395,8 +406,7 @@ def save_checkpoint(run: Run, engine, step: int, progress: dict) -> None:
             "cfg": run.cfg, "model": run.model.state_dict(), "rule": run.rule.state_dict(),
             "engine": engine.state_dict(),
             "rng": checkpoint.rng_states(run.rng, run.shuffle_gen),
-            "run": progress | {"memory": {s: dataclasses.asdict(r)  # plain data
-                                          for s, r in progress["memory"].items()}}})
+            "run": dataclasses.asdict(progress)})
 
 
 def save_snapshot(run: Run, engine, step: int) -> None:
@@ -422,8 +432,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     progress, engine_weights, set_aside = restore(run)
     end = {"status": "ok", "diverged_at_step": None, "diverged_because": None}
     cap_cuda_memory(cfg.get("memory_budget_bytes"), run.device)
-    t_start = time.time() - progress["wall_s"]
-    step, engine = progress["step"], None
+    t_start = time.time() - progress.wall_s
+    step, engine = progress.step, None
     try:
         engine = make_engine(cfg["rollout"]["engine"], str(base_dir),
                              dtype=cfg["rollout"]["dtype"], threads=cfg["threads"],
@@ -437,7 +447,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         if engine_weights is not None:  # the engine starts from the base weights: restore its own
             engine.sync({"dense": engine_weights})
             del engine_weights
-        for step in tqdm(range(progress["step"] + 1, run.grpo["steps"] + 1),
+        for step in tqdm(range(progress.step + 1, run.grpo["steps"] + 1),
                          desc=f"grpo {cfg['run_id']}", mininterval=5):
             t0 = time.time()
             batch = sample(run, engine, step, progress)
@@ -461,7 +471,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             record(run, progress, step, batch, synced | mismatch | {
                 "loss": loss, "kl_pred": kl_pred, "kl_real": kl_real, "step_scale": eta,
                 "step_time_s": time.time() - t0})
-            progress["wall_s"] = time.time() - t_start
+            progress.wall_s = time.time() - t_start
             save_snapshot(run, engine, step)  # first: a checkpoint never outlives its snapshot
             save_checkpoint(run, engine, step, progress)
     except EngineError as e:  # the checkpoint stays: a rerun resumes from it
@@ -471,7 +481,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
     finally:
         if engine:
             engine.close()
-    model_step, fingerprint = save_model(run, end["status"], progress["metrics"])
+    model_step, fingerprint = save_model(run, end["status"], progress.metrics)
     return summarise(run, progress, end, syncer, model_step, fingerprint, set_aside,
                      time.time() - t_start)
 
@@ -514,11 +524,11 @@ def save_model(run: Run, status: str, metrics: list[dict]) -> tuple[int, dict | 
     return model_step, fingerprint
 
 
-def memory_summary(run: Run, progress: dict) -> dict:
+def memory_summary(run: Run, progress: Progress) -> dict:
     """The run's memory: the profiled step with the larger peak (step 1 or grpo.profile_step),
     its breakdown, and the analytic breakdown beside it (single-process runs; under FSDP the
     planner models the sharded categories)."""
-    memory = progress["memory"]
+    memory = progress.memory
     step = max(memory, key=lambda s: memory[s].peak_bytes, default=None)
     report = memory.get(step)
     analytic = check = None
@@ -528,7 +538,7 @@ def memory_summary(run: Run, progress: dict) -> dict:
             param_bytes=run.param_bytes, grad_bytes_at_peak=run.rule.peak_grad_bytes(),
             optimizer_bytes=run.rule.state_bytes(),
             activation_bytes=activation_bytes_estimate(
-                config, batch=grpo["micro_batch_size"], seq_len=progress["memory_seq_len"][step],
+                config, batch=grpo["micro_batch_size"], seq_len=progress.memory_seq_len[step],
                 checkpointing=grpo["gradient_checkpointing"], attention_mask=True,
                 attn_implementation=config._attn_implementation, loss="chunked"))
         ratio = report.peak_bytes / analytic["total"]
@@ -552,12 +562,12 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
-def summarise(run: Run, progress: dict, end: dict, syncer: EngineSync, model_step: int,
+def summarise(run: Run, progress: Progress, end: dict, syncer: EngineSync, model_step: int,
               fingerprint: dict | None, set_aside: list[str], wall_s: float) -> dict:
     """summary.json: how the run ended, what it is, its memory, time, sync, rewards, KL, step
     control and step size, the machine and the fingerprint."""
     cfg, grpo, rule, model = run.cfg, run.grpo, run.rule, run.model
-    metrics, ckpt = progress["metrics"], run.ckpt_path
+    metrics, ckpt = progress.metrics, run.ckpt_path
     timed = [m for m in metrics if m["step"] not in (1, grpo["profile_step"])]  # unprofiled
     kl_real = [m["kl_real"] for m in metrics]
     control = rule.control or run.kl_control
@@ -565,14 +575,14 @@ def summarise(run: Run, progress: dict, end: dict, syncer: EngineSync, model_ste
         "status": end["status"], "diverged_at_step": end["diverged_at_step"],
         "diverged_because": end["diverged_because"],
         # what the divergence bounds watch (grpo.max_*): the largest weight norm over the base's
-        "weight_norm_ratio_max": progress["weight_ratio_max"],
+        "weight_norm_ratio_max": progress.weight_ratio_max,
         "memory_budget_bytes": cfg.get("memory_budget_bytes"),
         **{k: v for k, v in end.items() if k.startswith("oom_")},
         # corrupt checkpoints found at the start, set aside (grpo.on_bad_checkpoint)
         "checkpoints_set_aside": set_aside,
         "model_step": model_step,  # the step whose weights were saved (0 = the base model)
         "checkpoint": str(ckpt) if ckpt and ckpt.exists() else None,
-        "resumed_from_steps": progress["resumed_from"],
+        "resumed_from_steps": progress.resumed_from,
         "task": cfg["task_name"], "method": cfg["method_name"], "seed": cfg["seed"],
         "model": cfg["model_name"], "n_params": n_params(model), "device": str(run.device),
         "nproc_per_node": collectives.world_size(), "compute_dtype": grpo["compute_dtype"],
@@ -591,8 +601,8 @@ def summarise(run: Run, progress: dict, end: dict, syncer: EngineSync, model_ste
         # the whole model's bytes (a sharded parameter's numel is its full size); parameters()
         # lists a tied weight once
         "sync_full_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-        "sync_lowrank_fraction": (progress["lowrank_bytes"] / progress["lowrank_full"]
-                                  if progress["lowrank_full"] else None),
+        "sync_lowrank_fraction": (progress.lowrank_bytes / progress.lowrank_full
+                                  if progress.lowrank_full else None),
         "optimizer_state_bytes": rule.state_bytes(),  # on one rank under FSDP
         "final_reward": _mean(m["reward_mean"] for m in metrics[-10:]),
         "kl": {"median_real": statistics.median(kl_real) if kl_real else None,
@@ -602,11 +612,11 @@ def summarise(run: Run, progress: dict, end: dict, syncer: EngineSync, model_ste
         # at its cap (LoGRA: alpha_max) and its mean seconds per step
         "control": None if control is None else {
             "kind": type(control).__name__,
-            "steps_at_cap_share": progress["steps_at_cap"] / len(metrics) if metrics else None,
+            "steps_at_cap_share": progress.steps_at_cap / len(metrics) if metrics else None,
             "mean_seconds": _mean(m["control_seconds"] for m in timed)},
         # cos(applied step, −dense gradient of its batch) at grpo.cosine_step (nan: the rule
         # cannot keep the gradient), or None
-        "update_cosine": progress["update_cosine"],
+        "update_cosine": progress.update_cosine,
         # the rule's step size: its option (lr; LoGRA's update_ratio) and value
         "step_size": {"option": rule.step_size_option,
                       "value": rules.step_size(type(rule), cfg["method"]["options"])},

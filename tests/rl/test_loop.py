@@ -1,6 +1,7 @@
 """The loop's phases (logra/rl/loop.py), each on its own, on the tiny model with the real HF
 engine: setup, restore, sample, update, stopped, sync, record, save_checkpoint, save_snapshot,
 save_model and summarise. tests/e2e/test_resume.py runs them together, killed and resumed."""
+import dataclasses
 import math
 
 import pytest
@@ -22,7 +23,7 @@ def engine_for(run):
 
 def steps(run, engine, syncer, progress, n):
     """n steps through the phases, as `train` runs them; the last step's batch."""
-    for step in range(progress["step"] + 1, progress["step"] + n + 1):
+    for step in range(progress.step + 1, progress.step + n + 1):
         batch = loop.sample(run, engine, step, progress)
         loss, eta, kl_pred, kl_real, mismatch = loop.update(run, batch, step, progress)
         assert loop.stopped(run, batch, step, progress, loss, kl_real) is None
@@ -41,7 +42,7 @@ def start(tmp_path, tiny_dir, measure_memory, **grpo):
     engine = engine_for(run)
     syncer = loop.EngineSync(run.rule, "auto", getattr(torch, cfg["rollout"]["dtype"]),
                              has_engine=True)
-    yield run, engine, syncer, loop.fresh_progress()
+    yield run, engine, syncer, loop.Progress()
     engine.close()
 
 
@@ -94,17 +95,17 @@ def test_update_measures_only_the_profiled_steps(measured):
         loss, eta, kl_pred, kl_real, mismatch = loop.update(
             run, loop.sample(run, engine, step, progress), step, progress)
         assert math.isfinite(loss) and math.isfinite(kl_real) and "step_at_cap" in mismatch
-    assert set(progress["memory"]) == {1} and progress["memory"][1].peak_bytes > 0
+    assert set(progress.memory) == {1} and progress.memory[1].peak_bytes > 0
     summary = loop.memory_summary(run, progress)
     assert summary["peak_mem_step"] == 1 and summary["peak_mem_bytes_by_step"] == {
-        "1": progress["memory"][1].peak_bytes}
+        "1": progress.memory[1].peak_bytes}
 
 
 def test_a_run_that_measures_no_memory_profiles_no_step(started, tmp_path, tiny_dir):
     run, engine, _, progress = started
     assert run.profiled == set()
     loop.update(run, loop.sample(run, engine, 1, progress), 1, progress)
-    assert progress["memory"] == {}
+    assert progress.memory == {}
     # unless a memory budget is set: the CPU checks it by the measured peak
     budgeted = loop.setup(run.cfg | {"memory_budget_bytes": 2**30}, tiny_dir,
                           tmp_path / "train.jsonl", tmp_path / "out")
@@ -121,7 +122,7 @@ def test_stopped_names_a_divergence_and_counts_zero_gradients(started):
     assert "non-finite" in loop.stopped(run, batch, 2, progress, math.nan, 0.01)[
         "diverged_because"]
     ratio = loop.weight_norm(run.model) / run.base_norm
-    assert progress["weight_ratio_max"] == max(1.0, ratio) and progress["zero_grad_steps"] == 0
+    assert progress.weight_ratio_max == max(1.0, ratio) and progress.zero_grad_steps == 0
 
 
 def test_stopped_on_cpu_compares_the_profiled_peak_with_the_budget(measured):
@@ -131,7 +132,7 @@ def test_stopped_on_cpu_compares_the_profiled_peak_with_the_budget(measured):
     batch = loop.sample(run, engine, last, progress)
     loop.update(run, batch, last, progress)
     stop = loop.stopped(run, batch, last, progress, 0.1, 0.01)
-    assert stop["status"] == "oom" and stop["oom_needed_bytes"] == progress["memory"][
+    assert stop["status"] == "oom" and stop["oom_needed_bytes"] == progress.memory[
         last].peak_bytes
 
 
@@ -139,8 +140,8 @@ def test_sync_and_record_leave_the_engine_at_the_trainers_weights(started):
     run, engine, syncer, progress = started
     run.cfg["rollout"]["full_sync_every"] = 2
     batch = steps(run, engine, syncer, progress, 2)
-    rows = progress["metrics"]
-    assert [r["step"] for r in rows] == [1, 2] and progress["step"] == 2
+    rows = progress.metrics
+    assert [r["step"] for r in rows] == [1, 2] and progress.step == 2
     assert set(rows[-1]) == set(loop.METRIC_COLUMNS)  # step_at_cap went to the summary's count
     lengths = batch.tensors[2].sum(dim=1)  # tests/rl/test_sync.py: a completion's tokens
     assert rows[-1]["response_tokens_mean"] == lengths.double().mean().item() > 0
@@ -152,14 +153,16 @@ def test_sync_and_record_leave_the_engine_at_the_trainers_weights(started):
 
 def test_restore_resumes_what_save_checkpoint_wrote(started, tmp_path, tiny_dir):
     run, engine, syncer, progress = started
-    assert loop.restore(run) == (loop.fresh_progress(), None, [])  # nothing saved yet
+    assert loop.restore(run) == (loop.Progress(), None, [])  # nothing saved yet
     steps(run, engine, syncer, progress, 2)  # checkpoint_every 2: saved after step 2
     assert checkpoint.path(tmp_path / "ckpt", run.cfg).exists()
     again = loop.setup(run.cfg, tiny_dir, tmp_path / "train.jsonl", tmp_path / "out",
                        tmp_path / "ckpt")
     restored, engine_weights, set_aside = loop.restore(again)
-    assert restored["step"] == 2 and restored["resumed_from"] == [2] and set_aside == []
-    assert [r["step"] for r in restored["metrics"]] == [1, 2]
+    assert restored.step == 2 and restored.resumed_from == [2] and set_aside == []
+    assert [r["step"] for r in restored.metrics] == [1, 2]
+    # the progress comes back whole (repr: a nan equals a nan)
+    assert repr(dataclasses.replace(restored, resumed_from=[])) == repr(progress)
     assert all(torch.equal(p, q) for p, q in zip(run.model.parameters(),
                                                  again.model.parameters()))
     held = engine.state_dict()
@@ -185,7 +188,7 @@ def test_a_snapshot_is_the_policy_the_engine_samples_and_draws_nothing(started):
     assert trained and all(torch.equal(saved[n], w) for n, w in trained.items())
     loop.save_snapshot(run, engine, run.grpo["steps"])
     assert [p.name for p in (run.out_dir / "snapshots").iterdir()] == ["step1"]
-    assert loop.restore(run)[0] == loop.fresh_progress()  # no checkpoint yet: from the base
+    assert loop.restore(run)[0] == loop.Progress()  # no checkpoint yet: from the base
     assert not (run.out_dir / "snapshots").exists()
 
 
@@ -194,7 +197,7 @@ def test_save_model_keeps_the_last_good_weights_of_a_stopped_run(started):
     steps(run, engine, syncer, progress, 2)  # checkpointed at step 2
     at_two = {n: p.detach().clone() for n, p in run.model.named_parameters()}
     steps(run, engine, syncer, progress, 1)
-    model_step, fingerprint = loop.save_model(run, "diverged", progress["metrics"])
+    model_step, fingerprint = loop.save_model(run, "diverged", progress.metrics)
     assert model_step == 2 and run.ckpt_path.exists()  # kept for a look, and a rerun
     assert all(torch.equal(p, at_two[n]) for n, p in run.model.named_parameters())
     assert fingerprint["weights"] and (run.out_dir / "metrics.csv").exists()
@@ -203,7 +206,7 @@ def test_save_model_keeps_the_last_good_weights_of_a_stopped_run(started):
 def test_save_model_of_a_finished_run_removes_its_checkpoint(started):
     run, engine, syncer, progress = started
     steps(run, engine, syncer, progress, 2)
-    model_step, _ = loop.save_model(run, "ok", progress["metrics"])
+    model_step, _ = loop.save_model(run, "ok", progress.metrics)
     assert model_step == 2 and not run.ckpt_path.exists()
     end = {"status": "ok", "diverged_at_step": None, "diverged_because": None}
     summary = loop.summarise(run, progress, end, syncer, model_step, None, [], 1.0)
@@ -230,7 +233,7 @@ def test_reinforce_answers_each_prompt_once_against_the_baseline_of_earlier_step
         assert sorted(batch.tensors[3].tolist()) == pytest.approx(
             sorted((outcomes - baseline).tolist()))
         baseline = 0.9 * baseline + 0.1 * outcomes.mean().item()
-        assert progress["baseline"] == pytest.approx(baseline)
+        assert progress.baseline == pytest.approx(baseline)
         loss, eta, kl_pred, kl_real, mismatch = loop.update(run, batch, step, progress)
         assert math.isfinite(loss) and loop.stopped(run, batch, step, progress, loss,
                                                     kl_real) is None
@@ -240,7 +243,7 @@ def test_reinforce_answers_each_prompt_once_against_the_baseline_of_earlier_step
         loop.save_checkpoint(run, engine, step, progress)  # after step 2 (checkpoint_every 2)
     again = loop.setup(run.cfg, tiny_dir, tmp_path / "train.jsonl", tmp_path / "out",
                        tmp_path / "ckpt")
-    assert loop.restore(again)[0]["baseline"] == progress["baseline"]
+    assert loop.restore(again)[0].baseline == progress.baseline
     next(runs, None)  # closes the engine
 
 
