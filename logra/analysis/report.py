@@ -348,11 +348,14 @@ def _accuracy_section(accuracy: pd.DataFrame, title: str, source: str) -> list[s
 def _verdicts_section(v: pd.DataFrame, title: str, source: str) -> list[str]:
     mean = v[v["statistic"] == "mean"]
     return _section(title, source, f"Accuracy by {_metric_name(v['metric'].iloc[0])} minus the "
-                    "reference's, paired by task and seed, with its 95% interval, called at the "
-                    "task's margin; the gate: the seeds in which the reference gained more than "
-                    "the margin over its base (one-sided paired t-test on the test problems), a "
-                    "comparison being informative when it passes; seeds needed: for a call at "
-                    "80% power at the observed mean and spread, a guide "
+                    "reference's, paired by task and seed, with its 95% interval; three "
+                    "answers at the task's margin (better or worse, non-inferior, equivalent), "
+                    "each a t-test Holm-adjusted over the table's contrasts; the method's gain "
+                    "over its bases as a share of the reference's, with Fieller's 95% interval "
+                    "(n/a ends: unbounded); the gate: the seeds in which the reference gained "
+                    "more than the margin over its base (one-sided paired t-test on the test "
+                    "problems), a comparison being informative when it passes; seeds needed: "
+                    "for a call at 80% power at the observed mean and spread, a guide "
                     "(logra/analysis/verdict.py says how each is computed).",
                     {"task": mean["task"], "method": mean["method"],
                      "reference": mean["reference"],
@@ -360,7 +363,12 @@ def _verdicts_section(v: pd.DataFrame, title: str, source: str) -> list[str]:
                          f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
                              *(_fmt(mean[c], "+.3f") for c in ("diff_mean", "diff_lo",
                                                                "diff_hi")))],
-                     "margin": _fmt(mean["margin"], ".3f"), "call": mean["call"],
+                     "margin": _fmt(mean["margin"], ".3f"),
+                     f"answers (Holm over {len(mean)})": mean["calls"],
+                     "share of the reference's gain [95%]": [
+                         f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
+                             *(_fmt(mean[c], ".2f") for c in ("gain_share", "gain_share_lo",
+                                                              "gain_share_hi")))],
                      "reference gain per seed": mean["ref_gain_by_seed"],
                      "gate": mean["gate_passed"],
                      "informative": mean["informative"].map({True: "yes", False: "no"}),

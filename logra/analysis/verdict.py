@@ -21,9 +21,18 @@ Per task and method:
   model it saved (its last good checkpoint or its base), as that seed's outcome of the method
   (intent to treat; `results/accuracy.csv` averages finished runs only).
 - `p_better`: the share of seed pairs where the method is ahead (ties count half).
-- `call` at the task's margin δ (`margin_table`, fixed on validation runs before any test
-  evaluation): `non-inferior` if the interval's lower end is above −δ, `inferior` if its upper
-  end is below −δ, else `inconclusive`.
+- Three answers at the task's margin δ (`margin_table`, fixed on validation runs before any test
+  evaluation), each a t-test on the per-seed differences (df = seeds − 1) whose p-value is
+  adjusted by Holm's step-down over the contrasts of the table (every task × method row;
+  `holm_contrasts` counts them), so that each answer's family-wise error stays at its level:
+  `superiority` ("better" or "worse" where the two-sided test of a zero difference rejects at
+  5%, else "not shown"; `p_diff`); `non_inferior` (the one-sided test of d ≤ −δ rejects at
+  2.5%; `p_non_inferior`); `equivalent` (both one-sided tests of TOST, d ≤ −δ and d ≥ δ, reject
+  at 2.5%; `p_equivalent`). At one contrast these are the 95% interval's answers: lower end
+  above 0 or upper end below 0; lower end above −δ; the interval inside (−δ, δ). `calls` says
+  all three in words, and `call` is the non-inferiority answer as one word: `non-inferior`,
+  `inferior` where the one-sided test of d ≥ −δ rejects at 2.5% (Holm-adjusted), else
+  `inconclusive`.
 - The gate (assay sensitivity): per seed, did the *reference* gain more than δ over its SFT
   base? A one-sided paired t-test of (per-problem gain − δ) > 0 (`paired_test`; per-problem
   means over samples are not binary, and a thousand problems make the t reference exact
@@ -34,7 +43,9 @@ Per task and method:
   and would be called non-inferior; where it gained more, such a method is called inferior
   or inconclusive.
 - `gain_mean` and its interval: the method's own accuracy minus its SFT base's, per seed
-  (descriptive).
+  (descriptive). `gain_share`: the method's mean gain over its bases as a share of the
+  reference's, with Fieller's 95% interval for a ratio of paired means (`fieller`; unbounded,
+  NaN ends, where the reference's gain is not clear of 0).
 - Power, reported, not acted on: `half_width` of the interval, and `seeds_needed`, the seeds
   for a call at the observed spread sd and mean m of the per-seed differences and the margin:
   the smallest n ≥ 2 with n ≥ ((t₀.₉₇₅ + t₀.₈)·sd / |m + δ|)², t at df = n − 1 (a 95%
@@ -113,6 +124,53 @@ def paired_test(d) -> tuple[float, float]:
     return mean, float(stats.t.sf(mean / (sd / math.sqrt(len(d))), len(d) - 1))
 
 
+def holm(p: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values of a family of tests (NaN stays NaN and does not
+    count): the k-th smallest of m becomes max over j ≤ k of min(1, (m − j + 1) · p_(j))."""
+    finite = sorted((v, i) for i, v in enumerate(p) if not math.isnan(v))
+    out, running = [math.nan] * len(p), 0.0
+    for rank, (v, i) in enumerate(finite):
+        running = max(running, min(1.0, (len(finite) - rank) * v))
+        out[i] = running
+    return out
+
+
+def contrast_tests(d, margin: float) -> dict[str, float]:
+    """The unadjusted p-values of one contrast's per-seed differences `d` (t-tests, df = seeds
+    − 1): `p_diff` two-sided of a zero difference; `p_non_inferior` of d ≤ −margin;
+    `p_inferior` of d ≥ −margin; `p_equivalent` TOST's, the larger of d ≤ −margin's and
+    d ≥ margin's. NaN with fewer than two seeds."""
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2:
+        return dict.fromkeys(("p_diff", "p_non_inferior", "p_inferior", "p_equivalent"),
+                             math.nan)
+    above = paired_test(d + margin)[1]  # of d > −margin
+    return {"p_diff": min(1.0, 2 * min(paired_test(d)[1], paired_test(-d)[1])),
+            "p_non_inferior": above, "p_inferior": paired_test(-(d + margin))[1],
+            "p_equivalent": max(above, paired_test(margin - d)[1])}
+
+
+def fieller(a, b, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean(a) / mean(b), lo, hi): Fieller's interval for the ratio of the means of paired
+    samples `a`, `b` (one pair per seed): every ρ for which the t-interval (df = n − 1) of
+    a − ρ·b holds 0. Where b's mean is not clear of 0 at `level` the set is unbounded: NaN
+    ends."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    n = len(a)
+    ratio = float(a.mean() / b.mean()) if b.mean() != 0 else math.nan
+    if n < 2:
+        return ratio, math.nan, math.nan
+    t2 = t_quantile(0.5 + level / 2, n - 1) ** 2
+    cov = np.cov(a, b, ddof=1) / n  # of the means
+    qa = b.mean() ** 2 - t2 * cov[1, 1]  # (ā − ρ b̄)² ≤ t² var(ā − ρ b̄) as qa ρ² − 2 qb ρ + qc ≤ 0
+    qb = a.mean() * b.mean() - t2 * cov[0, 1]
+    qc = a.mean() ** 2 - t2 * cov[0, 0]
+    if qa <= 0:
+        return ratio, math.nan, math.nan
+    root = math.sqrt(max(qb * qb - qa * qc, 0.0))
+    return ratio, float((qb - root) / qa), float((qb + root) / qa)
+
+
 def seeds_needed(d, margin: float, level: float = 0.95, power: float = 0.8) -> float:
     """The seeds a non-inferiority call needs at the spread and mean of the per-seed
     differences `d` and `margin`: the smallest n ≥ 2 with
@@ -189,8 +247,11 @@ def analysis_plan(spec: dict, margins: pd.DataFrame) -> dict:
                  "over its SFT base: a one-sided paired t-test of the per-problem differences "
                  "minus the margin, on the test problems"},
         "interval": "95% t-interval (df = seeds - 1) on the per-seed paired differences",
-        "call": "non-inferior if the interval's lower end is above -margin, inferior if its "
-                "upper end is below -margin, else inconclusive; reported whatever it says",
+        "call": "three answers per contrast, each a t-test on the per-seed differences, "
+                "Holm-adjusted over the contrasts of its table: better or worse (two-sided, "
+                "5%), non-inferior at the margin (one-sided, 2.5%), equivalent within the "
+                "margin (TOST, 2.5% each side); at one contrast the 95% interval's answers; "
+                "reported whatever they say",
         "power": "seeds needed: the smallest n >= 2 with n >= ((t_0.975 + t_0.8) sd / "
                  "|mean + margin|)^2 at the observed per-seed spread and mean (df = n - 1)",
     }
@@ -273,6 +334,7 @@ def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, referen
             passed = sum(p < gate_alpha for _, p in gate)
             mean, lo, hi = t_interval(d)
             g_mean, g_lo, g_hi = t_interval(gain)
+            share, share_lo, share_hi = fieller(gain, [float(g.mean()) for g in gain_ref])
             across.setdefault(method, {})[task] = d
             rows.append({
                 "task": task, "method": method, "reference": reference, "statistic": "mean",
@@ -281,14 +343,15 @@ def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, referen
                 "diff_mean": mean, "diff_lo": lo, "diff_hi": hi,
                 "p_better": float(np.mean([1.0 if x > 0 else 0.5 if x == 0 else 0.0
                                            for x in d])),
-                "margin": margin, "call": call(lo, hi, margin) if len(d) > 1 else "inconclusive",
+                "margin": margin, **contrast_tests(d, margin),
                 "ref_gain_mean": float(np.mean([g for g, _ in gate])),
                 "ref_gain_by_seed": "; ".join(f"seed {s}: {g:+.4f} (p {p:.3g})"
                                               for s, (g, p) in zip(seeds, gate)),
                 "gate_passed": f"{passed}/{len(seeds)}",
                 "informative": bool(len(d) > 1 and passed >= max(
                     1, math.floor(gate_share * len(seeds) + 0.5))),
-                "gain_mean": g_mean, "gain_lo": g_lo, "gain_hi": g_hi,
+                "gain_mean": g_mean, "gain_lo": g_lo, "gain_hi": g_hi, "gain_share": share,
+                "gain_share_lo": share_lo, "gain_share_hi": share_hi,
                 "half_width": (hi - lo) / 2, "seeds_needed": seeds_needed(d, margin),
                 "interval": "t (df = seeds - 1) on per-seed paired differences"})
         if len(tasks) > 1:
@@ -299,7 +362,34 @@ def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, referen
                          "diff_mean": mean, "diff_lo": lo, "diff_hi": hi,
                          "call": "none (descriptive interval)", "half_width": (hi - lo) / 2,
                          "interval": "IQM over tasks x seeds, stratified bootstrap over seeds"})
-    return pd.DataFrame(rows)
+    return with_calls(pd.DataFrame(rows))
+
+
+def with_calls(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` (`verdicts`' rows) with each per-task contrast's p-values Holm-adjusted over the
+    table's contrasts and its answers: `superiority`, `non_inferior`, `equivalent`, `call`,
+    `calls` (the module docstring)."""
+    table = table.copy()
+    rows = table["statistic"] == "mean"
+    for col in ("p_diff", "p_non_inferior", "p_inferior", "p_equivalent"):
+        table.loc[rows, col] = holm(table.loc[rows, col].tolist())
+    table["holm_contrasts"] = np.where(rows, int(rows.sum()), np.nan)
+    answers = []
+    for r in table[rows].itertuples():
+        side = "better" if r.diff_mean > 0 else "worse"
+        shown, ni, eq = r.p_diff < 0.05, r.p_non_inferior < 0.025, r.p_equivalent < 0.025
+        answers.append({
+            "superiority": side if shown else "not shown", "non_inferior": bool(ni),
+            "equivalent": bool(eq),
+            "call": "non-inferior" if ni else "inferior" if r.p_inferior < 0.025 else
+            "inconclusive",
+            "calls": f"{side}: {'yes' if shown else 'no'}; non-inferior at {r.margin:.3f}: "
+                     f"{'yes' if ni else 'no'}; equivalent within ±{r.margin:.3f}: "
+                     f"{'yes' if eq else 'no'}"})
+    answers = pd.DataFrame(answers, index=table.index[rows])
+    for col in answers:
+        table[col] = answers[col].reindex(table.index).where(rows, table.get(col))
+    return table
 
 
 def coverage(interval: str, seeds: int = 3, problems: int = 1000, seed_sd: float = 0.02,

@@ -394,6 +394,8 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
         {"task": "a", "method": "l", "reference": "d", "statistic": "mean", "metric": "sampled",
          "diff_mean": -0.01, "diff_lo": -0.02, "diff_hi": 0.0, "margin": 0.03,
          "call": "non-inferior", "ref_gain_by_seed": "seed 0: +0.0500 (p 0.001)",
+         "calls": "worse: no; non-inferior at 0.030: yes; equivalent within ±0.030: yes",
+         "gain_share": 0.8, "gain_share_lo": 0.5, "gain_share_hi": float("nan"),
          "gate_passed": "1/1", "informative": True, "seeds_needed": 4.0},
         {"task": "all", "method": "l", "reference": "d", "statistic": "IQM", "metric": "sampled",
          "diff_mean": -0.01, "diff_lo": -0.03, "diff_hi": 0.01, "margin": None,
@@ -410,8 +412,10 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
     assert "- Compared: l against `d`, on a, seeds 0, 1, 2, 1000 test problems" in text
     assert ("| a | 0.0300 | +0.0600 | seed 10: +0.0600 | 50 | 0.0001 | max(floor, ...) |"
             in text)
-    assert ("| a | l | d | -0.010 [-0.020, +0.000] | 0.030 | non-inferior | seed 0: +0.0500 "
+    assert ("| a | l | d | -0.010 [-0.020, +0.000] | 0.030 | worse: no; non-inferior at "
+            "0.030: yes; equivalent within ±0.030: yes | 0.80 [0.50, n/a] | seed 0: +0.0500 "
             "(p 0.001) | 1/1 | yes | 4 |") in text
+    assert "answers (Holm over 1)" in text
     assert "l -0.010 [-0.030, +0.010]." in text  # the IQM, without a call
 
 

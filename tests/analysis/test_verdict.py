@@ -2,6 +2,7 @@
 of the right size, a power count that gives its power, a margin from validation runs, the right
 call on constructed cases, and errors that name what is missing."""
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -199,3 +200,63 @@ def test_analysis_plan_states_metric_margins_gate_seeds_and_methods():
     assert plan["primary_metric"]["samples"] == 4 and list(plan["other_metrics"]) == ["greedy"]
     assert plan["margins"]["a"]["margin"] == 0.03 and plan["gate"]["alpha"] == 0.05
     assert plan["seeds"] == [0, 1, 2] and plan["steps"] == {"d": 80, "l": 80}
+
+
+def test_holm_by_hand():
+    # sorted 0.01, 0.03, 0.04: x3, x2, x1 = 0.03, 0.06, 0.04 -> step-down max: 0.03, 0.06, 0.06
+    assert verdict.holm([0.04, 0.01, 0.03]) == pytest.approx([0.06, 0.03, 0.06])
+    assert verdict.holm([0.5, float("nan")])[0] == 0.5  # NaN does not count in the family
+    assert verdict.holm([0.6, 0.7]) == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_one_contrasts_answers_are_its_95_interval(seed):
+    """At one contrast (no adjustment): better/worse where the interval excludes 0,
+    non-inferior where its lower end is above −δ, equivalent where it lies inside (−δ, δ)."""
+    rng = np.random.default_rng(seed)
+    d, margin = rng.normal(rng.normal(0, 0.02), 0.015, rng.integers(2, 6)), 0.02
+    _, lo, hi = verdict.t_interval(d)
+    p = verdict.contrast_tests(d, margin)
+    assert (p["p_diff"] < 0.05) == (lo > 0 or hi < 0)
+    assert (p["p_non_inferior"] < 0.025) == (lo > -margin)
+    assert (p["p_inferior"] < 0.025) == (hi < -margin)
+    assert (p["p_equivalent"] < 0.025) == (-margin < lo and hi < margin)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fiellers_interval_holds_each_ratio_whose_difference_interval_holds_zero(seed):
+    rng = np.random.default_rng(seed)
+    b = rng.normal(0.1, 0.01, 3)
+    a = 0.8 * b + rng.normal(0, 0.01, 3)
+    ratio, lo, hi = verdict.fieller(a, b)
+    assert ratio == pytest.approx(a.mean() / b.mean()) and lo < ratio < hi
+    for rho in np.linspace(lo - 1, hi + 1, 41):
+        _, dlo, dhi = verdict.t_interval(a - rho * b)
+        if not (math.isclose(rho, lo, abs_tol=1e-9) or math.isclose(rho, hi, abs_tol=1e-9)):
+            assert (dlo <= 0 <= dhi) == (lo <= rho <= hi)
+    assert verdict.fieller(0.5 * b, b)[1:] == pytest.approx((0.5, 0.5))  # exact: no spread
+    assert all(map(math.isnan, verdict.fieller(a, [0.1, -0.1, 0.0])[1:]))  # b not clear of 0
+
+
+def test_each_contrast_says_worse_non_inferior_and_equivalent_apart(tmp_path):
+    """A method 2 to 4 problems of 40 behind (interval [−0.137, −0.013], wholly below 0):
+    worse, yet neither non-inferior nor equivalent at δ 0.1 (the interval reaches below −0.1;
+    its one-word call 'inconclusive'); at δ 0.2 worse and both. Holm over a table of two
+    contrasts doubles the smaller p-value."""
+    evals, base = _design(tmp_path, {0: 17, 1: 16, 2: 18})
+    row = verdict.verdicts(evals, base, "ref", {"t": 0.1}).iloc[0]
+    assert (row["superiority"], row["non_inferior"], row["equivalent"]) == ("worse", False, False)
+    assert row["calls"] == ("worse: yes; non-inferior at 0.100: no; equivalent within "
+                            "±0.100: no") and row["call"] == "inconclusive"
+    assert row["holm_contrasts"] == 1
+    wide = verdict.verdicts(evals, base, "ref", {"t": 0.2}).iloc[0]
+    assert wide["calls"] == ("worse: yes; non-inferior at 0.200: yes; equivalent within "
+                             "±0.200: yes") and wide["call"] == "non-inferior"
+    # the share of the reference's gain: (17+16+18)/3 - 10 of 40 over its 10
+    assert row["gain_share"] == pytest.approx((17 - 10) / 10)
+    for s in (0, 1, 2):
+        evals["t", "m2", s] = evals["t", "m", s]
+    two = verdict.verdicts(evals, base, "ref", {"t": 0.1})
+    p = verdict.contrast_tests(np.array([-3, -4, -2]) / 40, 0.1)["p_diff"]
+    assert two["p_diff"].tolist() == pytest.approx([min(1, 2 * p)] * 2)
+    assert (two["holm_contrasts"] == 2).all()
