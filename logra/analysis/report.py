@@ -884,10 +884,12 @@ def _scaling(inputs: ReportInputs) -> list[str]:
     out += [f"- {r.method} at {r.size}: of the transferred {r.option} times each factor, x"
             f"{r.chosen_factor:g} scored best ({r.validation_by_point})"
             for r in check.itertuples()]
-    out += ["", "The trend, declared before the runs: the least-squares slope of the per-seed "
-            "differences against log10(parameters), with its 95% t-interval:", ""]
+    out += ["", "The trend: the least-squares slope of each size's mean difference against "
+            "log10(parameters), with its 95% t-interval (the size is the unit: df = sizes - 2):",
+            ""]
     out += [f"- {r.method}: {r.slope_per_decade:+.4f} [{r.slope_lo:+.4f}, {r.slope_hi:+.4f}] "
-            f"per decade of parameters: {r.call}" for r in trend.itertuples()]
+            f"per decade of parameters ({r.sizes:.0f} sizes, df {r.df:.0f}): {r.call}"
+            for r in trend.itertuples()]
     if len(p):
         out += ["", "The planner's memory ratio to " + reference + " continued to the hub "
                 "models' sizes (PREDICTIONS, the planner's setting): " + "; ".join(

@@ -4,10 +4,13 @@ Per size and compared method (`kind` measured): the per-seed paired difference o
 primary metric (test split) with its 95% t-interval and non-inferiority call at the task's
 margin (as the verdicts), the bases' mean and whether it lies in the declared band, the
 reference's gain over its bases, and the measured ratios to the reference (peak memory of the
-update, mean step time). Per compared method (`kind` trend): the slope of the per-seed
-differences against log10(parameters), by least squares over every (size, seed), with its 95%
-t-interval (df = points − 2); the call is `undetermined` while the interval holds 0 (each point
-is its own seed's base and runs: the points are independent). `kind` tuning and check: the
+update, mean step time). Per compared method (`kind` trend): the slope of the size means of
+the per-seed differences against log10(parameters), by least squares over the sizes, with its
+95% t-interval (df = sizes − 2); the call is `undetermined` while the interval holds 0 (or is
+not defined: two sizes). The size is the unit: the seeds of one size share its model, its SFT
+schedule and its transferred step size, so their differences are not independent draws of the
+trend, and a fit over every (size, seed) would claim seeds − 2 degrees of freedom the design
+does not have (three sizes leave one). `kind` tuning and check: the
 validation tables' choices. `kind` prediction: the planner's memory ratio at the hub models'
 sizes (a prediction, not a measurement); `kind` cost: the target's CPU time against its cap.
 """
@@ -43,7 +46,7 @@ def trend_call(lo: float, hi: float) -> str:
         return "difference rises with size"
     if hi < 0:
         return "difference falls with size"
-    return "undetermined"
+    return "undetermined"  # NaN bounds (two sizes) too
 
 
 def scaling_table(runs: pd.DataFrame, bases: dict[tuple[str, int], str | Path],
@@ -78,7 +81,7 @@ def scaling_table(runs: pd.DataFrame, bases: dict[tuple[str, int], str | Path],
                 return float(np.mean([m.at[s, "summary"][key] / ref.at[s, "summary"][key]
                                       for s in seeds]))
             n_params = summary["n_params"]
-            points.setdefault(label, []).extend((math.log10(n_params), x) for x in d)
+            points.setdefault(label, []).append((math.log10(n_params), mean))
             rows.append({
                 "kind": "measured", "size": size, "method": label, "reference": reference,
                 "n_params": n_params, "seeds": len(seeds),
@@ -94,7 +97,8 @@ def scaling_table(runs: pd.DataFrame, bases: dict[tuple[str, int], str | Path],
         x, y = np.array(xy).T
         b, lo, hi = slope(x, y)
         rows.append({"kind": "trend", "size": "all", "method": label, "reference": reference,
-                     "seeds": len(xy), "slope_per_decade": b, "slope_lo": lo, "slope_hi": hi,
+                     "sizes": len(xy), "df": len(xy) - 2, "slope_per_decade": b,
+                     "slope_lo": lo, "slope_hi": hi,
                      "intercept": float(y.mean() - b * x.mean()), "call": trend_call(lo, hi)})
     return pd.DataFrame(rows)
 

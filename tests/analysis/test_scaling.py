@@ -74,12 +74,13 @@ def test_each_size_pairs_the_seeds_and_the_trend_follows_the_gap(tmp_path):
     trend = t[t["kind"] == "trend"].iloc[0]
     assert trend["slope_per_decade"] == pytest.approx(0.04)
     assert trend["slope_lo"] > 0 and trend["call"] == "difference rises with size"
+    assert (trend["sizes"], trend["df"]) == (3, 1)  # the size is the unit, not the seed
 
 
 def test_a_gap_that_does_not_move_with_size_is_undetermined_and_bases_off_band_flagged(
         tmp_path):
-    runs, bases = _runs(tmp_path, lambda size, seed: 0.02 * (seed - 1),
-                        base_level=0.1)
+    runs, bases = _runs(tmp_path, lambda size, seed: 0.02 * (seed - 1)
+                        + (0.02 if size == list(SIZES)[1] else 0.0), base_level=0.1)
     t = scaling_table(runs, bases, "ref", margin=0.02, band=(0.2, 0.36))
     trend = t[t["kind"] == "trend"].iloc[0]
     assert trend["slope_lo"] < 0 < trend["slope_hi"] and trend["call"] == "undetermined"
@@ -133,3 +134,17 @@ def test_the_report_states_each_size_the_trend_the_predictions_and_the_cost(tmp_
     assert "CPU time: 2.00 h over 1 jobs, against a cap of 8 h (within it)" in text
     assert "does not speak for 1.5B-27B" in text
     assert "has not run" in "\n".join(_scaling(SimpleNamespace(scaling=None)))
+
+
+def test_the_trend_has_the_degrees_of_freedom_of_its_sizes_not_of_its_seeds(tmp_path):
+    """Seeds that agree within each size, sizes that wobble about a rising line: a fit over
+    the 9 (size, seed) points would call a rise (df 7, its interval clear of 0); over the 3
+    size means (df 1) the trend is undetermined."""
+    wobble = dict(zip(SIZES, (-0.08, 0.0, -0.02)))
+    runs, bases = _runs(tmp_path, lambda size, seed: wobble[size] + 0.02 * (seed == 1))
+    t = scaling_table(runs, bases, "ref", margin=0.02, band=(0.2, 0.36))
+    trend = t[t["kind"] == "trend"].iloc[0]
+    assert trend["call"] == "undetermined" and trend["df"] == 1
+    x = np.repeat(np.log10([float(n) for n in SIZES.values()]), 3)
+    y = [wobble[z] + 0.02 * (s == 1) for z in SIZES for s in range(3)]
+    assert slope(x, y)[1] > 0  # what the per-seed fit would have claimed
