@@ -16,6 +16,7 @@ from conftest import ROOT
 from transformers import AutoModelForCausalLM
 
 from logra import rules
+from logra.optim.rule import DEFAULT_MODULES
 from logra.rl.loss import ESTIMATORS
 from logra.rl.models import load
 from logra.rl.weight_sync import apply_payload
@@ -29,14 +30,16 @@ OPTIONS = {"dense_adam": {"lr": 1e-2}, "logra": {"rank": 2, "update_ratio": 1e-2
            "adam_mini": {"lr": 1e-2}, "adamw_8bit": {"lr": 1e-2},
            "muon": {"lr": 1e-2, "dense_lr": 1e-3}}
 # configured variants of a rule (config entries with other options): APOLLO-Mini, LoRA rank 1
-# with a dense set, LoGRA with its projection kept and a float32 factor
+# with a dense set, LoGRA with its projection kept and a float32 factor, dense AdamW on LoGRA's
+# weights only
 VARIANTS = {"apollo_mini": ("apollo", {"lr": 1e-2, "rank": 1, "scale_type": "tensor",
                                        "scale": 128, "update_proj_gap": 2}),
             "lora_dense_head": ("lora", {"lr": 1e-2, "rank": 1, "dense_lr": 1e-3,
                                          "dense_modules": "embed_tokens|lm_head|norm"}),
             "logra_norefresh": ("logra", {"rank": 2, "update_ratio": 1e-2, "refresh": False,
                                           "update_factor_dtype": "float32"}),
-            "adamw_8bit_bf16": ("adamw_8bit", {"lr": 1e-2, "bf16_stochastic_round": True})}
+            "adamw_8bit_bf16": ("adamw_8bit", {"lr": 1e-2, "bf16_stochastic_round": True}),
+            "dense_adam_targets": ("dense_adam", {"lr": 1e-2, "train_only": DEFAULT_MODULES})}
 CASES = {name: (name, options) for name, options in OPTIONS.items()} | VARIANTS
 BF16 = {"adamw_8bit_bf16"}  # cases on a model stored in bf16 (grpo.param_dtype)
 

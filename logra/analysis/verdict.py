@@ -243,6 +243,7 @@ def analysis_plan(spec: dict, margins: pd.DataFrame) -> dict:
                                                   "val_gain_by_seed", "val_seeds",
                                                   "val_problems", "lr", "metric")}
                     for r in margins.to_dict("records")},
+        "contrasts": [list(pair) for pair in v.get("contrasts", [])],
         "gate": {**v["gate"], "test": "per seed, did the reference gain more than the margin "
                  "over its SFT base: a one-sided paired t-test of the per-problem differences "
                  "minus the margin, on the test problems"},
@@ -287,13 +288,27 @@ def stratified_iqm_interval(diffs: dict[str, list[float]], resamples: int = 2000
 
 
 def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, reference: str,
-             margins: dict[str, float], gate_alpha: float = 0.05,
-             gate_share: float = 1.0) -> pd.DataFrame:
-    """One row per (task, method other than `reference`), plus one per method across tasks.
+             margins: dict[str, float], gate_alpha: float = 0.05, gate_share: float = 1.0,
+             contrasts: list[tuple[str, str]] = ()) -> pd.DataFrame:
+    """One row per (task, method other than `reference`), plus one per method across tasks,
+    then the same for each of `contrasts` (method, against) whose two methods `evals` holds
+    (`against` in the reference's place: its gain gates it), every contrast's answers
+    Holm-adjusted over the table's (`with_calls`).
 
     `evals`: (task, method, seed) -> evaluation JSON; `bases`: task -> the SFT base's
     evaluation JSON, or (task, seed) -> one per seed; `margins`: task -> its margin
     (`margin_table`). Every evaluation must have the same primary metric."""
+    methods = {m for _, m, _ in evals}
+    pairs = [(m, a) for m, a in contrasts if {m, a} <= methods and a != reference]
+    return with_calls(pd.concat(
+        [_contrasts(evals, bases, reference, margins, gate_alpha, gate_share)]
+        + [_contrasts({k: v for k, v in evals.items() if k[1] in (m, a)}, bases, a, margins,
+                      gate_alpha, gate_share) for m, a in pairs], ignore_index=True))
+
+
+def _contrasts(evals: dict, bases: dict, reference: str, margins: dict[str, float],
+               gate_alpha: float, gate_share: float) -> pd.DataFrame:
+    """`verdicts`' rows of every method of `evals` against `reference`, before `with_calls`."""
     metrics = {primary_of(p) for p in [*evals.values(), *bases.values()]}
     if len(metrics) != 1:
         raise ValueError(f"evaluations with different primary metrics {sorted(metrics)}: "
@@ -362,7 +377,7 @@ def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, referen
                          "diff_mean": mean, "diff_lo": lo, "diff_hi": hi,
                          "call": "none (descriptive interval)", "half_width": (hi - lo) / 2,
                          "interval": "IQM over tasks x seeds, stratified bootstrap over seeds"})
-    return with_calls(pd.DataFrame(rows))
+    return pd.DataFrame(rows)
 
 
 def with_calls(table: pd.DataFrame) -> pd.DataFrame:

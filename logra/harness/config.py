@@ -285,6 +285,13 @@ def _check_references(config: dict) -> None:
     if len(config["run_methods"]) > 1 and config["verdict"]["reference"] not in config["methods"]:
         raise ConfigError(f"verdict.reference: {config['verdict']['reference']!r} is not "
                           f"defined under methods (defined: {sorted(config['methods'])})")
+    for i, pair in enumerate(config["verdict"]["contrasts"]):
+        for name in pair:
+            if name not in config["methods"]:
+                raise ConfigError(f"verdict.contrasts[{i}]: {name!r} is not defined under "
+                                  f"methods (defined: {sorted(config['methods'])})")
+        if pair[0] == pair[1]:
+            raise ConfigError(f"verdict.contrasts[{i}]: {pair[0]!r} against itself")
     _check_eval_and_margin(config)
     for key, tasks in [("run_tasks", config.get("run_tasks") or []),
                        ("stability.task", [(config.get("stability") or {}).get("task")]),

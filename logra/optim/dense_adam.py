@@ -16,7 +16,10 @@ control) and restores θ exactly from a saved copy of the weights: for dense Ada
 costs one transient copy of the trained weights.
 
 Dense Adam is the reference every other rule is compared with, and LoGRA trains its unsketched
-parameters with it (`for_params`).
+parameters with it (`for_params`). `train_only` (a regex over module names) trains the weights
+of the nn.Linear modules it matches and freezes every other parameter, as LoGRA does: with
+LoGRA's target pattern it is the control that separates the update rule from the trainable
+set (config `dense_adam_targets`).
 """
 from __future__ import annotations
 
@@ -25,17 +28,29 @@ import math
 
 import torch
 
-from logra.optim.rule import ADAM_OPTIONS, Geometry, UpdateRule
+from logra.optim.rule import (ADAM_OPTIONS, DEFAULT_MODULES, Geometry, UpdateRule,
+                              low_rank_linears, requires_grad_output)
 
 
 class DenseAdam(UpdateRule):
-    options = ADAM_OPTIONS
+    options = ADAM_OPTIONS | {"train_only": {
+        "type": ["string", "null"], "description": "regex over module names: train only the "
+        "weights of the nn.Linear modules it matches, every other parameter frozen (LoGRA's "
+        "trainable set: its targets' pattern); null: every parameter"}}
     shardable = True
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-4, betas=(0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0):
+                 eps: float = 1e-8, weight_decay: float = 0.0, train_only: str | None = None):
+        linears = low_rank_linears(model, train_only) if train_only is not None else None
+        if linears is not None:
+            model.requires_grad_(False)
+            for _, module in linears:
+                module.weight.requires_grad_(True)
         self.init([(n, p) for n, p in model.named_parameters() if p.requires_grad],
                   lr, betas, eps, weight_decay)
+        if linears is not None:  # a frozen embedding: backward must still reach the blocks
+            self.hooks.append(model.get_input_embeddings().register_forward_hook(
+                requires_grad_output))
 
     @classmethod
     def for_params(cls, named: list[tuple[str, torch.nn.Parameter]], **options) -> "DenseAdam":
@@ -57,6 +72,7 @@ class DenseAdam(UpdateRule):
         self.v = [torch.zeros_like(p) for _, p in self.named]
         self.t = 0
         self.grad_norm = float("nan")
+        self.hooks = []
 
     @torch.no_grad()
     def propose(self, skip: bool = False) -> list[torch.Tensor]:
@@ -112,6 +128,11 @@ class DenseAdam(UpdateRule):
     def state_tensors(self) -> list[torch.Tensor]:
         return self.m + self.v
 
+    def unwrap(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+        self.hooks = []
+
     def state_dict(self) -> dict:
         return {"t": self.t, "m": self.m, "v": self.v}
 
@@ -123,11 +144,19 @@ class DenseAdam(UpdateRule):
             dst.copy_(src)
 
     @staticmethod
+    def modules(options: dict) -> str:
+        """`train_only`'s pattern (the planner's `Geometry.low_rank`: the trained weights)."""
+        return options.get("train_only") or DEFAULT_MODULES
+
+    @staticmethod
     def planned(geo: Geometry, options: dict, b: int) -> dict:
-        """Two fp32 moments and an fp32 gradient per weight; the step is written into the
-        gradient buffers; `perturbed` copies every trained weight."""
-        f = 4
-        return {"weights": geo.n_all * b, "master": geo.n_all * f if b < f else 0,
-                "grads": geo.n_all * f, "optimizer": 2 * geo.n_all * f, "step": 0,
-                "perturbed_copy": geo.n_all * f, "after_apply": 0, "transient": 0,
+        """Two fp32 moments and an fp32 gradient per trained weight (every weight, or
+        `train_only`'s); the step is written into the gradient buffers; `perturbed` copies every
+        trained weight. Under `train_only` the base's Linear weights still train
+        (`frozen_base` False): the activations the norms and lm_head keep for their own
+        gradients are counted, a few N·H bytes over."""
+        f, n = 4, geo.n_low if options.get("train_only") else geo.n_all
+        return {"weights": geo.n_all * b, "master": n * f if b < f else 0,
+                "grads": n * f, "optimizer": 2 * n * f, "step": 0,
+                "perturbed_copy": n * f, "after_apply": 0, "transient": 0,
                 "frozen_base": False}

@@ -71,7 +71,8 @@ import torch.autograd.forward_ad as fwAD
 
 from logra.optim import collectives
 from logra.optim.collectives import full, is_sharded, local, row_block
-from logra.optim.rule import LR, POSINT, POSNUM, Geometry, UpdateRule, tensor_bytes
+from logra.optim.rule import (LR, POSINT, POSNUM, Geometry, UpdateRule, requires_grad_output,
+                              tensor_bytes)
 from logra.optim.sketch import subtract_projected_
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -317,7 +318,7 @@ class LoGRA(UpdateRule):
         self.named = [(f"{t.name}.weight", t.weight) for t in self.targets]
         self.hooks = [t.module.register_forward_hook(self._sketch_hook(t))
                       for t in self.targets]
-        self.hooks.append(embeddings.register_forward_hook(_requires_grad))
+        self.hooks.append(embeddings.register_forward_hook(requires_grad_output))
         self.control = None if not controller else BudgetControl(
             kl_budget=kl_budget, kl_budget_final=kl_budget_final, schedule_steps=schedule_steps,
             alpha_max=alpha_max, probe_responses=probe_responses,
@@ -572,9 +573,3 @@ class LoGRA(UpdateRule):
         return geo.n_low
 
 
-def _requires_grad(module, args, output):
-    """The embedding's output requires grad (the model is frozen), so backward reaches the
-    targets."""
-    if torch.is_grad_enabled():
-        output.requires_grad_(True)
-    return output

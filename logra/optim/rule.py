@@ -75,6 +75,15 @@ def low_rank_linears(model: torch.nn.Module, modules: str) -> list[tuple[str, to
     return found
 
 
+def requires_grad_output(module, args, output):
+    """A forward hook for the input embedding of a model whose embedding is frozen (LoGRA's,
+    dense AdamW's `train_only`): its output requires grad, so backward reaches the trained
+    weights of the blocks, under gradient checkpointing too."""
+    if torch.is_grad_enabled():
+        output.requires_grad_(True)
+    return output
+
+
 @dataclass(frozen=True)
 class Geometry:
     """What the planner knows of a model, for a rule's analytic memory: the parameter count,

@@ -260,3 +260,20 @@ def test_each_contrast_says_worse_non_inferior_and_equivalent_apart(tmp_path):
     p = verdict.contrast_tests(np.array([-3, -4, -2]) / 40, 0.1)["p_diff"]
     assert two["p_diff"].tolist() == pytest.approx([min(1, 2 * p)] * 2)
     assert (two["holm_contrasts"] == 2).all()
+
+
+def test_a_declared_contrast_judges_a_method_against_another_in_the_same_table(tmp_path):
+    """verdict.contrasts (method, against): beside every method against the reference, the
+    method against `against` on the same seeds and problems (the update rule: LoGRA against
+    dense AdamW on LoGRA's weights), its gate the gain of `against`; Holm counts every row; a
+    contrast whose methods did not run is left out."""
+    evals, base = _design(tmp_path, {0: 17, 1: 16, 2: 18})
+    for s in (0, 1, 2):  # the control: 1 problem behind the reference in every seed
+        evals["t", "ctl", s] = _eval(tmp_path / f"ctl{s}.json", [1] * 19 + [0] * 21)
+    table = verdict.verdicts(evals, base, "ref", {"t": 0.1},
+                             contrasts=[("m", "ctl"), ("m", "absent")])
+    rows = table.set_index(["method", "reference"])
+    assert sorted(rows.index) == [("ctl", "ref"), ("m", "ctl"), ("m", "ref")]
+    assert rows.loc[("m", "ctl"), "diff_mean"] == pytest.approx((17 + 16 + 18) / 3 / 40 - 19 / 40)
+    assert rows.loc[("m", "ctl"), "ref_gain_mean"] == pytest.approx(9 / 40)  # ctl over its base
+    assert (table["holm_contrasts"] == 3).all()

@@ -162,6 +162,8 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: c["methods"]["dense_adam"].update(grpo={"warmup_steps": 9, "decay_steps": 9}),
      r"methods.dense_adam.grpo.decay_steps=9: the decay ends after the warmup "
      r"\(methods.dense_adam.grpo.warmup_steps=9"),
+    (lambda c: c.update(verdict={"contrasts": [["logra", "dense"]]}),
+     r"verdict.contrasts\[0\]: 'dense' is not defined under methods"),
     (lambda c: c.update(reinforce_methods=["logra_reinforce"]),
      r"reinforce_methods\[0\]: 'logra_reinforce' is not defined under methods"),
     (lambda c: c["methods"]["logra"].update(grpo={"estimator": "reinforce"}),
