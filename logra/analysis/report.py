@@ -417,6 +417,50 @@ def _cost_section(summary: pd.DataFrame, reference: str | None, title: str,
                      "sync MiB per step": _fmt(t["sync"], ".4f", 2**20), "runs": t["runs"]})
 
 
+def accuracy_memory_table(accuracy: pd.DataFrame, reference: str | None,
+                          planner: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per task and method (`accuracy_table`'s rows): the primary metric's mean with its 95%
+    t-interval over the seeds that finished (df = seeds − 1), the update's measured peak and its
+    ratio to `reference`'s on the task, and, where the planner ran, its predicted bytes per GPU
+    at each of its models (`predicted <model>`; a prediction, not a measurement; the method's
+    own row, not its +offload one)."""
+    from logra.analysis.verdict import t_quantile
+    a = accuracy
+    n = a["n_seeds"].astype(float)
+    half = [t_quantile(0.975, int(k) - 1) * sd / k ** 0.5 if k > 1 else float("nan")
+            for k, sd in zip(n, a["accuracy_sd"])]
+    ref = a[a["method"] == reference].set_index("task")["peak_mem_bytes_mean"]
+    out = pd.DataFrame({"task": a["task"], "method": a["method"], "metric": a["metric"],
+                        "accuracy": a["accuracy_mean"], "accuracy_lo": a["accuracy_mean"] - half,
+                        "accuracy_hi": a["accuracy_mean"] + half, "seeds": a["n_seeds"],
+                        "peak_mem_bytes": a["peak_mem_bytes_mean"],
+                        "peak_vs_reference": a["peak_mem_bytes_mean"] / a["task"].map(ref)})
+    if planner is not None:
+        for model, rows in planner.groupby("model", sort=False):
+            total = rows.drop_duplicates("method").set_index("method")["total"]
+            out[f"predicted {model}"] = out["method"].map(total)
+    return out
+
+
+def _accuracy_memory_section(accuracy: pd.DataFrame, reference: str | None,
+                             planner: pd.DataFrame | None) -> list[str]:
+    t = accuracy_memory_table(accuracy, reference, planner)
+    predicted = [c for c in t if c.startswith("predicted ")]
+    return _section("Accuracy and memory", "results/accuracy.csv, results/summary.csv" + (
+        ", results/memory/planner.csv" if predicted else ""), "What a user choosing a method "
+        "weighs: per task and method, the primary metric with its 95% t-interval over the "
+        "seeds that finished, the update's peak memory as measured in these runs and its ratio "
+        f"to {reference or 'the reference'}'s" + ("; beside them the planner's PREDICTION of "
+        "GB per GPU at each of its models (predicted, not measured)" if predicted else "")
+        + ".", {"task": t["task"], "method": t["method"],
+                "accuracy [95%]": [f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
+                    *(_fmt(t[c]) for c in ("accuracy", "accuracy_lo", "accuracy_hi")))],
+                "seeds": t["seeds"], "peak (MiB)": _fmt(t["peak_mem_bytes"], ".2f", 2**20),
+                "vs reference": _fmt(t["peak_vs_reference"]),
+                **{f"PREDICTION: GB per GPU, {c.removeprefix('predicted ')}":
+                   _fmt(t[c], ".1f", 1e9) for c in predicted}})
+
+
 def _memory_sweep_section(sweep: pd.DataFrame, title: str, source: str) -> list[str]:
     return _section(title, source, "One GRPO step per method and model size, measured; the "
                     "planner's prediction beside it (error = predicted / measured - 1).",
@@ -569,6 +613,7 @@ def _results(inputs: ReportInputs) -> list[str]:
     if inputs.verdicts is not None:
         out += _verdicts_section(inputs.verdicts, "Verdicts", "results/verdicts.csv")
     out += _cost_section(inputs.summary, inputs.reference, "Measured cost", "results/summary.csv")
+    out += _accuracy_memory_section(inputs.accuracy, inputs.reference, inputs.planner)
     if inputs.sweep is not None:
         out += _memory_sweep_section(inputs.sweep, "Memory sweep", "results/memory/sweep.csv")
     return out

@@ -1,7 +1,9 @@
 """Aggregation tables built from run summaries and lm-eval JSONs as the workflow writes them."""
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from scipy import stats
 
 from logra.analysis.figures import BAND_METHODS
 from logra.analysis.report import lr_sweep_table
@@ -102,7 +104,8 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
                              "base_accuracy": [0.25, 0.25], "accuracy_mean": [0.4375, 0.5],
                              "accuracy_sd": [0.0211, float("nan")], "gain_mean": [0.1875, 0.25],
                              "n_seeds": [3, 1], "metric": "sampled", "eval_greedy": [0.45, 0.5],
-                             "base_greedy": [0.3, 0.3]})
+                             "base_greedy": [0.3, 0.3],
+                             "peak_mem_bytes_mean": [8 * 2**20, 4 * 2**20]})
     machine = {"cpu_model": "Some CPU", "cpu_vendor": "GenuineIntel", "torch": "2.x",
                "torch_capability": "AVX2", "transformers": "5.x", "reproducible": True}
     ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0),
@@ -125,6 +128,10 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     # measured cost: of the runs that finished ok, peak vs the reference's on the same task
     assert "| a | dense_adam | 8.00 | 1.000 | 2.000 | 0.500 | 4.0000 | 1 |" in text
     assert "| a | logra | 4.00 | 0.500 | 0.500 | 0.250 | 0.5000 | 1 |" in text
+    # accuracy and memory: the interval is t(0.975, 2) x 0.0211 / sqrt(3) = 0.052 wide each side
+    assert "| a | dense_adam | 0.438 [0.385, 0.490] | 3 | 8.00 | 1.000 |" in text
+    assert "| a | logra | 0.500 [n/a, n/a] | 1 | 4.00 | 0.500 |" in text
+    assert "PREDICTION" not in text  # no planner in this config
     # sync: of the runs that finished ok; low-rank over dense Adam's delta, same task and seed
     assert "| logra | low_rank | yes | float32 | 0.5000 |" in text
     assert ("logra's low-rank sync sends 0.5x the bytes per step of dense_adam's delta sync "
@@ -326,7 +333,7 @@ def test_sync_regime_table_and_its_report_section(tmp_path):
                             **_sync_columns(["full"], [400], [100], [None])})
     accuracy = pd.DataFrame({"task": ["a"], "method": ["d"], "base_accuracy": [0.2],
                              "accuracy_mean": [0.3], "accuracy_sd": [0.0], "gain_mean": [0.1],
-                             "metric": "sampled",
+                             "metric": "sampled", "peak_mem_bytes_mean": [2**20],
                              "n_seeds": [1]})
     ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0)])
     text = report_markdown(ReportInputs(summary, accuracy, [], [], ledger, sync_regime=table))
@@ -378,7 +385,7 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
     accuracy = pd.DataFrame({"task": ["a"], "method": ["d"], "base_accuracy": [0.2],
                              "accuracy_mean": [0.3], "accuracy_sd": [0.0], "gain_mean": [0.1],
                              "metric": "sampled",
-                             "n_seeds": [1], "metric": "sampled"})
+                             "n_seeds": [1], "metric": "sampled", "peak_mem_bytes_mean": [2**20]})
     margins = pd.DataFrame([{"task": "a", "margin": 0.03, "source": "max(floor, ...)",
                              "val_gain_mean": 0.06, "val_gain_by_seed": "seed 10: +0.0600",
                              "val_seeds": 1, "val_problems": 50, "lr": 1e-4,
@@ -440,3 +447,23 @@ def test_the_fit_sentence_says_what_the_planner_table_says():
         "not fit: muon 88.6 GB (propose).")
     none = fit_sentences(planner.assign(fits=False), "dense_adam")[0]
     assert "; fit: none; do not fit: logra" in none
+
+
+def test_the_accuracy_memory_table_sets_the_planners_prediction_beside_each_measurement():
+    """Per task and method: accuracy with its t-interval, the measured peak and its ratio to the
+    reference's, and the planner's GB per GPU at each of its models for that method (its own
+    row, not its +offload one), labelled a prediction in the report."""
+    from logra.analysis.report import _accuracy_memory_section, accuracy_memory_table
+    accuracy = pd.DataFrame({"task": ["a", "a"], "method": ["d", "l"], "metric": "sampled",
+                             "accuracy_mean": [0.4, 0.38], "accuracy_sd": [0.02, 0.01],
+                             "n_seeds": [3, 3], "peak_mem_bytes_mean": [100.0, 40.0]})
+    planner = pd.DataFrame({"model": ["big", "big", "big"], "method": ["d", "l", "l+offload"],
+                            "total": [80e9, 30e9, 10e9]})
+    t = accuracy_memory_table(accuracy, "d", planner).set_index("method")
+    half = stats.t.ppf(0.975, 2) * 0.01 / 3 ** 0.5
+    assert t.loc["l", ["accuracy_lo", "accuracy_hi"]].tolist() == pytest.approx(
+        [0.38 - half, 0.38 + half])
+    assert t.loc["l", "peak_vs_reference"] == pytest.approx(0.4)
+    assert t["predicted big"].tolist() == [80e9, 30e9]
+    text = "\n".join(_accuracy_memory_section(accuracy, "d", planner))
+    assert "PREDICTION: GB per GPU, big" in text and "| a | l | 0.380 [0.355, 0.405] | 3 |" in text
