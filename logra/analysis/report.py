@@ -22,7 +22,7 @@ from logra.files import atomic_path
 SCALARS = ["status", "diverged_at_step", "oom_needed_bytes", "memory_budget_bytes", "task",
            "method", "seed", "model", "n_params", "device", "dtype", "steps", "wall_s",
            "peak_mem_bytes", "mem_rss_peak_bytes", "optimizer_state_bytes", "final_reward",
-           "mem_measure"]
+           "token_entropy_mean", "mem_measure"]
 
 # a run's sync means (summary.json, logra/rl/loop.py): the applied transport, the engine's dtype,
 # every transport's bytes, sync seconds, changed fraction and trainer-vs-engine mismatch
@@ -82,7 +82,7 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
 def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Base vs after-GRPO lm-eval accuracy per (task, method), mean ± sd over seeds: the
     primary metric (`metric`), and every protocol's mean beside it (`eval_<protocol>`,
-    `base_<protocol>`, pass@k)."""
+    `base_<protocol>`, pass@k); the runs' mean token entropy on their own samples."""
     g = summary[summary["status"] == "ok"].groupby(["task", "method"])
     others = [c for c in summary.columns if c.startswith(("eval_", "base_"))
               and c not in ("eval_accuracy", "base_accuracy", "eval_metric", "base_metric")]
@@ -91,6 +91,7 @@ def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
                 accuracy_sd=("eval_accuracy", "std"), n_seeds=("seed", "nunique"),
                 **{c: (c, "mean") for c in others},
                 peak_mem_bytes_mean=("peak_mem_bytes", "mean"),
+                token_entropy=("token_entropy_mean", "mean"),
                 step_time_s_mean=("mean_step_time_s", "mean"),
                 sync_bytes_per_step_mean=("sync_bytes_per_step", "mean")).reset_index()
     out["gain_mean"] = out["accuracy_mean"] - out["base_accuracy"]
@@ -338,11 +339,16 @@ def _accuracy_section(accuracy: pd.DataFrame, title: str, source: str) -> list[s
     return _section(title, source, "lm-eval accuracy after GRPO per task and method, "
                     f"{_metric_name(accuracy['metric'].iloc[0])}: mean ± sd over the seeds whose "
                     "run finished ok; beside it the means of the other protocols (pass@k: the "
-                    "share of problems with a correct sample among k).",
+                    "share of problems with a correct sample among k) and the policy's token "
+                    "entropy on its own rollouts in nats, mean over the steps (a sharper policy: "
+                    "lower).",
                     {"task": accuracy["task"], "method": accuracy["method"],
                      "accuracy": _pm(accuracy["accuracy_mean"], accuracy["accuracy_sd"]),
                      "gain over base": _fmt(accuracy["gain_mean"], "+.3f"),
-                     **_others(accuracy, "eval_"), "seeds": accuracy["n_seeds"]})
+                     **_others(accuracy, "eval_"),
+                     **({"token entropy": _fmt(accuracy["token_entropy"])}
+                        if "token_entropy" in accuracy else {}),
+                     "seeds": accuracy["n_seeds"]})
 
 
 def _verdicts_section(v: pd.DataFrame, title: str, source: str) -> list[str]:

@@ -605,6 +605,9 @@ def summarise(run: Run, progress: Progress, end: dict, syncer: EngineSync, model
                                   if progress.lowrank_full else None),
         "optimizer_state_bytes": rule.state_bytes(),  # on one rank under FSDP
         "final_reward": _mean(m["reward_mean"] for m in metrics[-10:]),
+        # the policy's per-token entropy on its own samples, mean over the steps (an estimate:
+        # logra/rl/step.py `accumulate_gradients`)
+        "token_entropy_mean": _mean(m["token_entropy"] for m in metrics),
         "kl": {"median_real": statistics.median(kl_real) if kl_real else None,
                "max_real": max(kl_real, default=None),
                "calibration": kl_calibration(metrics)},

@@ -105,7 +105,8 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
                              "accuracy_sd": [0.0211, float("nan")], "gain_mean": [0.1875, 0.25],
                              "n_seeds": [3, 1], "metric": "sampled", "eval_greedy": [0.45, 0.5],
                              "base_greedy": [0.3, 0.3],
-                             "peak_mem_bytes_mean": [8 * 2**20, 4 * 2**20]})
+                             "peak_mem_bytes_mean": [8 * 2**20, 4 * 2**20],
+                             "token_entropy": [0.27, 0.35]})
     machine = {"cpu_model": "Some CPU", "cpu_vendor": "GenuineIntel", "torch": "2.x",
                "torch_capability": "AVX2", "transformers": "5.x", "reproducible": True}
     ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0),
@@ -123,8 +124,9 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
     assert "Some CPU (GenuineIntel; torch 2.x at AVX2" in text
     assert "| a | 0.250 | 0.300 |" in text  # the base, by the primary metric and greedy
     assert "`sampled` (the primary metric)" in text
-    assert "| a | dense_adam | 0.438 ± 0.021 | +0.188 | 0.450 | 3 |" in text
-    assert "| a | logra | 0.500 ± n/a | +0.250 | 0.500 | 1 |" in text  # one seed: no sd
+    # beside the primary metric: greedy, then the token entropy
+    assert "| a | dense_adam | 0.438 ± 0.021 | +0.188 | 0.450 | 0.270 | 3 |" in text
+    assert "| a | logra | 0.500 ± n/a | +0.250 | 0.500 | 0.350 | 1 |" in text  # one seed: no sd
     # measured cost: of the runs that finished ok, peak vs the reference's on the same task
     assert "| a | dense_adam | 8.00 | 1.000 | 2.000 | 0.500 | 4.0000 | 1 |" in text
     assert "| a | logra | 4.00 | 0.500 | 0.500 | 0.250 | 0.5000 | 1 |" in text
@@ -173,7 +175,7 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
                            planner=planner, lr_sweep=lr_sweep, trl=[trl], reference="dense_adam",
                            ablations=ablations))
     assert "## Ablations: accuracy (`results/ablations/accuracy.csv`)" in text
-    assert "| a | adamw_8bit | 0.375 ± 0.021 | +0.188 | 0.450 | 3 |" in text
+    assert "| a | adamw_8bit | 0.375 ± 0.021 | +0.188 | 0.450 | 0.270 | 3 |" in text
     assert "| a | adamw_8bit | 6.00 | 0.750 | 2.000 | 0.500 | 4.0000 | 1 |" in text
     assert "## Ablations: sync (`results/ablations/summary.csv`)" in text
     assert "## Ablations: verdicts" not in text and "The ablations have not run" not in text
