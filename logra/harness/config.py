@@ -17,6 +17,7 @@ import contextlib
 import copy
 import difflib
 import functools
+import inspect
 import math
 import re
 from collections.abc import Mapping
@@ -33,6 +34,9 @@ SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.
 
 
 DEFAULT = SCHEMA.parents[2] / "config" / "config.yaml"
+# values (scalars, lists, maps) a merged config may hold, YAML aliases expanded: config.yaml
+# holds about 800 as written; a few nested aliases can expand to millions
+MAX_VALUES = 100_000
 
 
 class ConfigError(ValueError):
@@ -114,6 +118,7 @@ def resolve(files: list[str | Path], overrides: Mapping | None = None,
     how = ("" if default is None and len(files) == 1 and not overrides else
            f"config merged from {' < '.join(order)}: later files override the keys they name, "
            "nested maps merge, and a file with `complete: true` replaces all before it")
+    _check_size(config, sources)
     validate(config, sources, how)
     try:
         check(config, fit_rules)
@@ -122,6 +127,33 @@ def resolve(files: list[str | Path], overrides: Mapping | None = None,
         path = tuple(re.sub(r"\[\d+\]$", "", key).split("."))
         raise ConfigError(f"{e}{_set_by(sources, path)}{'; ' + how if how else ''}") from None
     return config
+
+
+def _values(value, limit: int) -> int:
+    """How many values `value` holds (itself, and within it), counting up to `limit` + 1."""
+    count, todo = 0, [value]
+    while todo and count <= limit:
+        v = todo.pop()
+        count += 1
+        todo.extend(v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())
+    return count
+
+
+def _check_size(config: dict, sources: dict) -> None:
+    """The merged config holds at most MAX_VALUES values, before the schema walks it: YAML
+    anchors and aliases are copied where they are used, and a few nested ones expand to
+    millions (a slow check, a run config of megabytes)."""
+    if _values(config, MAX_VALUES) <= MAX_VALUES:
+        return
+    path, value = (), config
+    while isinstance(value, dict):  # down to the map entry that alone is too large
+        big = [k for k, v in value.items() if _values(v, MAX_VALUES) > MAX_VALUES]
+        if not big:
+            break
+        path, value = (*path, big[0]), value[big[0]]
+    raise ConfigError(f"config: {'.'.join(map(str, path)) or '(top level)'} expands to more "
+                      f"than {MAX_VALUES:,} values (YAML anchors and aliases are copied where "
+                      f"they are used){_set_by(sources, path)}")
 
 
 def _typed(value):
@@ -240,10 +272,65 @@ def check(config: dict, fit_rules: bool = True) -> None:
     for name in config["methods"]:  # before the rules are built in each method's param_dtype
         _check_method_grpo(config, name, name in trained)
     _check_stability(config)
+    _check_tiny_models(config)
+    _check_model_files(config)
     _check_scaling(config, fit_rules)
     for name in config["methods"] if fit_rules else []:
         _check_rule_fits(config, name)
+    _check_memory_sweep(config, fit_rules)
     _check_tasks(config)
+
+
+def _tiny_models(config: dict) -> list[tuple[str, dict]]:
+    """(key, options) of every tiny model the config builds: the configured one, each memory
+    sweep point's, each scaling size's."""
+    sweep = config.get("memory_sweep") or {}
+    return ([("model.tiny", config["model"]["tiny"])] if config["model"]["name"] == "tiny"
+            else []) + [
+        (f"memory_sweep.{part}.{name}", {k: v for k, v in point.items() if k != "shape"})
+        for part in ("sizes", "opt_in_sizes") for name, point in sweep.get(part, {}).items()] + [
+        (f"scaling.sizes.{name}.model", size["model"])
+        for name, size in ((config.get("scaling") or {}).get("sizes") or {}).items()]
+
+
+def _check_tiny_models(config: dict) -> None:
+    """Every tiny model's options build a config (its heads divide its width, its architecture
+    is known), before any job builds it."""
+    from logra.rl.models import tiny_config
+    for key, options in _tiny_models(config):
+        try:
+            tiny_config(**options)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{key}: {e}") from None
+
+
+def _check_model_files(config: dict) -> None:
+    """Every model config file the planner, the paper setting and the scaling predictions read
+    exists (paths relative to the repository)."""
+    root = SCHEMA.parents[2]
+    files = [*[(f"planner.models.{n}", p)
+               for n, p in ((config.get("planner") or {}).get("models") or {}).items()],
+             *[(f"paper_setting.settings.{n}.model", s["model"]) for n, s in
+               ((config.get("paper_setting") or {}).get("settings") or {}).items()],
+             *[(f"scaling.predict_models.{n}", p) for n, p in
+               ((config.get("scaling") or {}).get("predict_models") or {}).items()]]
+    for key, path in files:
+        if not (root / path).is_file():
+            raise ConfigError(f"{key}: {path} is not a file (paths are relative to the "
+                              f"repository, {root})")
+
+
+def _check_memory_sweep(config: dict, fit_rules: bool) -> None:
+    """With `fit_rules`, each rule the default sizes of the memory sweep measure fits each of
+    their models (`methods` and `ablation_methods`: a rank above a point's width stops here,
+    not inside its job). The opt-in sizes are not built here (half a second per size): a rule
+    that does not fit one stops its job with an error naming the point."""
+    sweep = config.get("memory_sweep") or {}
+    methods = dict.fromkeys([*sweep.get("methods", []), *sweep.get("ablation_methods", [])])
+    for name, point in (sweep.get("sizes", {}) if fit_rules else {}).items():
+        options = {k: v for k, v in point.items() if k != "shape"}
+        for method in methods:
+            _check_rule_fits(config, method, on=(f"memory_sweep.sizes.{name}", options))
 
 
 def check_method(config: dict, name: str, trained: bool = True, fit_rules: bool = True) -> None:
@@ -356,6 +443,10 @@ def _check_scaling(config: dict, fit_rules: bool = True) -> None:
         if m not in sc["methods"] or "rank" not in config["methods"][m].get("options", {}):
             raise ConfigError(f"scaling.rank_fraction: {m!r} is not one of scaling.methods "
                               "with a `rank` option")
+    for name in sc.get("tuned") or {}:
+        if name not in sc["methods"]:
+            raise ConfigError(f"scaling.tuned.{name}: not one of scaling.methods "
+                              f"({', '.join(sc['methods'])})")
     if sc["check"]["size"] not in sc["sizes"]:
         raise ConfigError(f"scaling.check.size: {sc['check']['size']!r} is not one of "
                           f"scaling.sizes ({', '.join(sc['sizes'])})")
@@ -435,7 +526,7 @@ def _check_method_grpo(config: dict, name: str, trained: bool) -> None:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
-    from logra.rl.loss import estimator
+    from logra.rl.loss import ESTIMATORS, estimator
     schema, m = _schema(), config["methods"][name]
     unknown = sorted(set(m.get("grpo", {})) - set(config["grpo"]))
     if unknown:
@@ -459,6 +550,12 @@ def _check_method_grpo(config: dict, name: str, trained: bool) -> None:
     except ValueError as e:  # "grpo.<key>...": the method's own key where it sets it
         k = re.match(r"grpo\.(\w+)", str(e)).group(1)
         raise ConfigError(f"{key(k)}{str(e)[len('grpo.' + k):]} ({name})") from None
+    own = estimator(merged).keys
+    for k in m.get("grpo", {}):  # the method's own keys: the global section serves them all
+        readers = [n for n, e in ESTIMATORS.items() if k in e.keys and k not in own]
+        if readers:
+            raise ConfigError(f"methods.{name}.grpo.{k}: does nothing under grpo.estimator "
+                              f"{merged['estimator']} (read by {', '.join(readers)}); drop it")
     if merged["decay_steps"] and merged["decay_steps"] <= merged["warmup_steps"]:
         raise ConfigError(f"{key('decay_steps')}={merged['decay_steps']}: the decay ends "
                           f"after the warmup ({key('warmup_steps')}="
@@ -524,21 +621,43 @@ def _check_method_options(config: dict, name: str) -> None:
     if m.get("kl_control") and not rule.scalable:
         raise ConfigError(f"methods.{name}.kl_control: rule {m['rule']!r} cannot scale its "
                           "step (it applies the update inside propose)")
+    _check_rollout_options(config, name)
 
 
-def _check_rule_fits(config: dict, name: str, size: str | None = None) -> None:
+def _check_rollout_options(config: dict, name: str) -> None:
+    """Method `name`'s `rollout.options` (its own over the rollout section's) are keyword
+    arguments its engine takes, besides those the run sets from the rollout section (dtype,
+    threads, timeouts)."""
+    from logra.rl.rollout import ENGINES
+    m = config["methods"][name]
+    rollout = dict(config["rollout"]) | m.get("rollout", {})
+    taken = inspect.signature(ENGINES[rollout["engine"]].__init__).parameters
+    known = set(taken) - {"self", "model_dir", "dtype", "threads", "timeout_s", "timeout_factor"}
+    for k in rollout.get("options", {}):
+        if k not in known:
+            key = "rollout.options" if "options" not in m.get("rollout", {}) else \
+                f"methods.{name}.rollout.options"
+            raise ConfigError(f"{key}.{k}: not an option of rollout.engine "
+                              f"{rollout['engine']!r} (its options: {sorted(known)}; method "
+                              f"{name})")
+
+
+def _check_rule_fits(config: dict, name: str, size: str | None = None,
+                     on: tuple[str, dict] | None = None) -> None:
     """Build method `name`'s update rule on the model it trains (meta tensors: no memory, no
-    weights): `scaling.sizes[size]`'s, else its method's `size`'s, else its own `model`, else
-    the configured one; so options that cannot work on that model, e.g. a rank above a
-    weight's smaller side, stop the workflow here with the rule's own message naming the
-    module (a hub name offline is checked when the run starts)."""
+    weights): `on` (where, a tiny model's options), else `scaling.sizes[size]`'s, else its
+    method's `size`'s, else its own `model`, else the configured one; so options that cannot
+    work on that model, e.g. a rank above a weight's smaller side, stop the workflow here with
+    the rule's own message naming the module (a hub name offline is checked when the run
+    starts)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from logra.rl.models import model_config
     m = config["methods"][name]
     size = size or m.get("size")
-    spec = ({"name": "tiny", "tiny": config["scaling"]["sizes"][size]["model"]} if size
+    spec = ({"name": "tiny", "tiny": on[1]} if on else
+            {"name": "tiny", "tiny": config["scaling"]["sizes"][size]["model"]} if size
             else m.get("model") or config["model"])
     try:
         hf_config = model_config(spec)
@@ -549,7 +668,7 @@ def _check_rule_fits(config: dict, name: str, size: str | None = None) -> None:
     with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA adapters)
         model = AutoModelForCausalLM.from_config(hf_config, dtype=getattr(torch,
                                                                           grpo["param_dtype"]))
-    where = f" (on scaling.sizes.{size})" if size else ""
+    where = f" (on {on[0]})" if on else f" (on scaling.sizes.{size})" if size else ""
     try:
         rule = rules.build(m["rule"], model, task_options(m.get("options", {}), task))
     except (TypeError, ValueError) as e:
@@ -655,7 +774,8 @@ DEVICE_STAGES = ("base", "train", "eval", "memory")
 
 def gpus_per_run(config: dict, method: str) -> int:
     """GPUs one run of `method` needs: 0 on CPU."""
-    return method_grpo(config, method)["nproc_per_node"] if config["device"].startswith("cuda") else 0
+    gpus = method_grpo(config, method)["nproc_per_node"]
+    return gpus if config["device"].startswith("cuda") else 0
 
 
 def job_resources(config: dict, stage: str) -> dict:

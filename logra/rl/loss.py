@@ -112,9 +112,11 @@ def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: str,
 
 
 class GRPO:
-    """GRPO's estimator (each estimator: `check`, `advantages`, `loss`, `has_signal`): advantages normalised within each prompt's group
+    """GRPO's estimator (each estimator: `keys`, the grpo keys it alone reads; `check`,
+    `advantages`, `loss`, `has_signal`): advantages normalised within each prompt's group
     (`group_advantages`, grpo.group_size, grpo.scale_advantages) and the clipped-ratio loss
     (`policy_loss`); a step has a gradient when some group's rewards vary."""
+    keys = ("scale_advantages", "clip_low", "clip_high")
 
     def check(self, grpo: dict) -> None:
         if grpo["group_size"] < 2:
@@ -143,6 +145,7 @@ class RunningBaselineReinforce:
     baseline of earlier batches (`running_baseline_advantages`; the baseline is the loop's
     state, checkpointed with it) and the importance-weighted loss (`reinforce_loss`); every
     response whose outcome is not the baseline has a gradient."""
+    keys = ("baseline_weight", "failure_reward", "importance_cap", "length_reference")
 
     def check(self, grpo: dict) -> None:
         pass

@@ -162,6 +162,25 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: c["methods"]["dense_adam"].update(grpo={"warmup_steps": 9, "decay_steps": 9}),
      r"methods.dense_adam.grpo.decay_steps=9: the decay ends after the warmup "
      r"\(methods.dense_adam.grpo.warmup_steps=9"),
+    # a key the method's own estimator never reads (the global section may hold it for others)
+    (lambda c: c["methods"]["dense_adam"].update(grpo={"importance_cap": 3.0}),
+     r"methods.dense_adam.grpo.importance_cap: does nothing under grpo.estimator grpo \(read "
+     r"by reinforce_baseline\); drop it"),
+    (lambda c: c["methods"]["logra"].update(grpo={"estimator": "reinforce_baseline",
+                                                  "group_size": 1, "clip_high": 0.3}),
+     r"methods.logra.grpo.clip_high: does nothing under grpo.estimator reinforce_baseline"),
+    (lambda c: c["grpo"].update(importance_cap=1e-300),
+     r"grpo.importance_cap: 1e-300 is less than the minimum of 1"),
+    (lambda c: c.update(rollout={"options": {"bogus_kw": 1}}),
+     r"rollout.options.bogus_kw: not an option of rollout.engine 'hf' \(its options: \[\]"),
+    (lambda c: c["memory_sweep"]["sizes"]["s1"].update(num_attention_heads=3),
+     r"memory_sweep.sizes.s1: model.hidden_size=64 is not divisible by "
+     r"model.num_attention_heads=3"),
+    (lambda c: c["memory_sweep"]["sizes"]["s1"].update(hidden_size=16, intermediate_size=1,
+                                                       num_attention_heads=1),
+     r"methods.logra.options \(on memory_sweep.sizes.s1\): rank=2 exceeds the input width 1"),
+    (lambda c: c["planner"]["models"].update(qwen2=".config/models/none.json"),
+     r"planner.models.qwen2: .config/models/none.json is not a file"),
     (lambda c: c.update(verdict={"contrasts": [["logra", "dense"]]}),
      r"verdict.contrasts\[0\]: 'dense' is not defined under methods"),
     (lambda c: c.update(reinforce_methods=["logra_reinforce"]),
@@ -568,6 +587,8 @@ def test_scaling_tunes_at_the_first_size_and_transfers_to_the_others():
     (lambda c: c["scaling"].update(task="arithmetic"),
      r"scaling.task: 'arithmetic' is not one of lr_sweep.tasks"),
     (lambda c: c.pop("planner"), r"scaling.predict_models: .* \(`planner:`\), which this"),
+    (lambda c: c["scaling"]["tuned"].update(bogus=1.0),
+     r"scaling.tuned.bogus: not one of scaling.methods \(dense_adam, logra\)"),
 ])
 def test_scaling_config_errors_name_the_key(tmp_path, edit, message):
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
@@ -618,3 +639,21 @@ def test_a_task_file_that_fails_to_import_is_a_config_error_naming_it(tmp_path, 
     path = _write(tmp_path, config)
     with pytest.raises(ConfigError, match=message + rf".* \(set by {path}\)"):
         resolve([path], default=None)
+
+
+def test_a_config_whose_aliases_expand_past_the_bound_is_refused_before_the_schema(tmp_path):
+    """Seven levels of aliases, ten copies each (398 bytes of YAML, 10 million values once
+    expanded), inside rollout.options: refused at once naming the key and the file."""
+    import time
+    lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"] + [
+        f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
+        f"*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 7)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(["rollout:", "  options:", "    bomb:",
+                                *("      " + line for line in lines), ""]))
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"config: rollout.options.bomb.a\d expands to more than "
+                                          r"100,000 values \(YAML anchors .*\(set by "
+                                          r".*bomb.yaml\)"):
+        resolve([path])
+    assert time.perf_counter() - start < 5

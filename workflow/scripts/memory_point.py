@@ -9,10 +9,14 @@ from logra.harness.memory_point import measure
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     torch.set_num_threads(snakemake.threads)
     cfg = snakemake.params.method
-    point = measure(snakemake.params.size, cfg["method"], snakemake.params.shape, cfg["grpo"],
-                    steps=snakemake.params.steps, device=cfg["device"],
-                    budget_bytes=cfg["memory_budget_bytes"],
-                    compute_dtype=cfg["grpo"]["compute_dtype"])
+    try:
+        point = measure(snakemake.params.size, cfg["method"], snakemake.params.shape,
+                        cfg["grpo"], steps=snakemake.params.steps, device=cfg["device"],
+                        budget_bytes=cfg["memory_budget_bytes"],
+                        compute_dtype=cfg["grpo"]["compute_dtype"])
+    except (TypeError, ValueError) as e:  # a rule that does not fit the point's model
+        raise ValueError(f"memory sweep point {snakemake.wildcards.size}: methods."
+                         f"{snakemake.wildcards.method}.options: {e}") from None
     point.update(size=snakemake.wildcards.size, method=snakemake.wildcards.method,
                  threads=snakemake.threads)
     write_json(snakemake.output[0], point)
