@@ -122,10 +122,12 @@ def resolve(files: list[str | Path], overrides: Mapping | None = None,
     validate(config, sources, how)
     try:
         check(config, fit_rules)
-    except ConfigError as e:  # "key: message": say who set the key, and how files combine
-        key = re.split(r"[:= ]", str(e), maxsplit=1)[0]
-        path = tuple(re.sub(r"\[\d+\]$", "", key).split("."))
-        raise ConfigError(f"{e}{_set_by(sources, path)}{'; ' + how if how else ''}") from None
+    except ConfigError as e:  # "key: message" (a line each): who set each key, how files combine
+        lines = [line + _set_by(sources, tuple(re.sub(r"\[\d+\]$", "", re.split(
+                     r"[:= ]", line.strip(), maxsplit=1)[0]).split(".")))
+                 for line in str(e).split("\n")]
+        raise ConfigError("\n".join(lines) + (f"\n{how}" if how and len(lines) > 1 else
+                                              f"; {how}" if how else "")) from None
     return config
 
 
@@ -235,6 +237,15 @@ def validate(config: dict, sources: dict | None = None, how: str = "") -> None:
             key = ".".join(map(str, (*path, missing.group(1))))
             raise ConfigError(f"config: {key} is required and no file sets it{by}; "
                               f"{how or 'a config read alone must be complete'}")
+        unknown = re.findall(r"'([^']+)'", error.message.split("(")[-1]) if (
+            error.validator == "additionalProperties") else []
+        if unknown:  # the file that wrote the unknown key, and the valid key it is closest to
+            valid = sorted(error.schema.get("properties", {}))
+            close = difflib.get_close_matches(unknown[0], valid, n=1)
+            raise ConfigError(f"config: {'.'.join(map(str, (*path, unknown[0])))}: unknown key"
+                              f"; {f'did you mean {close[0]!r}?' if close else 'valid: ' + ', '.join(valid)}"
+                              f"{_set_by(sources, (*path, unknown[0]))}"
+                              f"{'; ' + how if how else ''}")
         raise ConfigError(f"config: {'.'.join(map(str, path)) or '(top level)'}: "
                           f"{error.message}{_number_hint(error.instance)}{by}"
                           f"{'; ' + how if how else ''}")
@@ -479,11 +490,12 @@ def run_tasks(config: dict) -> list[str]:
 def _check_per_task_values(config: dict) -> None:
     """A value given per task names only known tasks (those under `tasks`, the registered task
     types, or `default`: a misspelt task would be dropped silently), and names every task, or
-    has a `default`."""
+    has a `default`; every value that falls short is listed in one error."""
     per_task = [(f"methods.{name}.options.{key}", value)
                 for name, m in config["methods"].items()
                 for key, value in m.get("options", {}).items()]
     known = {*config["tasks"], *TASKS, "default"}
+    missing = {}
     for key, value in [*per_task, ("sft.steps", config["sft"]["steps"])]:
         for task in (value if isinstance(value, dict) else {}):
             if task not in known:
@@ -491,11 +503,13 @@ def _check_per_task_values(config: dict) -> None:
                 raise ConfigError(f"{key}.{task}: not a task of this config "
                                   f"({', '.join(config['tasks'])}), a registered task type or "
                                   f"`default`{f'; did you mean {close[0]!r}?' if close else ''}")
-        missing = (sorted(set(config["tasks"]) - set(value))
-                   if isinstance(value, dict) and "default" not in value else [])
-        if missing:
-            raise ConfigError(f"{key}: no value for task {missing[0]!r} (given for: "
-                              f"{sorted(value)}; add it, or a `default`)")
+        if isinstance(value, dict) and "default" not in value and set(config["tasks"]) - set(value):
+            missing[key] = (sorted(set(config["tasks"]) - set(value)), sorted(value))
+    if missing:
+        raise ConfigError(f"per-task values: {len(missing)} name no value for a task of this "
+                          "config; give each that task, or a `default`:\n" + "\n".join(
+                              f"  {key}: no value for {', '.join(map(repr, tasks))} (given for: "
+                              f"{given})" for key, (tasks, given) in missing.items()))
 
 
 def _check_tasks(config: dict) -> None:

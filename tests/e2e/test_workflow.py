@@ -570,7 +570,7 @@ def test_own_task_and_local_gsm8k_each_in_one_config_line(tmp_path):
            str(path), "--cores", "2", "--directory", str(tmp_path)]
     out = subprocess.run(cmd + ["-n"], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode != 0
-    assert "methods.dense_adam.options.lr: no value for task 'gsm8k'" in out.stdout + out.stderr
+    assert "methods.dense_adam.options.lr: no value for 'gsm8k'" in out.stdout + out.stderr
 
     config["methods"]["dense_adam"]["options"]["lr"]["default"] = 1.0e-4
     path.write_text(yaml.safe_dump(config))

@@ -37,10 +37,12 @@ def test_default_and_smoke_configs_are_valid():
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda c: c["grpo"].update(learning_rate=1), "'learning_rate' was unexpected"),
+    (lambda c: c["grpo"].update(learning_rate=1), r"grpo.learning_rate: unknown key; valid: "),
+    # an unknown key names the closest valid one
+    (lambda c: c["grpo"].update(stpes=2), r"grpo.stpes: unknown key; did you mean 'steps'\?"),
     (lambda c: c["grpo"].update(steps="ten"), "'ten' is not of type 'integer'"),
     (lambda c: c["grpo"].update(aggregation="sum"), "'sum' is not one of"),
-    (lambda c: c.update(seed=[1]), "'seed' was unexpected"),
+    (lambda c: c.update(seed=[1]), r"config: seed: unknown key; did you mean 'seeds'\?"),
     (lambda c: c["methods"].update(logra={"rule": "logra", "kl_control": {"target": -1}}),
      "-1 is less than or equal to the minimum of 0"),
     # a stage's value without the others' `default`; a stage no job has
@@ -49,7 +51,7 @@ def test_default_and_smoke_configs_are_valid():
     (lambda c: c["methods"]["dense_adam"].update(rollout={"dtype": "float16"}),
      "'float16' is not one of"),
     (lambda c: c["methods"]["dense_adam"].update(rollout={"engine": "vllm"}),
-     "'engine' was unexpected"),
+     "methods.dense_adam.rollout.engine: unknown key"),
     # integers are ints (JSON Schema counts 2.0 as one; a job then fails on it), booleans bools,
     # and numbers bounded where a larger one overflows inside a job
     (lambda c: c["grpo"].update(steps=2.0), r"grpo.steps: 2.0 is not of type 'integer'"),
@@ -92,7 +94,7 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      "tasks.arithmetic.options: .*digitz"),
     (lambda c: c.update(threads=2), r"threads: 2; reproducible CPU runs use one thread per job"),
     (lambda c: c["sft"].update(steps={"arithmetic": 10}),
-     r"sft.steps: no value for task 'countdown' \(given for: \['arithmetic'\]; add it, or a"),
+     r"sft.steps: no value for 'countdown' \(given for: \['arithmetic'\]\)"),
     (lambda c: c["tasks"]["arithmetic"].update(type="chess"),
      r"tasks.arithmetic.type: 'chess' is not a registered task \(registered: \["),
     (lambda c: c.update(verdict={"reference": "adam"}), r"verdict.reference: 'adam' is not defined"),
@@ -121,7 +123,7 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
                                   "anchors": {"dense_adam": 1e-3}}),
      "lr_sweep.tasks: 'gsm8k' is not defined under tasks"),
     (lambda c: c["methods"]["dense_adam"]["options"].update(lr={"arithmetic": 1e-4}),
-     r"methods.dense_adam.options.lr: no value for task 'countdown' \(given for: \['arithmetic'\]"),
+     r"methods.dense_adam.options.lr: no value for 'countdown' \(given for: \['arithmetic'\]"),
     (lambda c: (c["tasks"].update(gsm8k={"type": "gsm8k", "options": {
                     "train_path": "train.jsonl", "test_path": "test.jsonl"}}),
                 c["data"].update(n_train=None), c["methods"]["dense_adam"].update(options={}),
@@ -306,10 +308,17 @@ def test_a_complete_config_replaces_what_came_before():
     ("complete: true\ngrpo: {steps: 2}\n",
      r"config: seeds is required and no file sets it; config merged from .*overlay.yaml "
      r"\(complete\)"),
-    # a task added without the per-task values the default gives its own tasks
-    ("tasks: {successor: {type: linear}}\n",
-     r"methods.dense_adam.options.lr: no value for task 'successor' .* \(set by "
-     r".*config/config.yaml\); config merged from"),
+    # a misspelt key: the file that wrote it, not the one that set its section
+    ("grpo: {stpes: 2}\n",
+     r"config: grpo.stpes: unknown key; did you mean 'steps'\? \(set by .*overlay.yaml\)"),
+    # every per-task value that misses a task, in one error, each line naming its file
+    ("tasks: {successor: {type: linear}}\nmethods:\n"
+     "  mine: {rule: dense_adam, options: {lr: {arithmetic: 1.0e-4}}}\n"
+     "  yours: {rule: dense_adam, options: {lr: {countdown: 1.0e-4}}}\n",
+     r"per-task values: 2 name no value for a task of this config; give each that task, or a "
+     r"`default`:\n  methods.mine.options.lr: no value for 'countdown', 'successor' \(given for: "
+     r"\['arithmetic'\]\) \(set by .*overlay.yaml\)\n  methods.yours.options.lr: no value "
+     r"for 'arithmetic', 'successor' .*\nconfig merged from"),
 ])
 def test_a_broken_overlay_names_the_key_the_file_and_how_files_combine(tmp_path, text, message):
     overlay = tmp_path / "overlay.yaml"
@@ -326,7 +335,8 @@ def test_snakemake_stops_before_any_job(tmp_path):
                           "--configfile", str(_write(tmp_path, config)), "--cores", "1",
                           "--directory", str(tmp_path)], capture_output=True, text=True)
     assert out.returncode != 0
-    assert "'micro_batch' was unexpected" in out.stdout + out.stderr
+    assert "grpo.micro_batch: unknown key; did you mean 'micro_batch_size'?" in (out.stdout
+                                                                                + out.stderr)
     assert not (tmp_path / "results").exists()
 
 

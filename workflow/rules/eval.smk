@@ -1,11 +1,13 @@
 # Test evaluations wait for the analysis plan (verdicts.smk): the metric, margins, seeds and
-# methods are fixed before any of them runs. `ancient`: the plan orders them, and a later plan
-# (another ablation method, say) re-judges them without re-running them
+# methods are fixed before any of them runs, and a plan that changes scores them again after it.
+# Not `ancient`: Snakemake skips the needrun check of every job below a job it reruns, and does
+# not rerun across an ancient edge, so the tables below it were left stale (a task switched in
+# the config rewrote the plan and kept the old task's summary; snakemake/snakemake#4166)
 rule eval_run:
     input:
         model="results/runs/{task}/{method}/seed{seed}/model",
         lmeval="results/data/{task}/lmeval",
-        plan=ancient("results/analysis_plan.json"),
+        plan="results/analysis_plan.json",
     output:
         "results/eval/{task}/{method}/seed{seed}.json",
     params:
@@ -27,7 +29,7 @@ rule eval_run:
 rule eval_base:
     input:
         unpack(lambda w: {"lmeval": f"results/data/{w.task}/lmeval",
-                          "plan": ancient("results/analysis_plan.json")}
+                          "plan": "results/analysis_plan.json"}
                          | base_input(w)),
     output:
         "results/eval/{task}/base_seed{seed}.json",

@@ -10,7 +10,7 @@ rule stability_eval:
     input:
         unpack(lambda w: {"run": f"results/runs/{w.task}/{w.method}/seed{w.seed}/summary.json",
                           "lmeval": f"results/data/{w.task}/lmeval",
-                          "plan": ancient("results/analysis_plan.json")} | base_input(w)),
+                          "plan": "results/analysis_plan.json"} | base_input(w)),
     output:
         "results/stability/{task}/{method}/seed{seed}.json",
     params:
