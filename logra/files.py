@@ -9,14 +9,19 @@ write. One writer per path is assumed (Snakemake runs one job per output).
 
 `progress` prints the one line a finished job reports: into the job's log and onto the console
 Snakemake shows (the process's own stderr, which the scripts' log redirection leaves alone).
+`ticker` reports a long job's progress the same way while it runs, at most every 30 s.
+`import_file` imports a Python file a config names by its path (task files, rule modules).
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.util
 import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -75,3 +80,50 @@ def progress(job: str, *notes: str, **measured) -> str:
         sys.__stderr__.write(line + "\n")
         sys.__stderr__.flush()
     return line
+
+
+def ticker(job: str, total: int, every_s: float = 30.0):
+    """`tick(step, **measured)`, which reports `<job>: step <step>/<total>, elapsed <s> s, ETA
+    <s> s, <measured>` through `progress` when `every_s` seconds have passed since the last report
+    (not at step `total`: the job's own last line follows): the console line of a long job
+    while it runs (the log gets it too).
+    Elapsed time and the ETA count this process's steps (a resumed run's too)."""
+    start = last = time.monotonic()
+    first = None
+
+    def tick(step: int, **measured) -> None:
+        nonlocal last, first
+        now = time.monotonic()
+        first = step if first is None else first
+        if now - last < every_s or step >= total:
+            return
+        last = now
+        eta = (now - start) / (step - first + 1) * (total - step)
+        progress(job, f"step {step}/{total}", f"elapsed {now - start:.0f} s",
+                 f"ETA {eta:.0f} s", **measured)
+    return tick
+
+
+def import_file(path: str | os.PathLike, key: str):
+    """The module of the Python file at `path` (relative to the working directory), imported
+    once per process under a name derived from its resolved path. A missing file raises
+    FileNotFoundError, an import that raises anything (SystemExit included: it would end the
+    workflow with rc 0) ValueError; each names `key`, the config key that named the file."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"{key}: {path} is not a file")
+    name = f"logra_file_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except (Exception, SystemExit) as e:
+            del sys.modules[name]
+            raise ValueError(f"{key}: importing {path} raised {type(e).__name__}"
+                             f"{f': {e}' if str(e) else ''}") from e
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]

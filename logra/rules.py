@@ -1,11 +1,15 @@
-"""The update rules a config names: `methods.<name>.rule` is a name in `RULES` or an import path
-`package.module:Class` (a subclass of `logra.optim.rule.UpdateRule`, importable in every job).
-Rule modules are plug-ins, imported by path when a run asks for them."""
+"""The update rules a config names: `methods.<name>.rule` is a name in `RULES`, an import path
+`package.module:Class` (importable in every job) or a file `path/to/file.py:Class` (relative to
+the working directory), naming a subclass of `logra.optim.rule.UpdateRule`. Rule modules are
+plug-ins, imported when a run asks for them, after the known noise of their packages is
+filtered (`logra.noise`)."""
 from __future__ import annotations
 
 import importlib
 import inspect
 
+from logra.files import import_file
+from logra.noise import quiet
 from logra.optim.rule import UpdateRule
 
 RULES = {
@@ -31,16 +35,20 @@ def rule_class(rule: str) -> type[UpdateRule]:
     import path `module:Class`."""
     path = RULES.get(rule, rule)
     if ":" not in path:
-        raise ValueError(f"unknown rule {rule!r}; known: {sorted(RULES)}, or an import path "
-                         "module:Class")
-    module, name = path.split(":", 1)
+        raise ValueError(f"unknown rule {rule!r}; known: {sorted(RULES)}, an import path "
+                         "module:Class or a file path/to/file.py:Class")
+    module, name = path.rsplit(":", 1)
     if module in MOVED:
         raise ValueError(f"rule {rule!r}: module {module} has moved to {MOVED[module]}; "
                          f"write {MOVED[module]}:{name}")
+    quiet()
     try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"rule {rule!r}: cannot import {path} ({e})") from None
+        cls = getattr(import_file(module, f"rule {rule!r}") if module.endswith(".py")
+                      else importlib.import_module(module), name)
+    except (ImportError, AttributeError, FileNotFoundError) as e:
+        hint = ("; a module outside this directory: give its file, path/to/file.py:Class"
+                if isinstance(e, ModuleNotFoundError) else "")
+        raise ValueError(f"rule {rule!r}: cannot import {path} ({e}){hint}") from None
     if not (isinstance(cls, type) and issubclass(cls, UpdateRule)):
         raise ValueError(f"rule {rule!r}: {path} is not a subclass of logra.optim.rule.UpdateRule")
     return cls

@@ -62,3 +62,35 @@ def test_progress_is_one_line_on_the_console_and_in_the_log(tmp_path, capfd):
     assert line == "train a/logra/seed1: ok, steps 80, reward 0.438, peak 3.0 MiB, accuracy n/a"
     assert (tmp_path / "job.log").read_text() == line + "\n"
     assert capfd.readouterr().err == line + "\n"
+
+
+def test_a_ticker_reports_while_a_job_runs_not_more_often_than_asked(capfd, monkeypatch):
+    """`ticker`: a line when `every_s` has passed since the last, none at the last step (the
+    job's own line follows), the ETA from this process's steps."""
+    import logra.files
+    from logra.files import ticker
+    clock = iter(range(0, 1000, 10))  # each call of the clock: 10 s later
+    monkeypatch.setattr(logra.files.time, "monotonic", lambda: next(clock))
+    tick = ticker("train a/logra/seed1", total=8, every_s=25)  # starts at 0 s
+    for step in range(5, 9):  # resumed at step 5: 10, 20, 30, 40 s
+        tick(step, reward=0.5)
+    assert capfd.readouterr().err.splitlines() == [
+        "train a/logra/seed1: step 7/8, elapsed 30 s, ETA 10 s, reward 0.5"]
+
+
+def test_known_noise_is_dropped_by_logger_and_message_only(caplog):
+    """`logra.noise.quiet`: a known message is dropped at its logger; the same logger's other
+    messages, and the same text from another logger, pass."""
+    import logging
+
+    from logra.noise import quiet
+    quiet()
+    quiet()  # once per process: a second call adds nothing
+    assert len(logging.getLogger("torchao").filters) == 1
+    with caplog.at_level(logging.WARNING):
+        logging.getLogger("torchao").warning("Failed to load /x/torchao/_C_mxfp8.so: no CUDA")
+        logging.getLogger("torchao").warning("Failed to load something else")
+        logging.getLogger("mine").warning("Failed to load /x/torchao/_C_mxfp8.so: no CUDA")
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [
+        ("torchao", "Failed to load something else"),
+        ("mine", "Failed to load /x/torchao/_C_mxfp8.so: no CUDA")]

@@ -12,17 +12,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # layer -> the layers its modules may import besides its own (README "Package map")
 ALLOWED = {
-    "shared": set(),                                   # logra.files, logra.common, logra.repro
+    "shared": set(),        # logra.files, logra.common, logra.repro, logra.noise
     "optim": set(),                                    # the algorithm a user imports: torch only
     "baselines": {"optim"},
-    "rules": {"optim"},                                # the registry; rule modules load by path
+    "rules": {"shared", "optim"},                      # the registry; rule modules load by path
     "api": {"optim"},                                  # logra/__init__.py: logra.LoGRAOptimizer
     "measure": {"shared", "optim", "rules"},
     "rl": {"shared", "optim", "rules", "measure"},
     "harness": {"shared", "optim", "rules", "measure", "rl"},
     "analysis": {"shared"},
 }
-SHARED = {"logra.files", "logra.common", "logra.repro"}
+SHARED = {"logra.files", "logra.common", "logra.repro", "logra.noise"}
 
 
 def layer(module: str) -> str | None:

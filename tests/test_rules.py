@@ -16,7 +16,7 @@ from conftest import ROOT
 from transformers import AutoModelForCausalLM
 
 from logra import rules
-from logra.optim.rule import DEFAULT_MODULES
+from logra.optim.rule import DEFAULT_MODULES, UpdateRule
 from logra.rl.loss import ESTIMATORS
 from logra.rl.models import load
 from logra.rl.weight_sync import apply_payload
@@ -290,10 +290,10 @@ def test_a_rule_in_its_own_module_runs_through_the_workflow(smoke_run, tmp_path)
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins/toy_rules.py").write_text(textwrap.dedent(TOY_RULE))
     config = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
-    config["methods"]["sign"] = {"rule": "toy_rules:SignDescent", "options": {"lr": 1e-3},
-                                 "kl_control": {"target": 1e-2}}
+    config["methods"]["sign"] = {"rule": "plugins/toy_rules.py:SignDescent",
+                                 "options": {"lr": 1e-3}, "kl_control": {"target": 1e-2}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"), str(ROOT)])}
+    env = os.environ | {"PYTHONPATH": str(ROOT)}  # the rule's file is found by its path
     run = tmp_path / "results/runs/arithmetic/sign/seed0"
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
                           "--configfile", str(tmp_path / "config.yaml"), "--cores", "2",
@@ -301,15 +301,28 @@ def test_a_rule_in_its_own_module_runs_through_the_workflow(smoke_run, tmp_path)
                          capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = yaml.safe_load((run / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["config"]["method"]["rule"] == "toy_rules:SignDescent"
+    assert summary["status"] == "ok" and summary["config"]["method"]["rule"] == "plugins/toy_rules.py:SignDescent"
     assert summary["optimizer_state_bytes"] == 0
 
 
 def test_a_rule_that_is_not_an_update_rule_is_refused():
-    with pytest.raises(ValueError, match="cannot import no_such_module:Rule"):
+    with pytest.raises(ValueError, match="cannot import no_such_module:Rule .*; a module outside "
+                                         "this directory: give its file, path/to/file.py:Class"):
         rules.rule_class("no_such_module:Rule")
+    with pytest.raises(ValueError, match="cannot import no_such_file.py:Rule .*is not a file"):
+        rules.rule_class("no_such_file.py:Rule")
     with pytest.raises(ValueError, match="is not a subclass of logra.optim.rule.UpdateRule"):
         rules.rule_class("copy:deepcopy")
+
+
+def test_a_rule_loads_from_its_file_once(tmp_path):
+    """`path/to/file.py:Class`: the file is imported by its path (no PYTHONPATH), once per
+    process, whatever the working directory's layout."""
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins/toy_rules.py").write_text(textwrap.dedent(TOY_RULE))
+    cls = rules.rule_class(f"{tmp_path}/plugins/toy_rules.py:SignDescent")
+    assert issubclass(cls, UpdateRule) and cls.__name__ == "SignDescent"
+    assert rules.rule_class(f"{tmp_path}/plugins/toy_rules.py:SignDescent") is cls
 
 
 def test_a_rule_path_that_has_moved_names_its_new_path():

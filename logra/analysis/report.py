@@ -561,8 +561,10 @@ def _plan(inputs: ReportInputs) -> list[str]:
             f"- Primary metric: `{primary['protocol']}`, {protocol(primary)}; "
             f"{primary['definition']}. Reported beside it: " + "; ".join(
                 f"`{k}` ({protocol(p)})" for k, p in plan["other_metrics"].items()) + ".",
-            f"- Compared: {', '.join(m for m in plan['methods'] if m != plan['reference'])} "
-            f"against `{plan['reference']}`"
+            (f"- Compared: {', '.join(m for m in plan['methods'] if m != plan['reference'])} "
+             f"against `{plan['reference']}`" if plan["reference"] in plan["methods"] else
+             f"- Compared: nothing (runs {', '.join(plan['methods'])}; the reference, "
+             f"`{plan['reference']}` (verdict.reference), is not among them)")
             + (f" (ablations: {', '.join(plan['ablation_methods'])})"
                if plan["ablation_methods"] else "")
             + f", on {', '.join(plan['tasks'])}, seeds {', '.join(map(str, plan['seeds']))}, "

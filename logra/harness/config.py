@@ -20,6 +20,7 @@ import functools
 import inspect
 import math
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import yaml
 
 from logra import rules
 from logra.rl import weight_sync
-from logra.rl.tasks import TASKS, HubTask, get_task, load_task_files
+from logra.rl.tasks import TASKS, HubTask, SyntheticTask, get_task, load_task_files
 
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -122,6 +123,9 @@ def resolve(files: list[str | Path], overrides: Mapping | None = None,
     validate(config, sources, how)
     try:
         check(config, fit_rules)
+        if fit_rules:  # checked in full (once, by Snakemake's main process): say it once
+            for note in _grpo_not_reaching(config, sources, str(default)):
+                print(f"note: {note}", file=sys.stderr)
     except ConfigError as e:  # "key: message" (a line each): who set each key, how files combine
         lines = [line + _set_by(sources, tuple(re.sub(r"\[\d+\]$", "", re.split(
                      r"[:= ]", line.strip(), maxsplit=1)[0]).split(".")))
@@ -129,6 +133,26 @@ def resolve(files: list[str | Path], overrides: Mapping | None = None,
         raise ConfigError("\n".join(lines) + (f"\n{how}" if how and len(lines) > 1 else
                                               f"; {how}" if how else "")) from None
     return config
+
+
+def _grpo_not_reaching(config: dict, sources: dict, default: str) -> list[str]:
+    """Each grpo key a file after `default` (or --config) sets that a method run by this config
+    overrides with its own grpo value from another file: e.g. `grpo: {steps: 2}` in an overlay
+    does not shorten a stability run whose own grpo.steps the default config sets."""
+    notes = []
+    for key, value in config.get("grpo", {}).items():
+        source = sources.get(("grpo", key)) or sources.get(("grpo",))
+        if source in (None, default):
+            continue
+        beaten = [f"{name} ({config['methods'][name]['grpo'][key]})" for name in sorted(
+                      _trained(config) & set(config["methods"]))
+                  if key in config["methods"][name].get("grpo", {})
+                  and _set_by(sources, ("methods", name, "grpo", key)) != f" (set by {source})"]
+        if beaten:
+            notes.append(f"grpo.{key}={value} ({source}) does not reach the methods that set "
+                         f"their own grpo.{key}: {', '.join(beaten)}; set "
+                         f"methods.<name>.grpo.{key} for those too")
+    return notes
 
 
 def _values(value, limit: int) -> int:
@@ -529,6 +553,17 @@ def _check_tasks(config: dict) -> None:
             raise ConfigError(f"lr_sweep.n_val: the validation split of dataset task {name!r} is "
                               "the train rows after the first data.n_train; set data.n_train "
                               "(it is null: every row trains)")
+        data = config.get("data") or {}
+        if isinstance(task, SyntheticTask) and data.get("n_train") is not None:
+            n_val = sweep.get("n_val", 0) if name in sweep.get("tasks", []) else 0
+            try:  # as the data job draws them (a fraction of a second for thousands)
+                task.splits(data["seed"], data["n_train"], data["n_test"], n_val)
+            except ValueError as e:
+                raise ConfigError(
+                    f"data.n_train: task {name!r} cannot fill data.n_train {data['n_train']} + "
+                    f"data.n_test {data['n_test']}{f' + lr_sweep.n_val {n_val}' if n_val else ''}"
+                    f" distinct questions ({e}); lower them, or widen tasks.{name}.options"
+                ) from None
 
 
 def _trained(config: dict) -> set[str]:

@@ -181,6 +181,8 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
     doc_id, prompt, answer and per protocol its `responses`, `acc` and `pass`, and
     `acc_<name>`, `pass_<name>` per extra score).
     """
+    from logra.noise import quiet
+    quiet()  # before lm-eval, which imports peft (and with it torchao, bitsandbytes)
     import lm_eval
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager

@@ -26,6 +26,10 @@ import statistics
 import tempfile
 import time
 
+from logra.noise import quiet
+
+quiet()  # before TRL, which imports peft (and with it torchao, bitsandbytes)
+
 import datasets
 import torch
 import transformers

@@ -78,7 +78,9 @@ All use of the private profiler API is confined to this module; if it changes,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import resource
 import sys
 import time
@@ -221,6 +223,28 @@ def _import_memory_profiler():
             f"torch {torch.__version__}: torch.profiler._memory_profiler no longer provides "
             f"the API logra.measure.memory relies on ({e!r}); update logra/measure/memory.py"
         ) from e
+
+
+@contextlib.contextmanager
+def _native_stderr_to_python_stderr():
+    """The profiler's native log lines (kineto's `USDT ... profiler_start`/`profiler_stop`) go to
+    file descriptor 2; while Python's stderr is another file (a workflow job's log), they go
+    there too for the block, not to the console."""
+    try:
+        target = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file: leave descriptor 2 alone
+        target = 2
+    if target == 2:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(target, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _new_profiler(with_stack: bool):
@@ -492,7 +516,8 @@ class MemoryMeter:
         self._phase_ends = []
         self._prof = _new_profiler(self._with_stack)
         self._t0 = time.perf_counter()
-        self._prof.__enter__()
+        with _native_stderr_to_python_stderr():
+            self._prof.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -516,7 +541,8 @@ class MemoryMeter:
             return False
 
         prof, self._prof = self._prof, None
-        prof.__exit__(exc_type, exc, tb)
+        with _native_stderr_to_python_stderr():
+            prof.__exit__(exc_type, exc, tb)
         elapsed = time.perf_counter() - self._t0
         rss_peak = _read_rss_hwm_bytes()
         if exc_type is not None:

@@ -72,11 +72,10 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from logra import repro, rules
 from logra.common import SYNC_METRICS, warmup_cosine
-from logra.files import atomic_path, save_pretrained, write_json
+from logra.files import atomic_path, save_pretrained, ticker, write_json
 from logra.measure.memory import (
     MemoryMeter,
     MemoryReport,
@@ -447,8 +446,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
         if engine_weights is not None:  # the engine starts from the base weights: restore its own
             engine.sync({"dense": engine_weights})
             del engine_weights
-        for step in tqdm(range(progress.step + 1, run.grpo["steps"] + 1),
-                         desc=f"grpo {cfg['run_id']}", mininterval=5):
+        tick = ticker(f"train {cfg['run_id']}", run.grpo["steps"]) if run.rank == 0 else None
+        for step in range(progress.step + 1, run.grpo["steps"] + 1):
             t0 = time.time()
             batch = sample(run, engine, step, progress)
             try:
@@ -472,6 +471,8 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
                 "loss": loss, "kl_pred": kl_pred, "kl_real": kl_real, "step_scale": eta,
                 "step_time_s": time.time() - t0})
             progress.wall_s = time.time() - t_start
+            if tick:
+                tick(step, reward=progress.metrics[-1]["reward_mean"])
             save_snapshot(run, engine, step)  # first: a checkpoint never outlives its snapshot
             save_checkpoint(run, engine, step, progress)
     except EngineError as e:  # the checkpoint stays: a rerun resumes from it

@@ -38,20 +38,17 @@ train nor test.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import os
 import random
 import re
-import sys
 import unicodedata
 from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from logra.files import atomic_path
+from logra.files import atomic_path, import_file
 from logra.rl.grading import GoldError, check_gold, math_verify_score
 
 Example = dict[str, Any]
@@ -742,22 +739,7 @@ def load_task_files(paths: Iterable[str | os.PathLike]) -> None:
     or whose import raises anything (SystemExit included), raises ValueError naming it."""
     files = [Path(p).resolve() for p in paths]
     for path in files:
-        if not path.is_file():
-            raise FileNotFoundError(f"task_files: {path} is not a file")
-        name = f"logra_task_file_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
-        if name not in sys.modules:
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            try:
-                spec.loader.exec_module(module)
-            except (Exception, SystemExit) as e:  # SystemExit: it would end the workflow, rc 0
-                del sys.modules[name]
-                raise ValueError(f"task_files: importing {path} raised {type(e).__name__}"
-                                 f"{f': {e}' if str(e) else ''}") from e
-            except BaseException:
-                del sys.modules[name]
-                raise
+        import_file(path, "task_files")
     known = [p for p in os.environ.get(TASK_FILES_ENV, "").split(os.pathsep) if p]
     os.environ[TASK_FILES_ENV] = os.pathsep.join(dict.fromkeys(known + list(map(str, files))))
 

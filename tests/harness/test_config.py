@@ -1,5 +1,6 @@
 """Bad configuration stops before any job runs, naming the key."""
 import copy
+import re
 import subprocess
 import sys
 
@@ -211,6 +212,12 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
     (lambda c: c["sft"].update(steps={"arithmetic": 10, "countdown": 10, "chess": 5}),
      r"sft.steps.chess: not a task of this config \(arithmetic, countdown\), a registered task "
      r"type or `default` \(set by "),
+    # a synthetic task's distinct questions hold its splits (1-digit sums: 81), as the data
+    # job draws them
+    (lambda c: c["data"].update(n_train=90),
+     r"data.n_train: task 'arithmetic' cannot fill data.n_train 90 \+ data.n_test 6 \+ "
+     r"lr_sweep.n_val 8 distinct questions \(arithmetic: only 81 distinct questions found.*"
+     r"widen tasks.arithmetic.options"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
@@ -667,3 +674,18 @@ def test_a_config_whose_aliases_expand_past_the_bound_is_refused_before_the_sche
                                           r".*bomb.yaml\)"):
         resolve([path])
     assert time.perf_counter() - start < 5
+
+
+def test_an_overlay_grpo_key_that_a_method_overrides_is_named(tmp_path, capsys):
+    """`grpo: {steps: 2}` in an overlay shortens every run but those whose method sets its own
+    grpo.steps: each is named, once, by the check in full; a method that the overlay itself
+    sets is not."""
+    overlay = tmp_path / "short.yaml"
+    overlay.write_text("grpo: {steps: 2}\nmethods: {dense_adam_bf16: {grpo: {steps: 2}}}\n")
+    resolve([overlay], fit_rules=False)
+    assert capsys.readouterr().err == ""
+    resolve([overlay])
+    err = capsys.readouterr().err
+    assert re.search(r"note: grpo.steps=2 \(.*short.yaml\) does not reach the methods that set "
+                     r"their own grpo.steps: .*logra_stable_short \(200\)", err)
+    assert "dense_adam_bf16" not in err and err.count("\n") == 1
