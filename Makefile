@@ -1,5 +1,5 @@
 # `make reproduce` and `make test` create the environment if it is missing, then run.
-PYTHON ?= python3
+PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 

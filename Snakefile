@@ -90,6 +90,7 @@ rule all:
 
 rule ablations:
     input:
+        PLAN.stamps("ablations"),
         "results/ablations/summary.csv",
         "results/ablations/accuracy.csv",
         ["results/ablations/verdicts.csv"] if PLAN.verdicts else [],
@@ -114,13 +115,19 @@ rule memory_large:
 
 rule stability:
     input:
+        PLAN.stamps("stability"),
         expand("figures/{fig}.{ext}", fig=["stability_27b_seeds"]
                + (["stability_controller"] if PLAN.runs["controller"] else []), ext=["png", "pdf"]),
 
 
 rule sync_regime:
     input:
-        "results/sync_regime.csv",
+        PLAN.stamps("sync_regime"),
+
+
+rule lr_sweep:
+    input:
+        PLAN.stamps("lr_sweep"),
 
 
 rule scaling_sweep:
@@ -130,6 +137,7 @@ rule scaling_sweep:
 
 rule scaling:
     input:
+        PLAN.stamps("scaling"),
         "results/scaling/lr_sweep.csv",
         "results/scaling/transfer_check.csv",
         "results/scaling.csv",

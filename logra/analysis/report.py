@@ -509,8 +509,9 @@ class ReportInputs:
     frozen analysis plan (results/analysis_plan.json); `ablations` the
     tables of `snakemake ablations` (results/ablations/: summary, accuracy, verdicts, sweep). A
     table that is None (its stage is not in the config, or the lr sweep, `snakemake
-    sync_regime`, `snakemake ablations` or `snakemake scaling` has not run) is left out, or its
-    section says so."""
+    sync_regime`, `snakemake ablations` or `snakemake scaling` has not run, or ran under
+    another config) is left out, or its section says so; `stale` lists the opt-in results
+    made under another config than this one (`digest`): {result, config_digest, target}."""
     summary: pd.DataFrame
     accuracy: pd.DataFrame
     runs: list[dict]
@@ -530,6 +531,8 @@ class ReportInputs:
     ablations: dict[str, pd.DataFrame | None] | None = None
     sft: list[dict] | None = None
     scaling: pd.DataFrame | None = None
+    stale: list[dict] = dataclasses.field(default_factory=list)
+    digest: str | None = None
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -590,6 +593,15 @@ def _header(inputs: ReportInputs) -> list[str]:
         steps = "/".join(str(s) for s in sorted({x["steps"] for x in inputs.long_runs}))
         out.append(f"- Stability runs: {len(inputs.long_runs)} runs of "
                    f"{', '.join(sorted({x['method'] for x in inputs.long_runs}))}, {steps} steps.")
+    if inputs.digest:
+        out.append(f"- Config digest: `{inputs.digest}`.")
+    if inputs.stale:
+        out += ["", "**Stale opt-in results, left out of this report**: each was made under "
+                "another config than this one (or before results were stamped); rerun its "
+                "target to bring it up to date.", "", markdown_table(pd.DataFrame([
+                    {"result": f"`{s['result']}`", "made under config":
+                     f"`{s['config_digest']}`" if s["config_digest"] else "unknown (no stamp)",
+                     "rerun": f"`snakemake --cores all {s['target']}`"} for s in inputs.stale]))]
     return out
 
 

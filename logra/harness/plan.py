@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
+import hashlib
 import inspect
+import json
 import math
 import re
 
@@ -25,6 +28,11 @@ from logra.harness.config import (ConfigError, check_method, generation_room, hu
                                   run_tasks, task_options)
 
 BENCH = "results/benchmarks"  # each job's benchmark: BENCH/<stage>/<rule>/<wildcards>.tsv
+
+
+def stamp(path: str) -> str:
+    """The stamp of opt-in result `path` (results/...): results/stamps/....stamp."""
+    return f"results/stamps/{path.removeprefix('results/')}.stamp"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +102,33 @@ class Plan:
     @property
     def sweep_knobs(self) -> dict[str, str]:
         return sweep_knobs(self.config)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """The config's digest (SHA-256 of its canonical JSON, 16 hex digits): what an opt-in
+        result is stamped with (`results/stamps/`), so the report tells one made under this
+        config from one made under another."""
+        text = json.dumps(self.config, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def opt_in(self) -> dict[str, list[str]]:
+        """{opt-in target: the results it makes that the report reads when they exist}."""
+        ablations = (["summary.csv", "accuracy.csv"] + (["verdicts.csv"] if self.verdicts else [])
+                     + (["memory_sweep.csv"] if (self.config.get("memory_sweep") or {}).get(
+                         "ablation_methods") else []))
+        return {"lr_sweep": ["results/lr_sweep.csv"],
+                "ablations": [f"results/ablations/{f}" for f in ablations],
+                "stability": ["results/stability_seeds.csv"]
+                + (["results/stability_controller.csv"] if self.runs["controller"] else []),
+                "trl": [f"results/trl/{task}.json" for task in self.tasks],
+                "sync_regime": ["results/sync_regime.csv"],
+                "scaling": ["results/scaling.csv"]}
+
+    def stamps(self, target: str) -> list[str]:
+        """The stamps of opt-in `target`'s results (`opt_in`): each holds the digest of the
+        config under which Snakemake last brought that result up to date."""
+        return [stamp(path) for path in self.opt_in[target]]
 
     @property
     def primary_eval(self) -> dict:

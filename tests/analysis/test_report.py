@@ -427,6 +427,21 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
     assert "answers (Holm over 1)" in text
     assert "l -0.010 [-0.030, +0.010]." in text  # the IQM, without a call
 
+    # a grid without its reference compares nothing, and says so; opt-in results made under
+    # another config are listed as stale, not shown
+    alone = analysis_plan({
+        "reference": "d", "methods": ["l"], "ablation_methods": [], "tasks": ["a"],
+        "seeds": [0, 1, 2], "n_test": 1000, "steps": {"l": 80}, "method_config": {},
+        "eval": {"primary": "sampled", "protocols": protocols},
+        "verdict": {"gate": {"alpha": 0.05, "share": 1.0}}}, margins)
+    text = report_markdown(ReportInputs(summary, accuracy, [], [], ledger, plan=alone, stale=[
+        {"result": "results/trl/countdown.json", "config_digest": "abc", "target": "trl"}],
+        digest="def"))
+    assert ("- Compared: nothing (runs l; the reference, `d` (verdict.reference), is not among "
+            "them), on a") in text
+    assert "- Config digest: `def`." in text
+    assert "| `results/trl/countdown.json` | `abc` | `snakemake --cores all trl` |" in text
+
 
 def test_the_fit_sentence_says_what_the_planner_table_says():
     """Per model, the reference first with whether it fits, then every other row under 'fit' or

@@ -54,7 +54,7 @@ PLANNED = [
                    "memory_point": 2 * 13, "ablation_memory_sweep": 1}),
     # 13 methods x 6 points (an equal budget) x 3 seeds on the run task's validation split
     ("lr_sweep", {"data": 1, "data_val": 1, "base": 3, "train": 234, "lr_sweep_eval": 234,
-                  "lr_sweep": 1}),
+                  "lr_sweep_table": 1, "stamp": 1}),
     # the default sizes and the opt-in ones (4 more), x 4 methods, in one table
     ("memory_large", {"memory_point": 24, "memory_sweep": 1}),
     # dense AdamW and LoGRA 1,100 steps over three seeds, the controller ablation's 6 cells over

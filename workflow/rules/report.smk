@@ -20,12 +20,12 @@ rule report:
     output:
         report("results/REPORT.md", caption="../report/REPORT.rst", category="Results"),
     params:
-        lr_sweep="results/lr_sweep.csv",  # included if `snakemake lr_sweep` wrote it before
+        # the opt-in targets' results, each read if it exists and its stamp holds this config's
+        # digest; else listed as stale (or not run)
+        opt_in={target: dict(zip(paths, PLAN.stamps(target)))
+                for target, paths in PLAN.opt_in.items()},
+        digest=PLAN.digest,
         criterion=config.get("stability", {}).get("criterion"),
-        trl="results/trl",  # its *.json, if `snakemake trl` wrote them before
-        sync_regime="results/sync_regime.csv",  # if `snakemake sync_regime` wrote it before
-        scaling="results/scaling.csv",  # if `snakemake scaling` wrote it before
-        ablations="results/ablations",  # its tables, if `snakemake ablations` wrote them before
         reference=PLAN.reference,
     conda:
         "../../environment.yml"
@@ -35,3 +35,20 @@ rule report:
         "results/logs/report.log",
     script:
         "../scripts/report.py"
+
+
+# An opt-in result stamped with the digest of the config under which Snakemake brought it up to
+# date (each opt-in target asks for its stamps): the report shows it while that config is the
+# current one, and lists it as stale after the config changes
+rule stamp:
+    input:
+        "results/{path}",
+    output:
+        "results/stamps/{path}.stamp",
+    params:
+        digest=PLAN.digest,
+    wildcard_constraints:
+        path=r"(?!stamps/)[\w/.-]+",
+    run:
+        from logra.files import write_json
+        write_json(output[0], {"result": input[0], "config_digest": params.digest})

@@ -40,7 +40,7 @@ use rule eval_base as scaling_eval_base with:
 
 # results/scaling/lr_sweep.csv (the sweep at the first size) and transfer_check.csv (the
 # transferred values x check.factors at check.size): the lr sweep's table, validation split
-use rule lr_sweep as scaling_validation with:
+use rule lr_sweep_table as scaling_validation with:
     input:
         runs=lambda w: expand("results/runs/{run}/summary.json", run=VALIDATION[w.table][0]),
         evals=lambda w: expand("results/lr_sweep/{run}.json", run=VALIDATION[w.table][0]),

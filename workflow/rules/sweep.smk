@@ -31,7 +31,7 @@ use rule eval_base as lr_sweep_eval_base with:
         "results/logs/lr_sweep/{task}/base_seed{seed}.log",
 
 
-rule lr_sweep:
+rule lr_sweep_table:
     input:
         runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["lr_sweep"]),
         evals=expand("results/lr_sweep/{run}.json", run=PLAN.runs["lr_sweep"]),

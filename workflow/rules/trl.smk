@@ -29,4 +29,4 @@ rule trl_grpo:
 
 rule trl:
     input:
-        expand("results/trl/{task}.json", task=PLAN.tasks),
+        PLAN.stamps("trl"),

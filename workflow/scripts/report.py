@@ -15,20 +15,39 @@ def table(paths):
     return pd.read_csv(paths[0]) if paths else None
 
 
-def ablation_tables(folder: Path):
-    """The tables `snakemake ablations` wrote before, or None if it has not run."""
-    files = {"summary": "summary.csv", "accuracy": "accuracy.csv", "verdicts": "verdicts.csv",
-             "sweep": "memory_sweep.csv"}
-    if not all((folder / files[k]).exists() for k in ("summary", "accuracy")):
-        return None
-    return {k: pd.read_csv(folder / f) if (folder / f).exists() else None
-            for k, f in files.items()}
+def opt_in(opt_in: dict[str, dict[str, str]], digest: str) -> tuple[dict[str, Path], list[dict]]:
+    """The opt-in results ({target: {result: its stamp}}) made under this config ({path: Path}:
+    each exists and its stamp holds `digest`), and the stale ones (each exists, its stamp is
+    another config's or missing)."""
+    current, stale = {}, []
+    for target, stamps in opt_in.items():
+        for path, stamp in ((Path(p), Path(s)) for p, s in stamps.items()):
+            if not path.exists():
+                continue
+            made = json.loads(stamp.read_text())["config_digest"] if stamp.exists() else None
+            if made == digest:
+                current[str(path)] = path
+            else:
+                stale.append({"result": str(path), "config_digest": made, "target": target})
+    return current, stale
+
+
+def read(path: str, current: dict[str, Path]):
+    """The table at `path` if it is a current opt-in result, else None."""
+    return pd.read_csv(current[path]) if path in current else None
+
+
+def ablation_tables(current: dict[str, Path]):
+    """The tables `snakemake ablations` wrote under this config, or None."""
+    tables = {k: read(f"results/ablations/{f}", current) for k, f in (
+        ("summary", "summary.csv"), ("accuracy", "accuracy.csv"), ("verdicts", "verdicts.csv"),
+        ("sweep", "memory_sweep.csv"))}
+    return tables if tables["summary"] is not None and tables["accuracy"] is not None else None
 
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     i = snakemake.input
-    lr_sweep, regime = Path(snakemake.params.lr_sweep), Path(snakemake.params.sync_regime)
-    scaling = Path(snakemake.params.scaling)
+    current, stale = opt_in(snakemake.params.opt_in, snakemake.params.digest)
     ledger = time_ledger(i.benchmarks)
     text = report_markdown(ReportInputs(
         pd.read_csv(i.summary), pd.read_csv(i.accuracy),
@@ -37,17 +56,18 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         plan=json.loads(Path(i.plan).read_text()), verdicts=table(i.verdicts),
         sweep=table(i.sweep), planner=table(i.planner),
         paper_setting=table(i.paper_setting),
-        lr_sweep=pd.read_csv(lr_sweep) if lr_sweep.exists() else None,
+        lr_sweep=read("results/lr_sweep.csv", current),
         stability=(pd.read_csv(i.stability[0]), snakemake.params.criterion)
         if i.stability else None,
-        stability_opt_in={name: pd.read_csv(f"results/{name}.csv")
-                          for name in STABILITY_OPT_IN if Path(f"results/{name}.csv").exists()},
-        trl=[json.loads(p.read_text()) for p in sorted(Path(snakemake.params.trl).glob("*.json"))],
+        stability_opt_in={name: read(f"results/{name}.csv", current)
+                          for name in STABILITY_OPT_IN if f"results/{name}.csv" in current},
+        trl=[json.loads(p.read_text()) for path, p in current.items()
+             if path.startswith("results/trl/")],
         reference=snakemake.params.reference,
-        sync_regime=pd.read_csv(regime) if regime.exists() else None,
-        ablations=ablation_tables(Path(snakemake.params.ablations)),
+        sync_regime=read("results/sync_regime.csv", current),
+        ablations=ablation_tables(current),
         sft=[json.loads(Path(p).read_text()) for p in i.sft],
-        scaling=pd.read_csv(scaling) if scaling.exists() else None))
+        scaling=read("results/scaling.csv", current), stale=stale, digest=snakemake.params.digest))
     with atomic_path(snakemake.output[0]) as tmp:
         tmp.write_text(text)
     progress("report results/REPORT.md", jobs=int(ledger["jobs"].sum()),
