@@ -1050,6 +1050,24 @@ def report_markdown(inputs: ReportInputs) -> str:
     return "\n".join(line for section in SECTIONS for line in section(inputs)) + "\n"
 
 
+def current_opt_in(opt_in: dict[str, dict[str, str]],
+                   digest: str) -> tuple[dict[str, Path], list[dict]]:
+    """The opt-in results ({target: {result: its stamp}}) made under this config ({path: Path}:
+    each exists and its stamp holds `digest`), and the stale ones (each exists, its stamp is
+    another config's or missing)."""
+    current, stale = {}, []
+    for target, stamps in opt_in.items():
+        for path, stamp in ((Path(p), Path(s)) for p, s in stamps.items()):
+            if not path.exists():
+                continue
+            made = json.loads(stamp.read_text())["config_digest"] if stamp.exists() else None
+            if made == digest:
+                current[str(path)] = path
+            else:
+                stale.append({"result": str(path), "config_digest": made, "target": target})
+    return current, stale
+
+
 def write_csv(df: pd.DataFrame, path: str | Path) -> None:
     """Atomic CSV write (temp file + rename)."""
     with atomic_path(path) as tmp:

@@ -553,17 +553,41 @@ def _check_tasks(config: dict) -> None:
             raise ConfigError(f"lr_sweep.n_val: the validation split of dataset task {name!r} is "
                               "the train rows after the first data.n_train; set data.n_train "
                               "(it is null: every row trains)")
-        data = config.get("data") or {}
-        if isinstance(task, SyntheticTask) and data.get("n_train") is not None:
-            n_val = sweep.get("n_val", 0) if name in sweep.get("tasks", []) else 0
-            try:  # as the data job draws them (a fraction of a second for thousands)
-                task.splits(data["seed"], data["n_train"], data["n_test"], n_val)
-            except ValueError as e:
-                raise ConfigError(
-                    f"data.n_train: task {name!r} cannot fill data.n_train {data['n_train']} + "
-                    f"data.n_test {data['n_test']}{f' + lr_sweep.n_val {n_val}' if n_val else ''}"
-                    f" distinct questions ({e}); lower them, or widen tasks.{name}.options"
-                ) from None
+        _check_task_data(config, name, task, sweep)
+
+
+def _check_task_data(config: dict, name: str, task, sweep: dict) -> None:
+    """Task `name`'s splits, drawn as the data job will (a synthetic task's, a dataset task's
+    from local files; a fraction of a second for thousands): a synthetic task has the distinct
+    questions data.n_train + data.n_test (+ lr_sweep.n_val) need, and on the tiny model, whose
+    tokens are characters, grpo.max_new_tokens and eval.max_gen_toks each hold at least half
+    of the train split's targets (with <eos>): else no completion could reach the answer."""
+    data = config.get("data") or {}
+    local = isinstance(task, HubTask) and all(task.paths.values())
+    if not (isinstance(task, SyntheticTask) or local) or data.get("n_train") is None:
+        return
+    n_val = sweep.get("n_val", 0) if name in sweep.get("tasks", []) else 0
+    try:
+        train = task.splits(data["seed"], data["n_train"], data["n_test"], n_val)["train"]
+    except ValueError as e:
+        if not isinstance(task, SyntheticTask):
+            return  # the data job names the file and line
+        raise ConfigError(
+            f"data.n_train: task {name!r} cannot fill data.n_train {data['n_train']} + "
+            f"data.n_test {data['n_test']}{f' + lr_sweep.n_val {n_val}' if n_val else ''}"
+            f" distinct questions ({e}); lower them, or widen tasks.{name}.options") from None
+    if config["model"]["name"] != "tiny" or not train:
+        return
+    lengths = sorted(len(task.target(e)) + 1 for e in train)
+    for key, room in (("grpo.max_new_tokens", config["grpo"]["max_new_tokens"]),
+                      ("eval.max_gen_toks", config["eval"]["max_gen_toks"])):
+        held = sum(n <= room for n in lengths) / len(lengths)
+        if held < 0.5:
+            raise ConfigError(
+                f"{key}: {room} tokens hold {held:.0%} of the train targets of task {name!r} (on "
+                f"the tiny model a token is a character: median {lengths[len(lengths) // 2]}, 90th "
+                f"percentile {lengths[int(0.9 * len(lengths))]}, with <eos>), so its "
+                f"completions cannot reach their answers; raise {key}")
 
 
 def _trained(config: dict) -> set[str]:

@@ -484,3 +484,20 @@ def test_the_accuracy_memory_table_sets_the_planners_prediction_beside_each_meas
     assert t["predicted big"].tolist() == [80e9, 30e9]
     text = "\n".join(_accuracy_memory_section(accuracy, "d", planner))
     assert "PREDICTION: GB per GPU, big" in text and "| a | l | 0.380 [0.355, 0.405] | 3 |" in text
+
+
+def test_an_opt_in_result_is_current_only_under_the_config_its_stamp_holds(tmp_path):
+    """`current_opt_in`: a result whose stamp holds this config's digest is read; one whose stamp
+    holds another's, or that has none, is stale; one never made is neither."""
+    import json
+
+    from logra.analysis.report import current_opt_in
+    for name, digest in (("a", "now"), ("b", "before"), ("c", None)):
+        (tmp_path / f"{name}.csv").write_text("x\n1\n")
+        if digest:
+            (tmp_path / f"{name}.stamp").write_text(json.dumps({"config_digest": digest}))
+    stamps = {str(tmp_path / f"{n}.csv"): str(tmp_path / f"{n}.stamp") for n in "abcd"}
+    current, stale = current_opt_in({"t": stamps}, "now")
+    assert list(current) == [str(tmp_path / "a.csv")]
+    assert stale == [{"result": str(tmp_path / "b.csv"), "config_digest": "before", "target": "t"},
+                     {"result": str(tmp_path / "c.csv"), "config_digest": None, "target": "t"}]

@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -564,6 +565,8 @@ def test_own_task_and_local_gsm8k_each_in_one_config_line(tmp_path):
                                                "test_path": str(tmp_path / "test.jsonl")}}})
     config["sft"]["steps"] = 20
     config["grpo"]["steps"] = 2
+    # room for a solution and its "#### N" (the config check refuses less on the tiny model)
+    config["grpo"]["max_new_tokens"] = config["eval"]["max_gen_toks"] = 96
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--configfile",
@@ -594,3 +597,32 @@ def test_own_task_and_local_gsm8k_each_in_one_config_line(tmp_path):
         assert positions[task] - config["eval"]["max_gen_toks"] >= max(
             len(r["prompt"]) for r in rows)
     assert positions["successor"] < 256 < positions["gsm8k"]  # sized per task, not fixed
+
+
+def test_an_opt_in_result_leaves_the_report_when_the_config_changes(smoke_run, tmp_path):
+    """`snakemake lr_sweep` stamps results/lr_sweep.csv with the config's digest, and the next
+    run rebuilds the report, which shows its table; after a config change the report is rebuilt
+    and lists the table as stale, with the command that updates it, in place of showing it as
+    current. A copy of the smoke run (Snakemake's records too): the sweep's other point is its
+    one new run."""
+    work = tmp_path / "work"
+    shutil.copytree(smoke_run, work, symlinks=True)
+    cmd = SNAKEMAKE + ["--cores", "2", "--directory", str(work)]
+    for target in ("lr_sweep", "results/REPORT.md"):
+        out = subprocess.run(cmd + [target], capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, out.stderr[-3000:]
+    digest = json.loads((work / "results/stamps/lr_sweep.csv.stamp").read_text())["config_digest"]
+    report = (work / "results/REPORT.md").read_text()
+    assert "## lr sweep (`results/lr_sweep.csv`)" in report and "Stale" not in report
+    assert f"- Config digest: `{digest}`." in report
+
+    (tmp_path / "more_memory.yaml").write_text("cluster: {mem_gb: {default: 1.6}}\n")
+    out = subprocess.run(cmd + ["results/REPORT.md", "--configfile",
+                                str(ROOT / "tests/data/smoke.yaml"),
+                                str(tmp_path / "more_memory.yaml")],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = (work / "results/REPORT.md").read_text()
+    assert "## lr sweep (`results/lr_sweep.csv`)" not in report
+    assert (f"| `results/lr_sweep.csv` | `{digest}` | `snakemake --cores all lr_sweep` |"
+            in report)

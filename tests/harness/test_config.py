@@ -218,6 +218,10 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"data.n_train: task 'arithmetic' cannot fill data.n_train 90 \+ data.n_test 6 \+ "
      r"lr_sweep.n_val 8 distinct questions \(arithmetic: only 81 distinct questions found.*"
      r"widen tasks.arithmetic.options"),
+    # on the tiny model (a token a character) the lengths hold at least half of the targets
+    (lambda c: c["eval"].update(max_gen_toks=2),
+     r"eval.max_gen_toks: 2 tokens hold \d+% of the train targets of task 'arithmetic' \(on the "
+     r"tiny model a token is a character: median 3, .*raise eval.max_gen_toks"),
 ])
 def test_cross_key_checks_name_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)

@@ -6,30 +6,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from logra.analysis.report import STABILITY_OPT_IN, ReportInputs, report_markdown, time_ledger
+from logra.analysis.report import (STABILITY_OPT_IN, ReportInputs, current_opt_in,
+                                   report_markdown, time_ledger)
 from logra.files import atomic_path, progress
 
 
 def table(paths):
     """The CSV of an optional input (a list of zero or one path), or None."""
     return pd.read_csv(paths[0]) if paths else None
-
-
-def opt_in(opt_in: dict[str, dict[str, str]], digest: str) -> tuple[dict[str, Path], list[dict]]:
-    """The opt-in results ({target: {result: its stamp}}) made under this config ({path: Path}:
-    each exists and its stamp holds `digest`), and the stale ones (each exists, its stamp is
-    another config's or missing)."""
-    current, stale = {}, []
-    for target, stamps in opt_in.items():
-        for path, stamp in ((Path(p), Path(s)) for p, s in stamps.items()):
-            if not path.exists():
-                continue
-            made = json.loads(stamp.read_text())["config_digest"] if stamp.exists() else None
-            if made == digest:
-                current[str(path)] = path
-            else:
-                stale.append({"result": str(path), "config_digest": made, "target": target})
-    return current, stale
 
 
 def read(path: str, current: dict[str, Path]):
@@ -47,7 +31,7 @@ def ablation_tables(current: dict[str, Path]):
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     i = snakemake.input
-    current, stale = opt_in(snakemake.params.opt_in, snakemake.params.digest)
+    current, stale = current_opt_in(snakemake.params.opt_in, snakemake.params.digest)
     ledger = time_ledger(i.benchmarks)
     text = report_markdown(ReportInputs(
         pd.read_csv(i.summary), pd.read_csv(i.accuracy),
