@@ -1,7 +1,7 @@
 """Third-party messages that say nothing about a run, each dropped where it is emitted: by the
 logger (or, for a warning, the module) and the message; everything else passes. `quiet()`
 installs the filters; the code that imports or builds those packages calls it first (the rule
-registry, model loading, the lm-eval and TRL harnesses), so the console shows the workflow's
+registry, logra.rl.models, the lm-eval and TRL harnesses), so the console shows the workflow's
 own lines."""
 from __future__ import annotations
 

@@ -29,6 +29,8 @@ from transformers import (
 
 from logra.noise import quiet
 
+quiet()  # transformers imports torchao when it builds, saves or loads a model (logra/noise.py)
+
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
 CHARSET = "\n" + "".join(c for c in string.printable if c.isprintable())  # 95 printable + newline
 
@@ -117,7 +119,6 @@ def load(name_or_path: str | Path, dtype: torch.dtype = torch.float32, device: s
     Errors name what is missing: a local model directory without tokenizer files is reported
     as such rather than as a hub lookup failure.
     """
-    quiet()  # from_pretrained imports torchao (its quantizers), whose start-up noise it drops
     path = Path(name_or_path)
     if path.exists():
         if not (path / "config.json").exists():
