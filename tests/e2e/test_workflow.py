@@ -377,8 +377,8 @@ def test_smoke_run_end_to_end(smoke_run):
 
 
 def test_smoke_run_reports_progress_and_writes_the_report(smoke_run):
-    """One progress line per finished job on the console; results/REPORT.md formats the CSVs'
-    numbers and its time ledger counts every job the run ran; `snakemake --report` bundles the
+    """One progress line per finished job on the console, and no known start-up noise;
+    results/REPORT.md formats the CSVs' numbers and its time ledger counts every job the run ran; `snakemake --report` bundles the
     figures with captions that state the device, model size and steps."""
     console = (smoke_run / CONSOLE).read_text()
     summary = pd.read_csv(smoke_run / "results/summary.csv")
@@ -390,6 +390,10 @@ def test_smoke_run_reports_progress_and_writes_the_report(smoke_run):
         assert re.search(rf"^base {r.task}/seed{r.seed}: sft_steps 150, accuracy ", console, re.M)
     assert re.search(r"^memory s1/logra: ok, params \d+, peak [0-9.]+ MiB, planner_error ",
                      console, re.M)
+    # and none of the known start-up noise (logra/noise.py), nor the profiler's native lines
+    from logra.noise import LOG_NOISE
+    assert not [p for _, p, _ in LOG_NOISE if re.search(p, console)]
+    assert "profiler_start" not in console
 
     report = (smoke_run / "results/REPORT.md").read_text()
     for r in pd.read_csv(smoke_run / "results/accuracy.csv").itertuples():
