@@ -569,6 +569,8 @@ def _check_task_data(config: dict, name: str, task, sweep: dict) -> None:
     n_val = sweep.get("n_val", 0) if name in sweep.get("tasks", []) else 0
     try:
         train = task.splits(data["seed"], data["n_train"], data["n_test"], n_val)["train"]
+    except OSError as e:  # a local file that is missing or unreadable
+        raise ConfigError(f"tasks.{name}.options: {e}") from None
     except ValueError as e:
         if not isinstance(task, SyntheticTask):
             return  # the data job names the file and line

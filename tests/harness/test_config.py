@@ -218,6 +218,11 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"data.n_train: task 'arithmetic' cannot fill data.n_train 90 \+ data.n_test 6 \+ "
      r"lr_sweep.n_val 8 distinct questions \(arithmetic: only 81 distinct questions found.*"
      r"widen tasks.arithmetic.options"),
+    # a dataset task's local files are read at config time
+    (lambda c: (c["tasks"].update(gsm8k={"type": "gsm8k", "options": {
+        "train_path": "/no/such/train.jsonl", "test_path": "/no/such/test.jsonl"}}),
+                c["methods"]["dense_adam"]["options"]["lr"].update(default=1e-4)),
+     r"tasks.gsm8k.options: \[Errno 2\] No such file or directory: '/no/such/train.jsonl'"),
     # on the tiny model (a token a character) the lengths hold at least half of the targets
     (lambda c: c["eval"].update(max_gen_toks=2),
      r"eval.max_gen_toks: 2 tokens hold \d+% of the train targets of task 'arithmetic' \(on the "
