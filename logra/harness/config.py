@@ -266,9 +266,9 @@ def validate(config: dict, sources: dict | None = None, how: str = "") -> None:
         if unknown:  # the file that wrote the unknown key, and the valid key it is closest to
             valid = sorted(error.schema.get("properties", {}))
             close = difflib.get_close_matches(unknown[0], valid, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "valid: " + ", ".join(valid)
             raise ConfigError(f"config: {'.'.join(map(str, (*path, unknown[0])))}: unknown key"
-                              f"; {f'did you mean {close[0]!r}?' if close else 'valid: ' + ', '.join(valid)}"
-                              f"{_set_by(sources, (*path, unknown[0]))}"
+                              f"; {hint}{_set_by(sources, (*path, unknown[0]))}"
                               f"{'; ' + how if how else ''}")
         raise ConfigError(f"config: {'.'.join(map(str, path)) or '(top level)'}: "
                           f"{error.message}{_number_hint(error.instance)}{by}"
