@@ -393,7 +393,7 @@ def test_smoke_run_reports_progress_and_writes_the_report(smoke_run):
     # and none of the known start-up noise (logra/noise.py), nor the profiler's native lines
     from logra.noise import LOG_NOISE
     assert not [p for _, p, _ in LOG_NOISE if re.search(p, console)]
-    assert "profiler_start" not in console
+    assert "profiler_start" not in console and "Loading weights" not in console
 
     report = (smoke_run / "results/REPORT.md").read_text()
     for r in pd.read_csv(smoke_run / "results/accuracy.csv").itertuples():
