@@ -31,8 +31,8 @@ from transformers.utils import logging as transformers_logging
 from logra.noise import quiet
 
 quiet()  # transformers imports torchao when it builds, saves or loads a model (logra/noise.py)
-# transformers' own "Loading weights" / "Writing model shards" bars: a job's weights load in a
-# second, and the bars reach the console past the job's log (the hub's download bars stay)
+# transformers' own "Loading weights" / "Writing model shards" bars, one per model a job builds,
+# loads or saves, reach the console past the job's log (the hub's download bars stay)
 transformers_logging.disable_progress_bar()
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
