@@ -290,31 +290,50 @@ def sync_bytes(summary: pd.DataFrame, planner: pd.DataFrame, outputs: list[str])
 
 def verdicts(table: pd.DataFrame, summary: pd.DataFrame, outputs: list[str]) -> None:
     """Each method's accuracy difference from the reference (logra/analysis/verdict.py) with its 95%
-    interval, per task (one panel each, the IQM across tasks last), and the task's margin."""
+    interval, per task (one panel each, the IQM across tasks last), and the task's margin; then,
+    beside the primary metric, each method's pass@k under the primary protocol and its runs'
+    token entropy (mean ± sd over seeds, per task), the reference among them."""
     tasks = [t for t in table["task"].unique() if t != "all"] + (
         ["all"] if (table["task"] == "all").any() else [])
-    fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks), 0.5 * table["method"]
-                                                     .nunique() + 1.8), squeeze=False,
-                             sharey=True)
+    methods = [table["reference"].iloc[0], *table["method"].unique()]
+    fig, axes = plt.subplots(1, len(tasks) + 2, figsize=(3.6 * (len(tasks) + 2), 0.5 * len(
+        methods) + 1.8), squeeze=False)
     reference, metric = table["reference"].iloc[0], table["metric"].iloc[0]
     colors = {"non-inferior": "tab:green", "inconclusive": "tab:orange", "inferior": "tab:red"}
     for ax, task in zip(axes[0], tasks):
-        d = table[table["task"] == task].reset_index(drop=True)
-        for i, r in d.iterrows():
+        d = table[table["task"] == task].set_index("method")
+        for method, r in d.iterrows():
+            i = methods.index(method)
             ax.errorbar(r["diff_mean"], i, xerr=[[r["diff_mean"] - r["diff_lo"]],
                                                  [r["diff_hi"] - r["diff_mean"]]],
                         fmt="o", color=colors.get(r["call"], "gray"), capsize=3)
-        ax.set_yticks(range(len(d)), d["method"])
         ax.axvline(0, color="k", lw=0.8)
         if task != "all":
             ax.axvline(-d["margin"].iloc[0], color="gray", ls="--", lw=0.8)
         ax.set_title("across tasks (IQM, no call)" if task == "all" else task)
         ax.set_xlabel(f"{metric} accuracy − {reference}")
+    ok = summary[(summary["status"] == "ok") & summary["method"].isin(methods)]
+    pass_k = next((c for c in ok.columns if c.startswith(f"eval_{metric}_pass")), None)
+    for ax, column, label in ((axes[0][-2], pass_k, f"{metric} pass@{(pass_k or 'pass?').rsplit('pass', 1)[1]}"),
+                              (axes[0][-1], "token_entropy_mean", "token entropy (nats)")):
+        for j, (task, d) in enumerate(ok.groupby("task", sort=False)):
+            if column is None or column not in d:
+                continue
+            g = d.groupby("method")[column].agg(["mean", "std"])
+            ax.errorbar(g["mean"], [methods.index(m) + 0.15 * j for m in g.index],
+                        xerr=g["std"].fillna(0), fmt="s", ms=4, capsize=2, label=task)
+        ax.set_xlabel(label)
+        ax.set_title(f"{label.split(' (')[0]}, per task")
+        if ok["task"].nunique() > 1:
+            ax.legend(fontsize=7)
+    for ax in axes[0]:
+        ax.set_yticks(range(len(methods)), methods)
+        ax.set_ylim(len(methods) - 0.5, -0.5)
         ax.grid(alpha=0.3)
     problems = "/".join(str(int(p)) for p in sorted(table["problems"].dropna().unique()))
     fig.suptitle(f"{scale_label(summary)}, {problems} test problems; 95% intervals, each "
-                 "task's margin (dashed); green non-inferior, orange inconclusive, red inferior",
-                 fontsize=8)
+                 "task's margin (dashed); green non-inferior, orange inconclusive, red inferior; "
+                 "pass@k and token entropy: mean ± sd over seeds", fontsize=8)
     fig.tight_layout()
     _save(fig, outputs)
 
