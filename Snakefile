@@ -3,7 +3,8 @@
 Targets: `all` (the default grid of run_methods, the memory sweep, the planner, the long
 stability runs, every figure and results/REPORT.md), `ablations` (run_methods + ablation_methods,
 under results/ablations/ and figures/ablations/, and the memory sweep's default sizes with
-memory_sweep.ablation_methods: results/ablations/memory_sweep.csv), `lr_sweep` (results/lr_sweep.csv),
+memory_sweep.ablation_methods: results/ablations/memory_sweep.csv), `lr_sweep` (every grid under the
+bracket rule: results/lr_sweep.csv, and the choices for config/tuned.yaml: results/tuned.yaml),
 `memory_large` (the memory sweep with memory_sweep.opt_in_sizes: results/memory/sweep_large.csv),
 `stability` (the long runs over stability.opt_in_seeds and the controller ablation, each judged
 by stability.criterion: results/stability_seeds.csv, stability_controller.csv,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from conftest import ROOT
 
-JOB = re.compile(r"^(?:local)?rule (\w+):\n((?:    .*\n)*)", re.M)
+JOB = re.compile(r"^(?:(?:local)?rule|(?:local)?checkpoint) (\w+):\n((?:    .*\n)*)", re.M)
 
 
 @dataclass(frozen=True)
@@ -28,13 +28,17 @@ def _pairs(line: str | None) -> dict:
 
 
 def parse(console: str) -> list[Job]:
-    """Every job a dry run printed."""
+    """Every job a dry run printed. A job whose input waits for a checkpoint prints it as
+    `<TBD>`; its reason names the checkpoints' outputs it waits for."""
     jobs = []
     for rule, body in JOB.findall(console):
         field = dict(re.findall(r"^    (\w+): (.*)$", body, re.M))
+        inputs = tuple(field["input"].split(", ")) if "input" in field else ()
+        if "<TBD>" in inputs:
+            waits = re.search(r"Input files updated by another job: ([^;]*)", field["reason"])
+            inputs = tuple(i for i in inputs if i != "<TBD>") + tuple(waits.group(1).split(", "))
         jobs.append(Job(rule, int(field["jobid"]), _pairs(field.get("wildcards")),
-                        _pairs(field.get("resources")),
-                        tuple(field["input"].split(", ")) if "input" in field else (),
+                        _pairs(field.get("resources")), inputs,
                         tuple(field["output"].split(", ")) if "output" in field else ()))
     return jobs
 

@@ -98,47 +98,6 @@ def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
-                   sweep: dict[str, tuple[str, float]], knobs: dict[str, str]) -> pd.DataFrame:
-    """One row per (task, method, lr): `option`, what the point `lr` sets (`knobs[method]`:
-    an lr, LoGRA's kl_budget), lm-eval accuracy (the primary metric, `metric`) on the task's
-    validation split, final training reward (mean of the last 10 steps) and the share of
-    steps its control held at its cap (`at_cap_share`; NaN without a control), mean ± sd over
-    the seeds whose run finished ok,
-    `chosen`: per task and method, the one lr with the best mean validation accuracy among
-    the lrs whose every seed finished ok (the smaller lr on a tie; none if no lr qualifies),
-    `budget`: the method's number of lrs, and `on_edge`: the choice is its grid's smallest or
-    largest lr (the optimum may lie outside; the grid is not extended for one method).
-    `val_jsons[i]` evaluates the run of `run_jsons[i]`. The test split is never used."""
-    rows = []
-    for run, val in zip(run_jsons, val_jsons, strict=True):
-        s, v = json.loads(Path(run).read_text()), json.loads(Path(val).read_text())
-        if Path(v["model_dir"]) != Path(run).parent / "model":
-            raise ValueError(f"{val} evaluates {v['model_dir']}, not the model of {run}")
-        method, lr = sweep[s["method"]]
-        ok = s["status"] == "ok"
-        rows.append({"task": s["task"], "method": method, "lr": lr, "seed": s["seed"],
-                     "status": s["status"], "metric": v["primary"],
-                     "val_accuracy": v["accuracy"] if ok else float("nan"),
-                     "final_reward": s["final_reward"] if ok else float("nan"),
-                     "at_cap_share": (s.get("control") or {}).get("steps_at_cap_share")})
-    out = pd.DataFrame(rows).groupby(["task", "method", "lr"]).agg(
-        metric=("metric", "first"), val_accuracy_mean=("val_accuracy", "mean"),
-        val_accuracy_sd=("val_accuracy", "std"),
-        final_reward_mean=("final_reward", "mean"), final_reward_sd=("final_reward", "std"),
-        at_cap_share=("at_cap_share", "mean"),
-        n_ok=("val_accuracy", "count"), n_seeds=("seed", "nunique")).reset_index()
-    complete = out[out["n_ok"] == out["n_seeds"]]
-    best = complete.groupby(["task", "method"])["val_accuracy_mean"].idxmax()
-    out.insert(3, "option", out["method"].map(knobs))
-    out["chosen"] = out.index.isin(best)
-    grids = pd.DataFrame(sweep.values(), columns=["method", "lr"]).groupby("method")["lr"]
-    out["budget"] = out["method"].map(grids.size())
-    out["on_edge"] = out["chosen"] & (out["lr"].eq(out["method"].map(grids.min()))
-                                      | out["lr"].eq(out["method"].map(grids.max())))
-    return out
-
-
 def memory_sweep_table(points: dict[tuple[str, str], dict], reference: str) -> pd.DataFrame:
     """One row per (size, method) sweep point (logra/harness/memory_point.py): measured peak,
     planner prediction and error, times, state and sync bytes, the authors' statistic (CUDA:
@@ -897,16 +856,21 @@ def _lr_sweep(inputs: ReportInputs) -> list[str]:
     out = []
     if lr_sweep is not None:
         chosen = lr_sweep[lr_sweep["chosen"]]
+        added = (~lr_sweep["declared"]).groupby([lr_sweep["task"], lr_sweep["method"]]).sum()
         out += _section("lr sweep", "results/lr_sweep.csv", "The point (an lr; LoGRA's KL "
                         "budget) with the best mean validation accuracy, by "
                         f"{_metric_name(chosen['metric'].iloc[0])}, per task and method, out "
-                        "of `budget` points (the method's grid); `edge`: the choice is the "
-                        "grid's smallest or largest point; `at cap`: the share of its steps "
-                        "its control held at its cap (LoGRA: alpha_max).",
+                        "of `budget` points run: the declared grid, spaced alike in step size, "
+                        "and the points the bracket rule added beyond an edge that held the "
+                        "best point (`added`, up to lr_sweep.extend); `bracketed`: the choice "
+                        "lies inside the points run (else its number is a bound); `at cap`: "
+                        "the share of its steps its control held at its cap (LoGRA: "
+                        "alpha_max). The choices: results/tuned.yaml.",
                         {"task": chosen["task"], "method": chosen["method"],
                          "option": chosen["option"], "point": _fmt(chosen["lr"], "g"),
                          "budget": chosen["budget"],
-                         "edge": chosen["on_edge"].map({True: "yes", False: ""}),
+                         "added": [added[t, m] for t, m in zip(chosen["task"], chosen["method"])],
+                         "bracketed": chosen["bracketed"].map({True: "yes", False: "no"}),
                          "at cap": _fmt(chosen["at_cap_share"], ".0%"),
                          "validation accuracy": _pm(chosen["val_accuracy_mean"],
                                                     chosen["val_accuracy_sd"]),

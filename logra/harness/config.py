@@ -106,7 +106,9 @@ def resolve(files: list[str | Path], overrides: Mapping | None = None,
     config: dict = {}
     sources: dict[tuple, str] = {}
     order = []
-    for path in ([default] if default else []) + list(files):
+    tuned = Path(default).with_name("tuned.yaml") if default else None
+    for path in ([default] if default else []) + ([tuned] if tuned and tuned.exists() else []) \
+            + list(files):
         data = read_yaml(path)
         complete = data.get("complete") is True  # else the schema names a non-boolean
         if complete:  # a config written whole: what came before is dropped
@@ -122,6 +124,7 @@ def resolve(files: list[str | Path], overrides: Mapping | None = None,
     _check_size(config, sources)
     validate(config, sources, how)
     try:
+        apply_tuned(config, sources)
         check(config, fit_rules)
         if fit_rules:  # checked in full (once, by Snakemake's main process): say it once
             for note in _grpo_not_reaching(config, sources, str(default)):
@@ -199,12 +202,52 @@ def _typed(value):
     return value
 
 
-def _set_by(sources: dict, path: tuple) -> str:
+def _source(sources: dict, path: tuple) -> str | None:
     """Which config file set the key at `path` (or the nearest map holding it)."""
     for n in range(len(path), 0, -1):
         if path[:n] in sources:
-            return f" (set by {sources[path[:n]]})"
-    return ""
+            return sources[path[:n]]
+    return None
+
+
+def _set_by(sources: dict, path: tuple) -> str:
+    source = _source(sources, path)
+    return f" (set by {source})" if source else ""
+
+
+def apply_tuned(config: dict, sources: dict) -> None:
+    """Adopt `tuned` (config/tuned.yaml, read after config/config.yaml: results/tuned.yaml as the
+    lr sweep wrote it, logra.analysis.tuning.tuned_file): per task and method, the chosen point
+    of its knob through its rule's `tuned` (LoGRA's update_ratio and final budget follow), each
+    option it changes given that value for that task (a per-task map; the value it had is the
+    map's `default` where it had one value). A choice made for another knob, an unknown task or
+    method, stops the config."""
+    for task, chosen in config.get("tuned", {}).items():
+        if task not in config["tasks"]:
+            raise ConfigError(f"tuned.{task}: not a task of this config (tasks: "
+                              f"{sorted(config['tasks'])})")
+        for name, entry in chosen.items():
+            if name not in config["methods"]:
+                raise ConfigError(f"tuned.{task}.{name}: not defined under methods (defined: "
+                                  f"{sorted(config['methods'])})")
+            method = config["methods"][name]
+            cls = rules.rule_class(method["rule"])
+            options, defaults = method.get("options", {}), inspect.signature(cls).parameters
+            here = task_options(options, task)
+            if cls.tuning_option(here) != entry["option"]:
+                raise ConfigError(f"tuned.{task}.{name}.option: {entry['option']!r}, but the "
+                                  f"method's knob is {cls.tuning_option(here)!r}: the choice was "
+                                  "made for another setting of it; rerun the lr sweep")
+            new = dict(options)
+            for option, value in cls.tuned(here, entry["value"]).items():
+                if option in here and here[option] == value:
+                    continue
+                old = options.get(option, defaults[option].default)
+                new[option] = {**(old if isinstance(old, dict) else {"default": old}),
+                               task: value}
+                sources[("methods", name, "options", option, task)] = _source(
+                    sources, ("tuned", task, name))
+            method["options"] = new
 
 
 def _number_hint(value) -> str:

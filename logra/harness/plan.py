@@ -45,7 +45,9 @@ class Plan:
       `ablation_methods` not among them, `seeds`); `reference`: verdict.reference, and
       `verdicts`: whether the grid compares methods with it;
     - `paper`: the config has the paper's memory sweep, planner and stability runs;
-    - `sweep`: {name: (method, lr)} of the lr sweep; `regimes`: {sync regime: its methods};
+    - `sweep`: {name: (method, lr)}, every point of the lr sweep's grids; `grids`: {table:
+      {method: its Grid}}, the tuning grids of results/lr_sweep.csv (`lr_sweep`) and of
+      results/scaling/lr_sweep.csv (`scaling`); `regimes`: {sync regime: its methods};
       `scaling`: the scaling study's methods (`Scaling`);
     - `margin_runs`: {task: the lr sweep's run of the reference that sets its margin}, run at
       `margin_seeds`;
@@ -63,6 +65,7 @@ class Plan:
     verdicts: bool
     paper: bool
     sweep: dict[str, tuple[str, float]]
+    grids: dict[str, dict[str, Grid]]
     regimes: dict[str, list[str]]
     scaling: Scaling
     margin_runs: dict[str, str]
@@ -99,6 +102,10 @@ class Plan:
     def hub_models(self) -> list[str]:
         return hub_models(self.config)
 
+    def declared(self, table: str) -> list[str]:
+        """The methods of the declared points of `table`'s grids (`grids`)."""
+        return declared(self.grids[table])
+
     @property
     def sweep_knobs(self) -> dict[str, str]:
         return sweep_knobs(self.config)
@@ -117,7 +124,7 @@ class Plan:
         ablations = (["summary.csv", "accuracy.csv"] + (["verdicts.csv"] if self.verdicts else [])
                      + (["memory_sweep.csv"] if (self.config.get("memory_sweep") or {}).get(
                          "ablation_methods") else []))
-        return {"lr_sweep": ["results/lr_sweep.csv"],
+        return {"lr_sweep": ["results/lr_sweep.csv", "results/tuned.yaml"],
                 "ablations": [f"results/ablations/{f}" for f in ablations],
                 "stability": ["results/stability_seeds.csv"]
                 + (["results/stability_controller.csv"] if self.runs["controller"] else []),
@@ -150,7 +157,8 @@ def build_plan(config: dict, fit_rules: bool = True) -> Plan:
     the Snakefile, whose main process checked the same plan in full."""
     config = copy.deepcopy(config)
     written = set(config["methods"])
-    sweep = add_lr_sweep_methods(config)
+    grids = add_lr_sweep_methods(config)
+    sweep = grid_points(grids)
     regimes = add_sync_regime_methods(config)
     control = add_controller_ablation_methods(config)
     scaling = add_scaling_methods(config)
@@ -170,21 +178,22 @@ def build_plan(config: dict, fit_rules: bool = True) -> Plan:
     reference = config["verdict"]["reference"]
     verdicts = reference in methods and len(methods) > 1
     margin = margin_runs(config, sweep) if verdicts else {}
-    runs = _runs(config, tasks, methods, ablations, seeds, sweep, scaling)
+    runs = _runs(config, tasks, methods, ablations, seeds, grids, scaling)
     runs["trained"] = list(dict.fromkeys(runs["grid"] + runs["long"] + [
         f"{task}/{run}/seed{seed}" for task, run in margin.items()
         for seed in margin_seeds(config)]))
     return Plan(config, derived, tasks, methods, ablations, seeds, reference, verdicts,
-                {"memory_sweep", "planner", "stability"} <= set(config), sweep, regimes,
-                scaling, margin, margin_seeds(config), runs)
+                {"memory_sweep", "planner", "stability"} <= set(config), sweep,
+                {"lr_sweep": grids, "scaling": scaling.grids}, regimes, scaling, margin, margin_seeds(config), runs)
 
 
 def _cross(tasks, methods, seeds) -> list[str]:
     return [f"{t}/{m}/seed{s}" for t in tasks for m in methods for s in seeds]
 
 
-def _runs(config, tasks, methods, ablations, seeds, sweep, scaling) -> dict[str, list[str]]:
-    """`Plan.runs` but `trained`."""
+def _runs(config, tasks, methods, ablations, seeds, grids, scaling) -> dict[str, list[str]]:
+    """`Plan.runs` but `trained`; of a tuning grid, its declared points (those the bracket
+    rule adds are known once the round before has run: workflow/rules/sweep.smk)."""
     grid = _cross(tasks, methods, seeds)
     sc = scaling_runs(config, scaling)
     lr = config.get("lr_sweep") or {}
@@ -192,7 +201,7 @@ def _runs(config, tasks, methods, ablations, seeds, sweep, scaling) -> dict[str,
             "reinforce": _cross(tasks, config["reinforce_methods"], seeds),
             "long": stability_runs(config), "stability_seeds": stability_runs(config, True),
             "controller": controller_runs(config),
-            "lr_sweep": _cross(lr.get("tasks", []), sweep, lr.get("seeds", [0])),
+            "lr_sweep": _cross(lr.get("tasks", []), declared(grids), lr.get("seeds", [0])),
             "sync_regime": sync_regime_runs(config), "scaling_sweep": sc["sweep"],
             "scaling_grid": sc["grid"], "scaling_check": sc["check"]}
 
@@ -245,36 +254,82 @@ def _scaling_benchmarks(plan: Plan) -> list[str]:
     return [f"{BENCH}/{job}.tsv" for job in jobs]
 
 
-def lr_grid(anchor: float, points: int, factor: float) -> list[float]:
-    """The lr sweep's grid rule, the same for every method (an equal tuning budget): `points`
-    lrs spaced by `factor` around the method's declared `anchor`, anchor·factor^k for
-    k = -((points - 1) // 2) ... points // 2 (6 points, factor 2: anchor/4 ... anchor·8)."""
-    ks = range(-((points - 1) // 2), points // 2 + 1)
-    return [float(f"{anchor * factor ** k if k >= 0 else anchor / factor ** -k:.12g}") for k in ks]
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """One method's tuning grid on the validation split (`tuning_grid`): `values[k]`, the point
+    of its knob k steps from its anchor, anchor · factor^(power·k) with power its rule's
+    `tuning_power` (an lr 1, LoGRA's KL budget 2: every grid spaced by `factor` in step
+    size); `names[k]`, the method that runs it. `declared` = (lo, hi): the points that run
+    first; `cap`: how many points the bracket rule (`logra.analysis.tuning.next_window`) may
+    add beyond them, one at a time beyond the edge that holds the best point. Every point the
+    rule may add is defined here, and checked like a written method."""
+    method: str
+    names: dict[int, str]
+    values: dict[int, float]
+    declared: tuple[int, int]
+    cap: int
+
+    def points(self, window: tuple[int, int] | None = None) -> dict[str, tuple[str, float]]:
+        """{name: (method, value)} of the points of `window` (default: every point)."""
+        lo, hi = window or (min(self.names), max(self.names))
+        return {self.names[k]: (self.method, self.values[k]) for k in range(lo, hi + 1)}
 
 
-def add_lr_sweep_methods(config: dict) -> dict[str, tuple[str, float]]:
-    """Add one method per (method, lr) of `lr_sweep` (each anchor's `lr_grid`) to
-    config["methods"], a copy at that point of the rule's knob (its `tuned` options: the lr;
-    LoGRA's KL budget, its update_ratio following), named `<method>_lr<lr>`
-    (`dense_adam_lr0p0001`, `logra_lr0p0002`), the configured one too: adopting the choice
-    in the config renames no sweep run. The copies measure no memory (`grpo.measure_memory`:
-    the weights are the same; what the sweep reads is their validation accuracy). Returns
-    {name: (method, lr)}, lr the point of the knob."""
-    sweep, spec = {}, config.get("lr_sweep") or {"anchors": {}}
-    for method, anchor in spec["anchors"].items():
+def grid_values(anchor: float, points: int, factor: float, power: int = 1,
+                cap: int = 0) -> dict[int, float]:
+    """The grid rule, the same for every method (an equal tuning budget): {k: anchor ·
+    factor^(power·k)} for k = -((points - 1) // 2) - cap ... points // 2 + cap (6 points,
+    factor 2, power 1: anchor/4 ... anchor·8 declared), rounded to 12 significant digits."""
+    ks = range(-((points - 1) // 2) - cap, points // 2 + cap + 1)
+    step = factor ** power
+    return {k: _round(anchor * step ** k if k >= 0 else anchor / step ** -k) for k in ks}
+
+
+def tuning_grid(config: dict, method: str, name) -> Grid:
+    """`method`'s grid under `lr_sweep` (points, factor, extend, its anchor), each point's
+    method named `name(value)`."""
+    spec, m = config["lr_sweep"], config["methods"][method]
+    power = rules.rule_class(m["rule"]).tuning_power(m.get("options", {}))
+    values = grid_values(spec["anchors"][method], spec["points"], spec["factor"], power,
+                         spec["extend"])
+    lo = -((spec["points"] - 1) // 2)
+    return Grid(method, {k: name(v) for k, v in values.items()}, values,
+                (lo, lo + spec["points"] - 1), spec["extend"])
+
+
+def grid_points(grids: dict[str, Grid]) -> dict[str, tuple[str, float]]:
+    """{name: (method, value)} of every point of `grids`."""
+    return {name: point for grid in grids.values() for name, point in grid.points().items()}
+
+
+def declared(grids: dict[str, Grid]) -> list[str]:
+    """The methods of every grid's declared points."""
+    return [name for g in grids.values() for name in g.points(g.declared)]
+
+
+def add_lr_sweep_methods(config: dict) -> dict[str, Grid]:
+    """Add one method per point of each of `lr_sweep.anchors`' grids (`tuning_grid`, with the
+    points the bracket rule may add) to config["methods"], a copy at that point of the rule's
+    knob (its `tuned` options: the lr; LoGRA's KL budget, its update_ratio following), named
+    `<method>_lr<value>` (`dense_adam_lr0p0001`, `logra_lr0p0002`), the configured one too:
+    adopting the choice in the config renames no sweep run. The copies measure no memory
+    (`grpo.measure_memory`: the weights are the same; what the sweep reads is their validation
+    accuracy). Returns {method: its Grid}."""
+    grids = {}
+    for method in (config.get("lr_sweep") or {"anchors": {}})["anchors"]:
         base = config["methods"][method]
-        for lr in lr_grid(anchor, spec.get("points", 6), spec.get("factor", 2.0)):
-            name = f"{method}_lr{_point_name(lr)}"
+        cls = rules.rule_class(base["rule"])
+        grids[method] = grid = tuning_grid(config, method,
+                                           lambda v, m=method: f"{m}_lr{_point_name(v)}")
+        for name, (_, value) in grid.points().items():
             if name in config["methods"]:
                 raise ConfigError(f"lr_sweep.anchors.{method}: the run name {name!r} for "
-                                  f"lr={lr} is already a method")
-            cls = rules.rule_class(base["rule"])
+                                  f"the point {value} is already a method")
             config["methods"][name] = {  # validation runs: their memory is not read
-                **copy.deepcopy(base), "options": cls.tuned(dict(base.get("options", {})), lr),
+                **copy.deepcopy(base),
+                "options": cls.tuned(dict(base.get("options", {})), value),
                 "grpo": {**base.get("grpo", {}), "measure_memory": False}}
-            sweep[name] = (method, lr)
-    return sweep
+    return grids
 
 
 def sweep_knobs(config: dict) -> dict[str, str]:
@@ -376,14 +431,15 @@ def controller_runs(config: dict) -> list[str]:
 class Scaling:
     """`snakemake scaling`'s methods (`add_scaling_methods`):
     - `sweep`: {name: (method, value)}, the tuning sweep at the first size (`lr_sweep`'s grid
-      rule and anchors), value the point of the method's knob (`UpdateRule.tuning_option`:
-      dense AdamW's lr, LoGRA's KL budget);
+      rule and anchors; `grids`: {method: its Grid}), value the point of the method's knob
+      (`UpdateRule.tuning_option`: dense AdamW's lr, LoGRA's KL budget);
     - `grid`: {(label, size): name}, every method, and each rank-fraction variant (label
       `<method>_frac`), at every size at its `scaling.tuned` value transferred by
       `scaling.transfer` (empty until every method is tuned);
     - `check`: {name: (method, value)}, the transfer's check: `check.factors` times each
       transferred value at `check.size` (factor 1: the grid's method itself)."""
     sweep: dict = dataclasses.field(default_factory=dict)
+    grids: dict = dataclasses.field(default_factory=dict)
     grid: dict = dataclasses.field(default_factory=dict)
     check: dict = dataclasses.field(default_factory=dict)
 
@@ -423,7 +479,7 @@ def add_scaling_methods(config: dict) -> Scaling:
     sc, out = config.get("scaling"), Scaling()
     if not sc:
         return out
-    sizes, methods, sweep = list(sc["sizes"]), config["methods"], config["lr_sweep"]
+    sizes, methods = list(sc["sizes"]), config["methods"]
 
     def define(name, method, size, value, validation=False, **overrides):
         if name in methods:
@@ -436,9 +492,10 @@ def add_scaling_methods(config: dict) -> Scaling:
         return name
 
     for method in sc["methods"]:
-        for value in lr_grid(sweep["anchors"][method], sweep["points"], sweep["factor"]):
-            out.sweep[define(_point_name(method, sizes[0], "lr") + _point_name(value),
-                             method, sizes[0], value, validation=True)] = (method, value)
+        out.grids[method] = grid = tuning_grid(
+            config, method, lambda v, m=method: _point_name(m, sizes[0], "lr") + _point_name(v))
+        for name, (_, value) in grid.points().items():
+            out.sweep[define(name, method, sizes[0], value, validation=True)] = (method, value)
     tuned = sc.get("tuned") or {}
     if any(tuned.get(m) is None for m in sc["methods"]):
         return out  # the grid waits for the sweep's choice
@@ -469,7 +526,8 @@ def scaling_runs(config: dict, scaling: Scaling) -> dict[str, list[str]]:
     if not sc:
         return {"sweep": [], "grid": [], "check": []}
     val, test = config["lr_sweep"]["seeds"], sc.get("seeds") or config["seeds"]
-    return {"sweep": [f"{sc['task']}/{m}/seed{s}" for m in scaling.sweep for s in val],
+    return {"sweep": [f"{sc['task']}/{m}/seed{s}" for m in declared(scaling.grids)
+                      for s in val],
             "grid": [f"{sc['task']}/{m}/seed{s}" for m in dict.fromkeys(scaling.grid.values())
                      for s in test],
             "check": [f"{sc['task']}/{m}/seed{s}" for m in scaling.check for s in val]}

@@ -234,6 +234,13 @@ class LoGRA(UpdateRule):
         return "kl_budget" if options.get("controller", True) else cls.step_size_option
 
     @classmethod
+    def tuning_power(cls, options: dict) -> int:
+        """The KL budget moves as the step squared: the controller sets the step's predicted
+        KL, quadratic in its size, to the budget (α = √(budget / KL of the α = 1 step)), and
+        `tuned` moves update_ratio by the budget's root, so the step grows as √budget."""
+        return 2 if cls.tuning_option(options) == "kl_budget" else 1
+
+    @classmethod
     def tuned(cls, options: dict, value: float) -> dict:
         """A sweep point of the KL budget (with the controller): kl_budget = `value`,
         kl_budget_final in the configured proportion (the authors': a tenth) and update_ratio

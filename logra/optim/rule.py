@@ -135,6 +135,14 @@ class UpdateRule:
         return cls.step_size_option
 
     @classmethod
+    def tuning_power(cls, options: dict) -> int:
+        """How the tuning option moves with the step size it makes: option ∝ step^power (an
+        lr: 1). A tuning grid spaced by a factor in step size spaces its option by
+        factor^power (logra.harness.plan.Grid), so every method's grid spans the same range of
+        steps."""
+        return 1
+
+    @classmethod
     def tuned(cls, options: dict, value: float) -> dict:
         """The options of a tuning sweep's point `value`: `options` with the step size
         replaced."""

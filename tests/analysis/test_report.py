@@ -6,66 +6,7 @@ import pytest
 from scipy import stats
 
 from logra.analysis.figures import BAND_METHODS
-from logra.analysis.report import lr_sweep_table
 from logra.files import write_json
-
-SWEEP = {"adam_lr1": ("adam", 1e-4), "adam_lr2": ("adam", 1e-3), "adam_lr3": ("adam", 1e-2),
-         "rule_lr1": ("rule", 1e-4), "rule_lr2": ("rule", 1e-3), "flaky_lr1": ("flaky", 1e-4)}
-KNOBS = {"adam": "lr", "rule": "kl_budget", "flaky": "lr"}
-# (task, run name, seed) -> (status, final training reward, validation accuracy)
-RUNS = {("a", "adam_lr1", 0): ("ok", 0.9, 0.30), ("a", "adam_lr1", 1): ("ok", 0.9, 0.32),
-        ("a", "adam_lr2", 0): ("ok", 0.1, 0.40), ("a", "adam_lr2", 1): ("ok", 0.1, 0.42),
-        # the best accuracy on its one ok seed, but a seed diverged: not eligible
-        ("a", "adam_lr3", 0): ("ok", 0.5, 0.45), ("a", "adam_lr3", 1): ("diverged", 0.0, 0.99),
-        ("a", "rule_lr1", 0): ("ok", 0.3, 0.35), ("a", "rule_lr2", 0): ("ok", 0.4, 0.35),  # a tie
-        ("a", "flaky_lr1", 0): ("oom", None, 0.50),  # no lr of this method finished
-        # another task: its own choice
-        ("b", "adam_lr1", 0): ("ok", 0.2, 0.60), ("b", "adam_lr2", 0): ("ok", 0.2, 0.50)}
-
-
-def _sweep_files(root: Path):
-    runs, vals = [], []
-    for (task, name, seed), (status, reward, acc) in RUNS.items():
-        run = root / "runs" / task / name / f"seed{seed}"
-        control = {"steps_at_cap_share": 0.25 * seed} if name.startswith("rule") else None
-        write_json(run / "summary.json", {"task": task, "method": name, "seed": seed,
-                                          "status": status, "final_reward": reward,
-                                          "control": control})
-        val = root / "val" / task / name / f"seed{seed}.json"
-        write_json(val, {"accuracy": acc, "primary": "sampled", "model_dir": str(run / "model")})
-        runs.append(run / "summary.json")
-        vals.append(val)
-    return runs, vals
-
-
-def test_lr_sweep_chooses_by_validation_accuracy_over_complete_lrs(tmp_path):
-    runs, vals = _sweep_files(tmp_path)
-    table = lr_sweep_table(runs, vals, SWEEP, KNOBS).set_index(["task", "method", "lr"])
-    assert table.loc[("a", "adam", 1e-3), "val_accuracy_mean"] == pytest.approx(0.41)
-    assert table.loc[("a", "adam", 1e-2), ["n_ok", "n_seeds"]].tolist() == [1, 2]
-    assert table.loc[("a", "adam", 1e-2), "val_accuracy_mean"] == pytest.approx(0.45)  # ok seeds
-    chosen = table[table["chosen"]].index.tolist()
-    # not adam's best training reward (1e-4) nor its incomplete 1e-2; a tie: the smaller lr;
-    # none for a method without a complete lr; each task its own
-    assert chosen == [("a", "adam", 1e-3), ("a", "rule", 1e-4), ("b", "adam", 1e-4)]
-    # each method's budget is its grid's size; a choice at its grid's end is flagged
-    assert table.xs("adam", level="method")["budget"].eq(3).all()
-    assert table.xs("rule", level="method")["budget"].eq(2).all()
-    assert table[table["on_edge"]].index.tolist() == [("a", "rule", 1e-4), ("b", "adam", 1e-4)]
-    # each row names what its point set, and the share of its steps at the control's cap
-    assert table.xs("rule", level="method")["option"].eq("kl_budget").all()
-    assert table.loc[("a", "rule", 1e-4), "at_cap_share"] == 0.0
-    assert table.loc[("a", "adam", 1e-3), ["option", "at_cap_share"]].isna().tolist() == [
-        False, True]
-
-
-def test_lr_sweep_refuses_evaluations_that_do_not_match_the_runs(tmp_path):
-    runs, vals = _sweep_files(tmp_path)
-    with pytest.raises(ValueError):  # one evaluation missing
-        lr_sweep_table(runs, vals[:-1], SWEEP, KNOBS)
-    with pytest.raises(ValueError, match="adam_lr1/seed1/model, not the model of .*adam_lr1/seed0"):
-        lr_sweep_table(runs, [vals[1]] + vals[1:], SWEEP, KNOBS)
-
 
 def _bench(root: Path, rel: str, seconds: float) -> Path:
     path = root / "results/benchmarks" / rel
@@ -150,7 +91,8 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
                              "val_accuracy_mean": [0.3, 0.35], "val_accuracy_sd": [0.01, 0.02],
                              "n_seeds": 3, "chosen": [False, True], "budget": 6,
                              "metric": "sampled", "option": "kl_budget",
-                             "at_cap_share": [0.0, 0.125], "on_edge": [False, True]})
+                             "at_cap_share": [0.0, 0.125], "on_edge": [False, True],
+                             "declared": [True, False], "bracketed": False})
     planner = pd.DataFrame({"model": ["m32b"], "method": ["logra"], "gpus": [8], "policy": "bf16",
                             "total": [61.2e9], "peak_phase": ["forward_backward"],
                             "gpu_bytes": [80e9], "fits": [True], "sync_bytes": [1.5e8]})
@@ -191,7 +133,7 @@ def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not
             f"{0.05 / step_s:.0%} |") in text
     assert "## Update vs gradient (`results/summary.csv`)" in text
     assert "| a | logra | 40 | 0.210 [0.210, 0.210] | 1 |" in text
-    assert "| a | logra | kl_budget | 0.00025 | 6 | yes | 12% | 0.350 ± 0.020 | 3 |" in text
+    assert "| a | logra | kl_budget | 0.00025 | 6 | 1 | no | 12% | 0.350 ± 0.020 | 3 |" in text
     assert "0.0001 |" not in text
 
 

@@ -9,6 +9,7 @@ import warnings
 
 import pandas as pd
 import pytest
+import yaml
 from conftest import CONSOLE, ROOT, SNAKEMAKE
 from dag import counts, dry_run, needed
 
@@ -53,9 +54,10 @@ PLANNED = [
     # Sketch-Adam and the 8 peers)
     ("ablations", {"train": 22 * 3 + 1, "eval_run": 66, "ablation_summary": 1,
                    "memory_point": 2 * 13, "ablation_memory_sweep": 1}),
-    # 13 methods x 6 points (an equal budget) x 3 seeds on the run task's validation split
+    # 13 methods x 6 declared points (an equal budget) x 3 seeds on the run task's validation
+    # split, and each grid's first round of the bracket rule (what it adds is planned after)
     ("lr_sweep", {"data": 1, "data_val": 1, "base": 3, "train": 234, "lr_sweep_eval": 234,
-                  "lr_sweep_table": 1, "stamp": 1}),
+                  "tuning_round": 13, "lr_sweep_table": 1, "stamp": 2}),
     # the default sizes and the opt-in ones (4 more), x 4 methods, in one table
     ("memory_large", {"memory_point": 24, "memory_sweep": 1}),
     # dense AdamW and LoGRA 1,100 steps over three seeds, the controller ablation's 6 cells over
@@ -71,14 +73,15 @@ PLANNED = [
                    "reinforce_reward_curves": 1}),
     # opt-in: dense Adam (delta) and LoGRA (low_rank), bf16 engine, at 2 lr regimes, one seed
     ("sync_regime", {"data": 1, "base": 1, "train": 4, "sync_regime_table": 1}),
-    # opt-in: the scaling sweep at the first size, 6 points x 2 methods x the sweep's 3 seeds
-    ("scaling_sweep", {"scaling_base": 3, "train": 36, "lr_sweep_eval": 36,
+    # opt-in: the scaling sweep at the first size, 6 points x 2 methods x the sweep's 3 seeds,
+    # each grid's first round of the bracket rule
+    ("scaling_sweep", {"scaling_base": 3, "train": 36, "lr_sweep_eval": 36, "tuning_round": 2,
                        "scaling_validation": 1}),
     # opt-in, once scaling.tuned holds the sweep's choices: the sweep, then 8 labelled runs x 3
     # seeds on the test split (dense, LoGRA, LoGRA's rank fraction at s0 and s2), the check's
     # 2 methods x 3 factors x 3 seeds at s1, the margin run; the bases of every size
     ("scaling", {"scaling_base": 15, "train": 36 + 24 + 18 + 1, "eval_run": 24,
-                 "lr_sweep_eval": 36 + 18 + 1, "scaling_eval_base": 9,
+                 "lr_sweep_eval": 36 + 18 + 1, "scaling_eval_base": 9, "tuning_round": 2,
                  "scaling_validation": 2, "scaling_table": 1, "scaling_figure": 1}),
 ]
 
@@ -364,8 +367,25 @@ def test_smoke_run_end_to_end(smoke_run):
     log = out.stdout + out.stderr
     assert re.search(r"^train\s+2$", log[log.index("Job stats"):], re.M)
     lr_sweep = pd.read_csv(tmp_path / "results/lr_sweep.csv")
-    assert list(lr_sweep["lr"]) == [1e-4, 1e-3] and lr_sweep["chosen"].sum() == 1
+    # two declared points: the choice is on an edge, so the bracket rule adds one point beyond
+    # it (a second round), and stops at the cap (lr_sweep.extend: 1)
+    rounds = [json.loads((tmp_path / f"results/tuning/lr_sweep/arithmetic/dense_adam/round{r}"
+                                     ".json").read_text()) for r in (0, 1)]
+    assert rounds[0]["window"] == [0, 1] and rounds[0]["chosen"] in (1e-4, 1e-3)
+    added = 1e-5 if rounds[0]["chosen"] == 1e-4 else 1e-2
+    assert rounds[0]["next"] == ([-1, 1] if added == 1e-5 else [0, 2])
+    assert rounds[1]["window"] == rounds[0]["next"] and rounds[1]["next"] is None
+    assert sorted(lr_sweep["lr"]) == sorted([1e-4, 1e-3, added])
+    assert lr_sweep.set_index("lr")["declared"].to_dict() == {1e-4: True, 1e-3: True,
+                                                              added: False}
+    assert lr_sweep["chosen"].sum() == 1 and (lr_sweep["budget"] == 3).all()
     assert lr_sweep["val_accuracy_mean"].between(0, 1).all() and (lr_sweep["n_ok"] == 1).all()
+    chosen = lr_sweep[lr_sweep["chosen"]].iloc[0]
+    assert chosen["lr"] == rounds[1]["chosen"]
+    tuned = yaml.safe_load((tmp_path / "results/tuned.yaml").read_text())["tuned"]
+    assert tuned["arithmetic"]["dense_adam"] | {"scores": None} == {
+        "option": "lr", "value": chosen["lr"], "bracketed": bool(chosen["bracketed"]),
+        "metric": "sampled", "seeds": [0], "scores": None}
     data = tmp_path / "results/data/arithmetic"
     questions = {split: {row["question"] for row in read_jsonl(data / f"{split}.jsonl")}
                  for split in ("train", "test", "val")}

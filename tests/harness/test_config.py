@@ -16,7 +16,7 @@ from logra.harness.config import (
     task_options,
     validate_file,
 )
-from logra.harness.plan import add_lr_sweep_methods, build_plan, margin_runs
+from logra.harness.plan import add_lr_sweep_methods, build_plan, grid_points, margin_runs
 from logra.rl.tasks import get_task
 
 SMOKE = yaml.safe_load((ROOT / "tests/data/smoke.yaml").read_text())
@@ -373,38 +373,45 @@ def test_a_paper_setting_method_is_checked_as_a_run_method_is(tmp_path):
         validate_file(_write(tmp_path, config))
 
 
-def test_lr_sweep_adds_one_method_per_lr_and_shares_the_configured_one():
-    """Every method's grid holds its configured step size; each copy sets the rule's knob (an
-    lr; LoGRA's KL budget, its final budget and update_ratio following), measures no memory
-    and keeps every other key."""
+def test_lr_sweep_grids_are_spaced_alike_in_step_size_and_define_the_bracket_rules_points():
+    """Every method's grid holds `points` declared points around its anchor and the `extend`
+    points beyond each edge the bracket rule may add, neighbours a factor apart in step size:
+    an lr by the factor, LoGRA's KL budget by its square (its update_ratio, the step, by the
+    factor). The reference's configured lr is a point of its grid; each copy sets the rule's
+    knob, measures no memory and keeps every other key."""
     config = validate_file(ROOT / "config/config.yaml")
     configured = config["methods"]["dense_adam"]["options"]["lr"]
     logra = copy.deepcopy(config["methods"]["logra"]["options"])
-    sweep = add_lr_sweep_methods(config)
-    # an equal budget: every method gets `points` lrs, `factor` apart, around its anchor
-    points, anchors = config["lr_sweep"]["points"], config["lr_sweep"]["anchors"]
-    for method, anchor in anchors.items():
-        grid = sorted(lr for m, lr in sweep.values() if m == method)
-        assert len(grid) == points and anchor in grid
-        assert all(b / a == pytest.approx(config["lr_sweep"]["factor"])
-                   for a, b in zip(grid, grid[1:]))
-    assert len(sweep) == points * len(anchors)
+    grids = add_lr_sweep_methods(config)
+    sweep = grid_points(grids)
+    spec = config["lr_sweep"]
+    for method, anchor in spec["anchors"].items():
+        g = grids[method]
+        declared = [v for _, v in g.points(g.declared).values()]
+        assert len(declared) == spec["points"] and anchor in declared
+        assert len(g.values) == spec["points"] + 2 * spec["extend"] == len(g.names)
+        step = spec["factor"] ** (2 if method == "logra" else 1)
+        values = sorted(g.values.values())
+        assert all(b / a == pytest.approx(step) for a, b in zip(values, values[1:])), method
+        assert all(config["methods"][name]["grpo"]["measure_memory"] is False
+                   for name in g.names.values())
     configured = configured.values() if isinstance(configured, dict) else [configured]
     assert "dense_adam" not in sweep  # each task's configured lr is one of the sweep's runs
     assert all(("dense_adam", lr) in sweep.values() for lr in configured)
     assert sweep["dense_adam_lr2p5em05"] == ("dense_adam", 2.5e-05)
     assert sweep["dense_adam_lr0p0001"] == ("dense_adam", 1e-04)
-    # on each task the configured point's copy is the configured run; a quarter of its budget:
-    # half its update_ratio, a quarter its final budget
-    for task in config["lr_sweep"]["tasks"]:
+    # LoGRA's points: budget x4, update_ratio x2 (the step), the final budget in proportion
+    for task in spec["tasks"]:
         conf = task_options(logra, task)
-        assert ("logra", conf["kl_budget"]) in sweep.values()
-        name = f"logra_lr{conf['kl_budget']:g}".replace("-", "m").replace(".", "p")
-        assert task_options(config["methods"][name]["options"], task) == conf
-        quarter = f"logra_lr{conf['kl_budget'] / 4:g}".replace("-", "m").replace(".", "p")
-        assert task_options(config["methods"][quarter]["options"], task) == pytest.approx(
-            conf | {"kl_budget": conf["kl_budget"] / 4, "update_ratio": conf["update_ratio"] / 2,
-                    "kl_budget_final": conf["kl_budget_final"] / 4}, rel=1e-12)
+        at = task_options(config["methods"]["logra_lr0p0002"]["options"], task)
+        up = task_options(config["methods"]["logra_lr0p0008"]["options"], task)
+        assert at == pytest.approx(conf | {
+            "kl_budget": 2e-4, "kl_budget_final": conf["kl_budget_final"] * 2e-4
+            / conf["kl_budget"], "update_ratio": conf["update_ratio"]
+            * (2e-4 / conf["kl_budget"]) ** 0.5}, rel=1e-11)
+        assert up == pytest.approx(at | {"kl_budget": 8e-4, "update_ratio": 2 * at["update_ratio"],
+                                         "kl_budget_final": 4 * at["kl_budget_final"]},
+                                   rel=1e-11)
     derived = config["methods"]["galore_lr0p0005"]
     assert derived["options"] == config["methods"]["galore"]["options"] | {"lr": 5e-4}
     assert derived["grpo"] == config["methods"]["galore"]["grpo"] | {"measure_memory": False}
@@ -430,7 +437,7 @@ def test_lrs_given_per_task_take_the_runs_task(tmp_path):
     assert options["countdown", "galore"] == {"lr": 1e-3, "dense_lr": 2e-3}
     assert options["countdown", "lora"] == {"lr": 2e-3}
     assert options["countdown", "logra"]["update_ratio"] == 2e-3
-    add_lr_sweep_methods(config | {"lr_sweep": {"anchors": {"sa": 1e-4}}})  # one lr everywhere
+    add_lr_sweep_methods(config | {"lr_sweep": config["lr_sweep"] | {"anchors": {"sa": 1e-4}}})
     assert run_config(config, "countdown", "sa_lr0p0001", 0)["method"]["options"]["lr"] == 1e-4
 
 
@@ -530,7 +537,7 @@ def test_the_margin_is_set_by_the_sweeps_run_of_the_reference_at_its_configured_
     """Each swept task's margin comes from the lr sweep's run of the reference at the lr the
     config gives it on that task; an lr off the grid is refused naming the key."""
     config = validate_file(ROOT / "config/config.yaml")
-    sweep = add_lr_sweep_methods(config)
+    sweep = grid_points(add_lr_sweep_methods(config))
     named = {lr: name for name, (m, lr) in sweep.items() if m == "dense_adam"}
     lrs = config["methods"]["dense_adam"]["options"]["lr"]
     assert margin_runs(config, sweep) == {t: named[lrs[t]] for t in config["lr_sweep"]["tasks"]}
@@ -540,7 +547,7 @@ def test_the_margin_is_set_by_the_sweeps_run_of_the_reference_at_its_configured_
     config = validate_file(_write(tmp_path, config))
     with pytest.raises(ConfigError, match=r"verdict.margin: dense_adam's lr on arithmetic "
                                           r"\(0.0003\) is not a point of its lr_sweep grid"):
-        margin_runs(config, add_lr_sweep_methods(config))
+        margin_runs(config, grid_points(add_lr_sweep_methods(config)))
 
 
 def test_scaling_tunes_at_the_first_size_and_transfers_to_the_others():
@@ -551,18 +558,18 @@ def test_scaling_tunes_at_the_first_size_and_transfers_to_the_others():
     the transferred values, every copy starting from its size's base."""
     from types import SimpleNamespace
 
-    from logra.harness.plan import add_scaling_methods, base_input, lr_grid, scaling_runs
+    from logra.harness.plan import add_scaling_methods, base_input, grid_values, scaling_runs
     config = validate_file(ROOT / "config/config.yaml")
     sc = config["scaling"]
     sizes = list(sc["sizes"])
     first = sc["sizes"][sizes[0]]["model"]["hidden_size"]
     untuned = add_scaling_methods(copy.deepcopy(config) | {"scaling": sc | {"tuned": {}}})
     assert untuned.grid == {} and untuned.check == {}
-    assert sorted(v for m, v in untuned.sweep.values() if m == "dense_adam") == lr_grid(
-        config["lr_sweep"]["anchors"]["dense_adam"], 6, 2)
+    assert sorted(v for m, v in untuned.sweep.values() if m == "dense_adam") == list(
+        grid_values(config["lr_sweep"]["anchors"]["dense_adam"], 6, 2, 1, 2).values())
     sc["tuned"] = {"dense_adam": 2.0e-4, "logra": 8.0e-4}
     s = add_scaling_methods(config)
-    assert len(s.sweep) == 2 * 6
+    assert len(s.sweep) == 2 * (6 + 2 * 2)  # declared, and what the bracket rule may add
     for name, (method, value) in s.sweep.items():
         m = config["methods"][name]
         assert m["size"] == sizes[0] and m["grpo"]["measure_memory"] is False
@@ -593,6 +600,7 @@ def test_scaling_tunes_at_the_first_size_and_transfers_to_the_others():
     assert len(runs["grid"]) == len(set(s.grid.values())) * len(config["seeds"])
     assert {r.rsplit("seed", 1)[1] for r in runs["check"] + runs["sweep"]} == {
         str(x) for x in config["lr_sweep"]["seeds"]}
+    assert len(runs["sweep"]) == 2 * 6 * len(config["lr_sweep"]["seeds"])  # declared points
     assert base_input(config, SimpleNamespace(task="countdown", seed="2")) == {
         "base": "results/base/countdown/seed2/model"}  # the grid's bases stay where they are
 

@@ -369,3 +369,32 @@ def test_a_tuning_point_sets_the_kl_budget_and_moves_the_step_by_its_root():
     plain = {"controller": False, "update_ratio": 1e-3}
     assert LoGRA.tuning_option(plain) == "update_ratio"
     assert LoGRA.tuned(plain, 5e-3) == {"controller": False, "update_ratio": 5e-3}
+
+
+def test_neighbouring_points_of_its_tuning_grid_are_a_factor_apart_in_step_size(llama_dir):
+    """The tuning grid's law (logra.harness.plan.grid_values): LoGRA's knob, the KL budget,
+    moves as the step squared (`tuning_power` 2), so neighbouring points of its grid, budgets
+    factor² apart with update_ratio following (`tuned`), get the same α from the controller
+    (the α = 1 step's predicted KL grows as its size squared) and move the weights by steps a
+    factor apart, as neighbouring lrs of a dense grid do."""
+    factor, options = 2.0, {"rank": 8, "update_factor_dtype": "float32", "kl_budget": 2e-6,
+                            "update_ratio": 1e-3}
+    assert LoGRA.tuning_power(options) == 2
+    assert LoGRA.tuning_power({**options, "controller": False}) == 1
+    alphas, moves = [], []
+    for budget in (2e-6, 2e-6 * factor ** 2):
+        model, tok = load(llama_dir)
+        rule = LoGRA(model, **LoGRA.tuned(options, budget))
+        ids = batches(tok, 1)[0]
+        model(input_ids=ids, labels=ids).loss.backward()
+        rule.batch_tokens = ids.numel()
+        step = rule.propose()
+        predicted = predict_kl(model, rule, step, _completion_probe(tok, model), 1.0, 3, 4096)
+        alphas.append(rule.control.alpha(predicted, rule.control.budget(0)))
+        before = [p.detach().clone() for p in model.parameters()]
+        rule.apply(step, alphas[-1])
+        moves.append(math.sqrt(sum((p.detach() - b).double().square().sum().item()
+                                   for p, b in zip(model.parameters(), before))))
+    assert alphas[0] < rule.control.alpha_max  # the controller sets α, not its cap
+    assert alphas[1] == pytest.approx(alphas[0], rel=1e-4)
+    assert moves[1] / moves[0] == pytest.approx(factor, rel=1e-3)

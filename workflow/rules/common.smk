@@ -1,6 +1,10 @@
 # The Snakemake glue shared by every file of workflow/rules (each job's inputs that depend on its
 # method, i.e. its SFT base, and the resources a stage's jobs ask a cluster for). All else they
 # read is the plan (PLAN, logra/harness/plan.py) or `config`, its config.
+import json
+from pathlib import Path
+
+from snakemake.exceptions import IncompleteCheckpointException
 
 
 def base_input(wildcards):
@@ -12,3 +16,51 @@ def stage_resources(stage):
     """The resources of a job of `stage` (logra.harness.config.job_resources): a rule that asks
     none runs beside Snakemake under a cluster executor (the Snakefile's local rules)."""
     return PLAN.resources(stage)
+
+
+# the tuning grids' rounds (the checkpoint `tuning_round`, workflow/rules/sweep.smk): the bracket
+# rule of logra.analysis.tuning
+def tuning_window(w):
+    """The window (lo, hi) of grid points that round `w.round` of (`w.table`, `w.task`,
+    `w.method`) scores: the declared points, then what the round before named."""
+    if int(w.round) == 0:
+        return PLAN.grids[w.table][w.method].declared
+    before = checkpoints.tuning_round.get(table=w.table, task=w.task, method=w.method,
+                                          round=int(w.round) - 1).output[0]
+    return tuple(json.loads(Path(before).read_text())["next"])
+
+
+def window_runs(table, task, method, window):
+    """The validation runs of a grid's window, "task/method/seedN"."""
+    return [f"{task}/{name}/seed{seed}" for name in PLAN.grids[table][method].points(window)
+            for seed in config["lr_sweep"]["seeds"]]
+
+
+def tuned_rounds(table, task, method):
+    """Every round of a grid up to the one that ends it (the checkpoints, run in turn) and the
+    window that round scored."""
+    rounds = []
+    while True:
+        rounds.append(checkpoints.tuning_round.get(table=table, task=task, method=method,
+                                                   round=len(rounds)).output[0])
+        result = json.loads(Path(rounds[-1]).read_text())
+        if result["next"] is None:
+            return rounds, tuple(result["window"])
+
+
+def tuning_inputs(table, tasks):
+    """The input of a tuning table: every grid's rounds and the runs (`runs`, their summaries)
+    and evaluations (`evals`) of each grid's last window."""
+    out = {"rounds": [], "runs": [], "evals": []}
+    for task in tasks:
+        for method in PLAN.grids[table]:
+            try:
+                rounds, window = tuned_rounds(table, task, method)
+            except IncompleteCheckpointException as pending:  # every grid's round at once
+                out["rounds"].append(pending.targetfile)
+                continue
+            runs = window_runs(table, task, method, window)
+            out["rounds"] += rounds
+            out["runs"] += [f"results/runs/{run}/summary.json" for run in runs]
+            out["evals"] += [f"results/lr_sweep/{run}.json" for run in runs]
+    return out

@@ -6,9 +6,6 @@ SIZES = (config.get("scaling") or {}).get("sizes", {})
 SCALING_SEEDS = (config.get("scaling") or {}).get("seeds") or PLAN.seeds
 SCALING_TASK = (config.get("scaling") or {}).get("task")
 SCALING_BASES = [(size, seed) for size in SIZES for seed in SCALING_SEEDS]  # the test runs'
-# each validation table's runs and their points ({name: (method, value)})
-VALIDATION = {"lr_sweep": (PLAN.runs["scaling_sweep"], PLAN.scaling.sweep),
-              "transfer_check": (PLAN.runs["scaling_check"], PLAN.scaling.check)}
 
 
 use rule base as scaling_base with:
@@ -38,19 +35,23 @@ use rule eval_base as scaling_eval_base with:
         "results/logs/scaling/eval_base/{task}/{size}/seed{seed}.log",
 
 
-# results/scaling/lr_sweep.csv (the sweep at the first size) and transfer_check.csv (the
-# transferred values x check.factors at check.size): the lr sweep's table, validation split
+# results/scaling/lr_sweep.csv (the sweep at the first size, under the bracket rule) and
+# transfer_check.csv (the transferred values x check.factors at check.size): the lr sweep's
+# table, validation split
 use rule lr_sweep_table as scaling_validation with:
     input:
-        runs=lambda w: expand("results/runs/{run}/summary.json", run=VALIDATION[w.table][0]),
-        evals=lambda w: expand("results/lr_sweep/{run}.json", run=VALIDATION[w.table][0]),
+        unpack(lambda w: tuning_inputs("scaling", [SCALING_TASK]) if w.table == "lr_sweep" else
+               {"runs": expand("results/runs/{run}/summary.json", run=PLAN.runs["scaling_check"]),
+                "evals": expand("results/lr_sweep/{run}.json", run=PLAN.runs["scaling_check"])}),
     output:
-        "results/scaling/{table}.csv",
+        table="results/scaling/{table}.csv",
     wildcard_constraints:
         table="lr_sweep|transfer_check",
     params:
-        sweep=lambda w: VALIDATION[w.table][1],
+        sweep=lambda w: PLAN.scaling.sweep if w.table == "lr_sweep" else PLAN.scaling.check,
         knobs=PLAN.sweep_knobs,
+        declared=lambda w: PLAN.declared("scaling") if w.table == "lr_sweep" else None,
+        seeds=(config.get("lr_sweep") or {}).get("seeds", []),
     benchmark:
         "results/benchmarks/scaling/{table}.tsv",
     log:

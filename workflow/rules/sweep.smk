@@ -31,15 +31,49 @@ use rule eval_base as lr_sweep_eval_base with:
         "results/logs/lr_sweep/{task}/base_seed{seed}.log",
 
 
+# The bracket rule (logra.analysis.tuning), a round at a time: round 0 scores a grid's declared
+# points on the validation split; each round names the next one's window (one point beyond the
+# edge that holds the best point), or none when the grid is done. A checkpoint: the runs of
+# round r+1 are known once round r has run (workflow/rules/common.smk `tuning_window`)
+checkpoint tuning_round:
+    input:
+        runs=lambda w: expand("results/runs/{run}/summary.json",
+                              run=window_runs(w.table, w.task, w.method, tuning_window(w))),
+        evals=lambda w: expand("results/lr_sweep/{run}.json",
+                               run=window_runs(w.table, w.task, w.method, tuning_window(w))),
+    output:
+        "results/tuning/{table}/{task}/{method}/round{round}.json",
+    wildcard_constraints:
+        table="lr_sweep|scaling",
+        round=r"\d+",
+    params:
+        grid=lambda w: PLAN.grids[w.table][w.method],
+        window=tuning_window,
+        sweep=lambda w: PLAN.grids[w.table][w.method].points(),
+        knobs=PLAN.sweep_knobs,
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/lr_sweep/tuning_round/{table}/{task}/{method}/round{round}.tsv",
+    log:
+        "results/logs/lr_sweep/tuning/{table}/{task}/{method}/round{round}.log",
+    script:
+        "../scripts/tuning_round.py"
+
+
+# results/lr_sweep.csv: every point each grid ran (the bracket rule's added points too); the
+# choices for config/tuned.yaml
 rule lr_sweep_table:
     input:
-        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["lr_sweep"]),
-        evals=expand("results/lr_sweep/{run}.json", run=PLAN.runs["lr_sweep"]),
+        unpack(lambda w: tuning_inputs("lr_sweep", config["lr_sweep"]["tasks"])),
     output:
-        "results/lr_sweep.csv",
+        table="results/lr_sweep.csv",
+        tuned="results/tuned.yaml",
     params:
         sweep=PLAN.sweep,
         knobs=PLAN.sweep_knobs,
+        declared=PLAN.declared("lr_sweep"),
+        seeds=(config.get("lr_sweep") or {}).get("seeds", []),
     conda:
         "../../environment.yml"
     benchmark:

@@ -1,12 +1,18 @@
-"""results/lr_sweep.csv: validation accuracy and training reward per (task, method, point of its
-knob: an lr, LoGRA's KL budget); the point with the best validation accuracy per task and
-method is `chosen`."""
+"""A tuning table (results/lr_sweep.csv, results/scaling/*.csv): validation accuracy and training
+reward per (task, method, point of its knob: an lr, LoGRA's KL budget); the point with the best
+validation accuracy per task and method is `chosen` (logra.analysis.tuning). With a `tuned`
+output, the choices for the config to adopt (results/tuned.yaml)."""
 from contextlib import redirect_stderr, redirect_stdout
 
-from logra.analysis.report import lr_sweep_table, write_csv
+from logra.analysis.report import write_csv
+from logra.analysis.tuning import lr_sweep_table, tuned_file
+from logra.files import atomic_path
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     table = lr_sweep_table(snakemake.input.runs, snakemake.input.evals, snakemake.params.sweep,
-                           snakemake.params.knobs)
-    write_csv(table, snakemake.output[0])
+                           snakemake.params.knobs, snakemake.params.get("declared"))
+    write_csv(table, snakemake.output.table)
+    if "tuned" in snakemake.output.keys():
+        with atomic_path(snakemake.output.tuned) as tmp:
+            tmp.write_text(tuned_file(table, snakemake.params.seeds, snakemake.output.table))
     print(table.to_string())

@@ -1,0 +1,183 @@
+"""Tuning on the validation split (logra/analysis/tuning.py), as stated invariants: the grid's
+table and its choice, the bracket rule (an edge choice extends the grid by one point, an interior
+one stops it, the cap stops it and is reported), and the choices written for the config, which
+adopts them (logra.harness.config.apply_tuned)."""
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from logra.analysis.tuning import lr_sweep_table, next_window, round_result, tuned_file
+from logra.files import write_json
+
+SWEEP = {"adam_lr1": ("adam", 1e-4), "adam_lr2": ("adam", 1e-3), "adam_lr3": ("adam", 1e-2),
+         "rule_lr1": ("rule", 1e-4), "rule_lr2": ("rule", 1e-3), "flaky_lr1": ("flaky", 1e-4)}
+KNOBS = {"adam": "lr", "rule": "kl_budget", "flaky": "lr"}
+# (task, run name, seed) -> (status, final training reward, validation accuracy)
+RUNS = {("a", "adam_lr1", 0): ("ok", 0.9, 0.30), ("a", "adam_lr1", 1): ("ok", 0.9, 0.32),
+        ("a", "adam_lr2", 0): ("ok", 0.1, 0.40), ("a", "adam_lr2", 1): ("ok", 0.1, 0.42),
+        # the best accuracy on its one ok seed, but a seed diverged: not eligible
+        ("a", "adam_lr3", 0): ("ok", 0.5, 0.45), ("a", "adam_lr3", 1): ("diverged", 0.0, 0.99),
+        ("a", "rule_lr1", 0): ("ok", 0.3, 0.35), ("a", "rule_lr2", 0): ("ok", 0.4, 0.35),  # a tie
+        ("a", "flaky_lr1", 0): ("oom", None, 0.50),  # no lr of this method finished
+        # another task: its own choice
+        ("b", "adam_lr1", 0): ("ok", 0.2, 0.60), ("b", "adam_lr2", 0): ("ok", 0.2, 0.50)}
+
+
+def _sweep_files(root: Path):
+    runs, vals = [], []
+    for (task, name, seed), (status, reward, acc) in RUNS.items():
+        run = root / "runs" / task / name / f"seed{seed}"
+        control = {"steps_at_cap_share": 0.25 * seed} if name.startswith("rule") else None
+        write_json(run / "summary.json", {"task": task, "method": name, "seed": seed,
+                                          "status": status, "final_reward": reward,
+                                          "control": control})
+        val = root / "val" / task / name / f"seed{seed}.json"
+        write_json(val, {"accuracy": acc, "primary": "sampled", "model_dir": str(run / "model")})
+        runs.append(run / "summary.json")
+        vals.append(val)
+    return runs, vals
+
+
+def test_lr_sweep_chooses_by_validation_accuracy_over_complete_lrs(tmp_path):
+    runs, vals = _sweep_files(tmp_path)
+    table = lr_sweep_table(runs, vals, SWEEP, KNOBS).set_index(["task", "method", "lr"])
+    assert table.loc[("a", "adam", 1e-3), "val_accuracy_mean"] == pytest.approx(0.41)
+    assert table.loc[("a", "adam", 1e-2), ["n_ok", "n_seeds"]].tolist() == [1, 2]
+    assert table.loc[("a", "adam", 1e-2), "val_accuracy_mean"] == pytest.approx(0.45)  # ok seeds
+    chosen = table[table["chosen"]].index.tolist()
+    # not adam's best training reward (1e-4) nor its incomplete 1e-2; a tie: the smaller lr;
+    # none for a method without a complete lr; each task its own
+    assert chosen == [("a", "adam", 1e-3), ("a", "rule", 1e-4), ("b", "adam", 1e-4)]
+    # a method's budget is the number of points it ran on the task; a choice at the end of
+    # those points is flagged
+    assert table.xs("adam", level="method")["budget"].to_dict() == {
+        ("a", 1e-4): 3, ("a", 1e-3): 3, ("a", 1e-2): 3, ("b", 1e-4): 2, ("b", 1e-3): 2}
+    assert table.xs("rule", level="method")["budget"].eq(2).all()
+    assert table[table["on_edge"]].index.tolist() == [("a", "rule", 1e-4), ("b", "adam", 1e-4)]
+    # each row names what its point set, and the share of its steps at the control's cap
+    assert table.xs("rule", level="method")["option"].eq("kl_budget").all()
+    assert table.loc[("a", "rule", 1e-4), "at_cap_share"] == 0.0
+    assert table.loc[("a", "adam", 1e-3), ["option", "at_cap_share"]].isna().tolist() == [
+        False, True]
+
+
+def test_lr_sweep_refuses_evaluations_that_do_not_match_the_runs(tmp_path):
+    runs, vals = _sweep_files(tmp_path)
+    with pytest.raises(ValueError):  # one evaluation missing
+        lr_sweep_table(runs, vals[:-1], SWEEP, KNOBS)
+    with pytest.raises(ValueError, match="adam_lr1/seed1/model, not the model of .*adam_lr1/seed0"):
+        lr_sweep_table(runs, [vals[1]] + vals[1:], SWEEP, KNOBS)
+
+
+def test_the_table_marks_the_points_the_bracket_rule_added_and_whether_a_choice_is_inside(
+        tmp_path):
+    """`declared` says which points were declared; `on_edge` and `bracketed` are judged on the
+    points run, the added ones included."""
+    runs, vals = _sweep_files(tmp_path)
+    table = lr_sweep_table(runs, vals, SWEEP, KNOBS, declared={"adam_lr1", "adam_lr2",
+                                                               "rule_lr1", "rule_lr2",
+                                                               "flaky_lr1"})
+    t = table.set_index(["task", "method", "lr"])
+    assert t["declared"].to_dict() == {k: k[2] != 1e-2 for k in t.index}  # adam_lr3 was added
+    # adam on a: chosen 1e-3, inside 1e-4..1e-2: bracketed; rule on a: 1e-4, its smallest: not
+    assert t.loc[("a", "adam", 1e-3), "bracketed"] and not t.loc[("a", "adam", 1e-3), "on_edge"]
+    assert not t.xs("rule", level="method")["bracketed"].any()
+    assert not t.xs("flaky", level="method")["bracketed"].any()  # nothing chosen
+
+
+@pytest.mark.parametrize("window, chosen, expected", [
+    ((-2, 3), -2, (-3, 3)),  # the smallest point is best: one point below
+    ((-2, 3), 3, (-2, 4)),  # the largest: one point above
+    ((-2, 3), 1, None),  # inside: the grid is done
+    ((-3, 3), -3, (-4, 3)),  # still on its edge: again (1 of the cap's 2 used)
+    ((-4, 3), -4, None),  # the cap (2 added points) is reached: done, not bracketed
+    ((-3, 4), 4, None),  # one point each way is the cap too
+    ((-2, 3), None, None),  # no point finished on every seed: nothing to extend toward
+])
+def test_the_bracket_rule_extends_an_edge_choice_until_it_is_inside_or_the_cap(window, chosen,
+                                                                               expected):
+    assert next_window(window, declared=(-2, 3), cap=2, chosen=chosen) == expected
+
+
+def _table(task, method, scores):
+    """lr_sweep_table's rows of one grid, from {point: mean validation accuracy}."""
+    best = max(scores, key=lambda v: (scores[v], -v))
+    points = sorted(scores)
+    return pd.DataFrame({"task": task, "method": method, "lr": points, "option": "lr",
+                         "metric": "sampled", "val_accuracy_mean": [scores[v] for v in points],
+                         "chosen": [v == best for v in points],
+                         "on_edge": [v == best and v in (points[0], points[-1]) for v in points],
+                         "bracketed": best not in (points[0], points[-1])})
+
+
+def test_rounds_follow_the_best_point_outward_and_report_a_capped_edge():
+    """A grid whose validation accuracy keeps rising with the step: round 0 (the declared
+    points) names the next point above, round 1 the next, round 2 stops at the cap with the
+    choice still on its edge, reported as not bracketed."""
+    values = {k: 1e-4 * 2.0 ** k for k in range(-2, 6)}  # declared -2..1, cap 2: up to 3
+    score = {v: 0.1 * k for k, v in values.items()}  # rising with the step
+    window, results = (-2, 1), []
+    while window is not None:
+        points = {values[k]: score[values[k]] for k in range(window[0], window[1] + 1)}
+        result = round_result(_table("a", "adam", points), "a", "adam", values, window,
+                              declared=(-2, 1), cap=2)
+        results.append(result)
+        window = tuple(result["next"]) if result["next"] else None
+    assert [r["window"] for r in results] == [[-2, 1], [-2, 2], [-2, 3]]
+    assert [r["chosen"] for r in results] == [values[1], values[2], values[3]]
+    assert not results[-1]["bracketed"] and results[-1]["next"] is None
+    assert results[-1]["scores"] == [[values[k], pytest.approx(0.1 * k)] for k in range(-2, 4)]
+    # a peak inside stops at once
+    peak = {values[k]: -abs(k) for k in range(-2, 2)}
+    inside = round_result(_table("a", "adam", peak), "a", "adam", values, (-2, 1), (-2, 1), 2)
+    assert inside["chosen"] == values[0] and inside["bracketed"] and inside["next"] is None
+    with pytest.raises(ValueError, match="not the window"):
+        round_result(_table("a", "adam", peak), "a", "adam", values, (-2, 2), (-2, 1), 2)
+
+
+def test_the_tuned_file_holds_each_choice_and_its_scores_and_the_config_adopts_it(tmp_path):
+    """results/tuned.yaml as the lr sweep writes it, copied beside a config, sets each method's
+    knob on its task (LoGRA's update_ratio and final budget following, as its sweep point
+    had them) and leaves the other tasks' values as they were."""
+    from logra.harness.config import resolve
+    table = pd.concat([_table("countdown", "dense_adam", {5e-5: 0.30, 1e-4: 0.35, 2e-4: 0.33}),
+                       _table("countdown", "logra", {2e-4: 0.31, 8e-4: 0.34}).assign(
+                           option="kl_budget")])
+    text = tuned_file(table, [10, 11, 12], "results/lr_sweep.csv")
+    tuned = yaml.safe_load(text)["tuned"]["countdown"]
+    assert tuned["dense_adam"] == {"option": "lr", "value": 1e-4, "bracketed": True,
+                                   "metric": "sampled", "seeds": [10, 11, 12],
+                                   "scores": [[5e-5, 0.3], [1e-4, 0.35], [2e-4, 0.33]]}
+    assert tuned["logra"]["value"] == 8e-4 and not tuned["logra"]["bracketed"]
+    root = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
+    (tmp_path / "config.yaml").write_text(root.read_text())
+    before = resolve([], default=tmp_path / "config.yaml", fit_rules=False)
+    (tmp_path / "tuned.yaml").write_text(text)
+    after = resolve([], default=tmp_path / "config.yaml", fit_rules=False)
+    dense, logra = after["methods"]["dense_adam"]["options"], after["methods"]["logra"]["options"]
+    assert dense["lr"]["countdown"] == 1e-4
+    assert logra["kl_budget"]["countdown"] == 8e-4
+    assert logra["kl_budget_final"]["countdown"] == pytest.approx(8e-5)
+    was = before["methods"]["logra"]["options"]
+    assert logra["update_ratio"]["countdown"] == pytest.approx(
+        was["update_ratio"]["countdown"] * (8e-4 / was["kl_budget"]["countdown"]) ** 0.5)
+    for options, old in ((dense, before["methods"]["dense_adam"]["options"]), (logra, was)):
+        assert {k: {t: v for t, v in m.items() if t != "countdown"} for k, m in options.items()
+                if isinstance(m, dict)} == {k: {t: v for t, v in m.items() if t != "countdown"}
+                                            for k, m in old.items() if isinstance(m, dict)}
+
+
+def test_a_tuned_value_for_another_knob_or_an_unknown_method_is_refused(tmp_path):
+    from logra.harness.config import ConfigError, resolve
+    root = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
+    (tmp_path / "config.yaml").write_text(root.read_text())
+    for entry, message in (
+            ({"logra": {"option": "lr", "value": 1e-4}},
+             r"tuned.countdown.logra.option: 'lr', but the method's knob is 'kl_budget'"),
+            ({"nosuch": {"option": "lr", "value": 1e-4}},
+             r"tuned.countdown.nosuch: not defined under methods")):
+        (tmp_path / "tuned.yaml").write_text(yaml.safe_dump({"tuned": {"countdown": entry}}))
+        with pytest.raises(ConfigError, match=message + r".*set by .*tuned.yaml"):
+            resolve([], default=tmp_path / "config.yaml", fit_rules=False)
