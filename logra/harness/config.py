@@ -854,11 +854,13 @@ def _check_eval_and_margin(config: dict) -> None:
 
 def margin_seeds(config: dict) -> list[int]:
     """The seeds of the validation runs that set the margins: `verdict.margin.seeds`, else the
-    one after every seed of the grid and the lr sweep."""
+    three after every seed of the grid and the lr sweep (a mean gain over three seeds, not one
+    seed's)."""
     seeds = config["verdict"]["margin"].get("seeds")
     if seeds is not None:
         return list(seeds)
-    return [max([*config["seeds"], *(config.get("lr_sweep") or {}).get("seeds", [0])]) + 1]
+    last = max([*config["seeds"], *(config.get("lr_sweep") or {}).get("seeds", [0])])
+    return [last + 1, last + 2, last + 3]
 
 
 def validate_file(path: str | Path) -> dict:

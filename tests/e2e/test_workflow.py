@@ -41,18 +41,18 @@ def default_dag(tmp_path_factory):
 # (target, {rule: jobs}) that `snakemake -n TARGET` plans on the default config
 PLANNED = [
     # 1 run task x 2 run_methods x 3 seeds + the short stability run (seed 0's base), its
-    # held-out curve and table + the margin's validation run of the reference (seed 13, its own
-    # base); 2 sizes x 4 methods; an SFT base and its evaluation per seed
-    ("all", {"train": 6 + 1 + 1, "eval_run": 6, "base": 3 + 1, "eval_base": 3,
+    # held-out curve and table + the margin's validation runs of the reference (seeds 13-15,
+    # their own bases); 2 sizes x 4 methods; an SFT base and its evaluation per seed
+    ("all", {"train": 6 + 1 + 3, "eval_run": 6, "base": 3 + 3, "eval_base": 3,
              "stability_eval": 1, "stability_table": 1,
-             "lr_sweep_eval": 1, "lr_sweep_eval_base": 1, "margin": 1, "analysis_plan": 1,
+             "lr_sweep_eval": 3, "lr_sweep_eval_base": 3, "margin": 1, "analysis_plan": 1,
              "memory_point": 8, "planner": 1, "verdicts": 1, "fingerprints": 1,
              "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
     # the two run_methods are shared; the 20 ablation methods (LoGRA's 7 component ablations,
     # Sketch-Adam, the peers, dense AdamW on LoGRA's weights) add 3 seeds each, beside the
-    # margin's validation run; the memory sweep's 2 default sizes x (its 4 methods +
+    # margin's validation runs; the memory sweep's 2 default sizes x (its 4 methods +
     # Sketch-Adam and the 8 peers)
-    ("ablations", {"train": 22 * 3 + 1, "eval_run": 66, "ablation_summary": 1,
+    ("ablations", {"train": 22 * 3 + 3, "eval_run": 66, "ablation_summary": 1,
                    "memory_point": 2 * 13, "ablation_memory_sweep": 1}),
     # 13 methods x 6 declared points (an equal budget) x 3 seeds on the run task's validation
     # split, and each grid's first round of the bracket rule (what it adds is planned after)
@@ -62,14 +62,14 @@ PLANNED = [
     ("memory_large", {"memory_point": 24, "memory_sweep": 1}),
     # dense AdamW and LoGRA 1,100 steps over three seeds, the controller ablation's 6 cells over
     # the same seeds (the short run among them), each run's held-out curve; the plan's margin
-    # run first, as every test evaluation
-    ("stability", {"train": 6 + 18 + 1, "base": 3 + 1, "stability_eval": 24,
+    # runs first, as every test evaluation
+    ("stability", {"train": 6 + 18 + 3, "base": 3 + 3, "stability_eval": 24,
                    "stability_table": 2, "stability_27b_seeds": 1, "stability_controller": 1}),
     # opt-in: TRL's GRPOTrainer, LoGRA and AdamW in one job per task, from its seed-0 base
     ("trl", {"data": 1, "base": 1, "trl_grpo": 1}),
     # opt-in: the authors' REINFORCE, dense Adam and LoGRA on each task and seed, evaluated
-    # after the plan (which waits for the margin's validation run)
-    ("reinforce", {"train": 6 + 1, "eval_run": 6, "eval_base": 3, "reinforce_summary": 1,
+    # after the plan (which waits for the margin's validation runs)
+    ("reinforce", {"train": 6 + 3, "eval_run": 6, "eval_base": 3, "reinforce_summary": 1,
                    "reinforce_reward_curves": 1}),
     # opt-in: dense Adam (delta) and LoGRA (low_rank), bf16 engine, at 2 lr regimes, one seed
     ("sync_regime", {"data": 1, "base": 1, "train": 4, "sync_regime_table": 1}),
@@ -79,9 +79,9 @@ PLANNED = [
                        "scaling_validation": 1}),
     # opt-in, once scaling.tuned holds the sweep's choices: the sweep, then 8 labelled runs x 3
     # seeds on the test split (dense, LoGRA, LoGRA's rank fraction at s0 and s2), the check's
-    # 2 methods x 3 factors x 3 seeds at s1, the margin run; the bases of every size
-    ("scaling", {"scaling_base": 15, "train": 36 + 24 + 18 + 1, "eval_run": 24,
-                 "lr_sweep_eval": 36 + 18 + 1, "scaling_eval_base": 9, "tuning_round": 2,
+    # 2 methods x 3 factors x 3 seeds at s1, the margin runs; the bases of every size
+    ("scaling", {"scaling_base": 15, "train": 36 + 24 + 18 + 3, "eval_run": 24,
+                 "lr_sweep_eval": 36 + 18 + 3, "scaling_eval_base": 9, "tuning_round": 2,
                  "scaling_validation": 2, "scaling_table": 1, "scaling_figure": 1}),
 ]
 
@@ -174,7 +174,7 @@ def test_an_overlay_of_one_key_plans_and_runs_the_default_with_it(tmp_path):
            str(overlay), "--directory", str(tmp_path)]
     plan = subprocess.run(cmd + ["-n"], capture_output=True, text=True)
     assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
-    assert re.search(r"^train\s+8$", plan.stdout, re.M)  # 6 + the stability run + the margin's
+    assert re.search(r"^train\s+10$", plan.stdout, re.M)  # 6 + the stability run + the margin's 3
     run = "results/runs/countdown/dense_adam/seed0/summary.json"
     out = subprocess.run(cmd + ["--cores", "2", run, "--config",
                                 "sft={steps: {arithmetic: 5, countdown: 5}}"],

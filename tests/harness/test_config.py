@@ -541,7 +541,7 @@ def test_the_margin_is_set_by_the_sweeps_run_of_the_reference_at_its_configured_
     named = {lr: name for name, (m, lr) in sweep.items() if m == "dense_adam"}
     lrs = config["methods"]["dense_adam"]["options"]["lr"]
     assert margin_runs(config, sweep) == {t: named[lrs[t]] for t in config["lr_sweep"]["tasks"]}
-    assert margin_seeds(config) == [13]  # after the grid's 0-4 and the sweep's 10-12
+    assert margin_seeds(config) == [13, 14, 15]  # after the grid's 0-4 and the sweep's 10-12
     config = copy.deepcopy(SMOKE)
     config["methods"]["dense_adam"]["options"]["lr"] = 3e-4
     config = validate_file(_write(tmp_path, config))
