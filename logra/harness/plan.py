@@ -184,7 +184,8 @@ def build_plan(config: dict, fit_rules: bool = True) -> Plan:
         for seed in margin_seeds(config)]))
     return Plan(config, derived, tasks, methods, ablations, seeds, reference, verdicts,
                 {"memory_sweep", "planner", "stability"} <= set(config), sweep,
-                {"lr_sweep": grids, "scaling": scaling.grids}, regimes, scaling, margin, margin_seeds(config), runs)
+                {"lr_sweep": grids, "scaling": scaling.grids}, regimes, scaling, margin,
+                margin_seeds(config), runs)
 
 
 def _cross(tasks, methods, seeds) -> list[str]:
