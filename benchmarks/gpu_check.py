@@ -60,8 +60,17 @@ def methods_at(size: str) -> dict:
     }
 
 
+# the grpo keys the checks set, the schema's defaults for the rest (logra.harness.config)
 GRPO = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28,
         "probe_size": 8, "estimator": "grpo"}
+
+
+def grpo(**values) -> dict:
+    """GRPO (and `values`) over the schema's defaults: a run config's grpo section."""
+    import dataclasses
+
+    from logra.harness.config import grpo_settings
+    return dataclasses.asdict(grpo_settings(GRPO | values))
 PHASES = ["rollout", "forward_backward", "propose", "kl_control", "apply"]
 
 
@@ -82,7 +91,7 @@ def available(methods: dict) -> dict:
 def step_table(size: dict, shape: dict, device: str, dtype: str, methods: dict) -> None:
     from logra.analysis.report import memory_sweep_table
     from logra.harness.memory_point import measure
-    points = {("check", name): measure(size, m, shape, GRPO, steps=5, device=device,
+    points = {("check", name): measure(size, m, shape, grpo(), steps=5, device=device,
                                        compute_dtype=dtype)
               for name, m in methods.items()}
     table = memory_sweep_table(points, "dense_adam")  # ratios vs dense Adam, as the memory sweep's
@@ -126,6 +135,7 @@ def vllm_sync(size: str, syncs: int = 5) -> None:
     from logra.rl.loop import sync_drift
     from logra.rl.models import build_tiny
     from logra.rl.rollout import VLLMRolloutEngine
+    from logra.rl.settings import Grpo
     from logra.rl.step import accumulate_gradients
     with tempfile.TemporaryDirectory() as tmp:
         build_tiny(tmp, **SIZES[size])
@@ -137,7 +147,7 @@ def vllm_sync(size: str, syncs: int = 5) -> None:
         print(f"\nvLLM: {len(rollouts)} rollouts in {time.perf_counter() - t0:.2f} s")
         (ids, attn, mask, adv), _ = fixed_batch(model.config.vocab_size, 16, 32, 32, 8,
                                                 device="cuda")
-        g = dict(GRPO, micro_batch_size=8)
+        g = Grpo.from_dict(grpo(micro_batch_size=8))
         times, sent = [], 0
         for _ in range(syncs):
             accumulate_gradients(model, None, ids, attn, mask, adv, g)

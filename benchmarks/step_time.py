@@ -32,6 +32,7 @@ from logra.harness.config import run_config, validate_file
 from logra.harness.memory_point import fixed_batch
 from logra.optim.kl_control import KLControl
 from logra.rl.models import model_config, n_params
+from logra.rl.settings import Grpo
 from logra.rl.step import update_step
 from logra.rl.weight_sync import apply_payload, payload_bytes
 
@@ -49,6 +50,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     config = validate_file(args.config)
     g = config["grpo"]
+    settings = Grpo.from_dict(g)
     hf_config = model_config(config["model"])
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_config(hf_config)
@@ -70,7 +72,7 @@ def main() -> None:
     for _ in range(args.repeats + 1):  # first round warms up, dropped below
         for r in runs.values():
             t0 = time.perf_counter()
-            update_step(r["model"], None, r["rule"], r["kl"], batch, probe, g)
+            update_step(r["model"], None, r["rule"], r["kl"], batch, probe, settings)
             t1 = time.perf_counter()
             payload = pickle.loads(pickle.dumps(r["rule"].sync_payload()))
             apply_payload(r["engine"], payload, r["bases"])

@@ -28,6 +28,7 @@ import yaml
 
 from logra import rules
 from logra.rl import weight_sync
+from logra.rl.settings import Grpo
 from logra.rl.tasks import TASKS, HubTask, SyntheticTask, get_task, load_task_files
 
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -438,6 +439,14 @@ def method_grpo(config: dict, name: str) -> dict:
     return config["grpo"] | config["methods"][name].get("grpo", {})
 
 
+def grpo_settings(values: dict | None = None) -> Grpo:
+    """Grpo settings from `values` over the schema's defaults (what a config that sets only
+    these grpo keys resolves to): an update step outside a run (the canary, a memory point)."""
+    props = _schema()["properties"]["grpo"]["properties"]
+    return Grpo.from_dict({k: p["default"] for k, p in props.items() if "default" in p}
+                          | (values or {}))
+
+
 def _check_references(config: dict) -> None:
     """Every method and task a section names is defined; sync regimes differ."""
     sweep = config.get("lr_sweep") or {"anchors": {}}
@@ -671,12 +680,13 @@ def _check_method_grpo(config: dict, name: str, trained: bool) -> None:
         raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']} is a memory-profiled "
                           f"step (step 1 and grpo.profile_step, method {name}): the "
                           "diagnostic's copies would count in the measured peak")
+    settings = Grpo.from_dict(merged)
     try:
-        estimator(merged).check(merged)
+        estimator(settings).check(settings)
     except ValueError as e:  # "grpo.<key>...": the method's own key where it sets it
         k = re.match(r"grpo\.(\w+)", str(e)).group(1)
         raise ConfigError(f"{key(k)}{str(e)[len('grpo.' + k):]} ({name})") from None
-    own = estimator(merged).keys
+    own = estimator(settings).keys
     for k in m.get("grpo", {}):  # the method's own keys: the global section serves them all
         readers = [n for n, e in ESTIMATORS.items() if k in e.keys and k not in own]
         if readers:

@@ -19,12 +19,14 @@ def canary() -> str:
     from transformers import AutoModelForCausalLM
 
     from logra import rules
+    from logra.harness.config import grpo_settings
     from logra.harness.memory_point import fixed_batch
     from logra.optim.kl_control import KLControl
     from logra.rl.models import tiny_config
     from logra.rl.step import update_step
-    grpo = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28,
-         "probe_size": 4, "micro_batch_size": 4, "estimator": "grpo"}
+    grpo = grpo_settings({"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2,
+                          "clip_high": 0.28, "probe_size": 4, "micro_batch_size": 4,
+                          "estimator": "grpo"})
     states = {}
     for rule, options, kl in [("dense_adam", {"lr": 1e-3}, {"target": 1e-3}),
                               ("logra", {"rank": 4, "update_ratio": 3e-3, "probe_responses": 2},

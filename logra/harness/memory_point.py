@@ -35,6 +35,7 @@ from logra.measure.planner import plan
 from logra.optim.kl_control import KLControl
 from logra.rl.models import n_params, tiny_config
 from logra.rl.step import cap_cuda_memory, compute_context, cuda_oom, update_step
+from logra.rl.settings import Grpo
 from logra.rl.weight_sync import payload_bytes
 
 
@@ -91,7 +92,7 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
     hf_config = tiny_config(**size)
     model = AutoModelForCausalLM.from_config(
         hf_config, dtype=getattr(torch, grpo.get("param_dtype", "float32"))).to(dev)
-    grpo = dict(grpo, micro_batch_size=shape["micro_batch"])
+    settings = Grpo.from_dict(dict(grpo, micro_batch_size=shape["micro_batch"]))
     n, p_len, c_len = shape["batch"], shape["prompt_len"], shape["completion_len"]
     batch, probe = fixed_batch(hf_config.vocab_size, n, p_len, c_len, grpo["probe_size"],
                                torch.Generator().manual_seed(seed), dev)
@@ -126,7 +127,7 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
             if step > 2 and dev.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(dev)
             with meter, compute_context(dev, getattr(torch, compute_dtype)):
-                update_step(model, None, rule, kl, batch, probe, grpo,
+                update_step(model, None, rule, kl, batch, probe, settings,
                             phase=getattr(meter, "phase", None))
             if step == 2:
                 report = meter.report

@@ -41,6 +41,7 @@ from logra.measure.memory import MemoryMeter, optimizer_state_bytes
 from logra.optim.optimizer import LoGRAOptimizer, LoGRATrainerMixin
 from logra.rl.loss import GRPO, estimator
 from logra.rl.models import load, n_params
+from logra.rl.settings import Grpo
 
 METHODS = ("logra", "adamw")  # compare()'s two runs: LoGRAOptimizer, TRL's default AdamW
 ROLLOUT_STEPS = 2  # optimizer steps served by one generation (steps_per_generation / accum)
@@ -182,7 +183,7 @@ def config_options(config: dict, task: str) -> dict:
     `logra`), AdamW's lr (method `dense_adam`'s) and the `grpo` batch sizes; TRL's GRPO
     only (its groups of two or more)."""
     g = config["grpo"]  # validated (`resolve`)
-    if not isinstance(estimator(g), GRPO) or g["group_size"] < 2:
+    if not isinstance(estimator(Grpo.from_dict(g)), GRPO) or g["group_size"] < 2:
         raise ValueError(f"trl: TRL's GRPOTrainer runs GRPO with groups of two or more; this "
                          f"config's grpo.estimator is {g['estimator']!r}, grpo.group_size "
                          f"{g['group_size']}")

@@ -91,6 +91,7 @@ from logra.rl import checkpoint, fsdp
 from logra.rl.loss import estimator
 from logra.rl.models import load, median_abs_weight, n_params
 from logra.rl.rollout import EngineError, make_engine
+from logra.rl.settings import Grpo, RunSettings
 from logra.rl.step import cap_cuda_memory, compute_context, cuda_oom, update_step
 from logra.rl.tasks import get_task, read_jsonl
 from logra.rl.weight_sync import EngineSync, payload_bytes
@@ -131,9 +132,8 @@ def pad_batch(rollouts, pad_id: int):
 class Run:
     """What one run is made of, built once by `setup`: its config, device, data, model (and
     reference model), update rule and control, random generators and checkpoint path. `grpo`
-    is `cfg["grpo"]`; `sharded` says the run is under FSDP (torchrun, `grpo.nproc_per_node`)."""
-    cfg: dict
-    grpo: dict
+    is `cfg.grpo`; `sharded` says the run is under FSDP (torchrun, `grpo.nproc_per_node`)."""
+    cfg: RunSettings
     base_dir: Path
     out_dir: Path
     device: torch.device
@@ -158,29 +158,35 @@ class Run:
     estimator: object  # grpo.estimator's (logra.rl.loss.estimator): advantages, loss, signal
 
     @property
+    def grpo(self) -> Grpo:
+        return self.cfg.grpo
+
+    @property
     def sharded(self) -> bool:
         return self.mesh is not None
 
 
-def setup(cfg: dict, base_dir, train_jsonl, out_dir, checkpoint_dir=None) -> Run:
+def setup(cfg: RunSettings | dict, base_dir, train_jsonl, out_dir, checkpoint_dir=None) -> Run:
     """Seeds, device (and the process group under torchrun), data, model, rule. Everything a
     rule draws at random (LoGRA's first projections) follows `torch.manual_seed(seed)`, in
-    this order, so that a run's bits depend on its seed alone."""
+    this order, so that a run's bits depend on its seed alone. `cfg`: the run's settings (a
+    dict: the resolved run config, `RunSettings.from_dict`)."""
+    cfg = cfg if isinstance(cfg, RunSettings) else RunSettings.from_dict(cfg)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    grpo, seed = cfg["grpo"], cfg["seed"]
+    grpo, seed = cfg.grpo, cfg.seed
     random.seed(seed)
     torch.manual_seed(seed)
-    torch.set_num_threads(cfg["threads"])
-    mesh, device = fsdp.init(torch.device(cfg["device"]))
+    torch.set_num_threads(cfg.threads)
+    mesh, device = fsdp.init(torch.device(cfg.device))
     sharded = mesh is not None
-    compute_dtype = getattr(torch, grpo["compute_dtype"])
-    task = get_task(cfg["task"]["type"], **cfg["task"]["options"])
+    compute_dtype = getattr(torch, grpo.compute_dtype)
+    task = get_task(cfg.task.type, **cfg.task.options)
     rows = read_jsonl(train_jsonl, required=("prompt", "answer"))
 
     def load_model():  # weights stored in grpo.param_dtype (bf16: no float32 copy)
         if not sharded:
-            return load(base_dir, dtype=getattr(torch, grpo["param_dtype"]), device=str(device))
+            return load(base_dir, dtype=getattr(torch, grpo.param_dtype), device=str(device))
         return fsdp.load_sharded(base_dir, mesh, device, compute_dtype)
 
     model, tokenizer = load_model()
@@ -188,16 +194,16 @@ def setup(cfg: dict, base_dir, train_jsonl, out_dir, checkpoint_dir=None) -> Run
     # changes: the sync regime); not measured on sharded parameters
     base_median_w = median_abs_weight(model) if not sharded else None
     model.train()
-    if grpo["gradient_checkpointing"]:
+    if grpo.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
     ref_model = None
-    if grpo["beta"] > 0:
+    if grpo.beta > 0:
         ref_model = load_model()[0]
         ref_model.eval().requires_grad_(False)
     autocast = compute_context(device, compute_dtype if not sharded else torch.float32)
-    rule = rules.build(cfg["method"]["rule"], model, cfg["method"]["options"])
-    kl_control = KLControl(**cfg["method"]["kl_control"]) if cfg["method"]["kl_control"] else None
+    rule = rules.build(cfg.method.rule, model, cfg.method.options)
+    kl_control = KLControl(**cfg.method.kl_control) if cfg.method.kl_control else None
     shuffle_gen = torch.Generator().manual_seed(seed)
     # the tokenizer's eos and the model's generation config's (a hub model may list several,
     # as vLLM stops on them all)
@@ -206,14 +212,15 @@ def setup(cfg: dict, base_dir, train_jsonl, out_dir, checkpoint_dir=None) -> Run
                                      else [ids])}
     rng = random.Random(seed)
     param_bytes = tensor_bytes(model.parameters())  # LoRA: adapters included
-    ckpt_path = checkpoint.path(checkpoint_dir, cfg) if checkpoint_dir and not sharded else None
+    ckpt_path = (checkpoint.path(checkpoint_dir, cfg.to_dict()) if checkpoint_dir and not sharded
+                 else None)
     # CPU + FSDP: the profiler's memory timeline cannot follow FSDP's storage resizes (it fails
     # its own version checks), so sharded CPU runs are not measured; CUDA uses the allocator
     # grpo.measure_memory: false skips it, unless a budget is checked by the measured peak
-    measure = grpo["measure_memory"] or bool(cfg.get("memory_budget_bytes"))
+    measure = grpo.measure_memory or bool(cfg.memory_budget_bytes)
     profiled = (set() if (sharded and device.type == "cpu") or not measure
-                else {1, grpo["profile_step"]})
-    return Run(cfg, grpo, Path(base_dir), out_dir, device, mesh, collectives.rank(), task, rows,
+                else {1, grpo.profile_step})
+    return Run(cfg, Path(base_dir), out_dir, device, mesh, collectives.rank(), task, rows,
                model, tokenizer, ref_model, autocast, rule, kl_control, rng, shuffle_gen, eos,
                ckpt_path, weight_norm(model), base_median_w, param_bytes, profiled,
                estimator(grpo))
@@ -247,7 +254,8 @@ class Progress:
 def restore(run: Run) -> tuple[dict, dict | None, list[str]]:
     """(progress, the engine's weights or None, checkpoints set aside) from this run's
     checkpoint, the model, rule and generators restored from it; a fresh start without one."""
-    state = resume(run.ckpt_path, run.cfg, run.model, run.rule, run.grpo["on_bad_checkpoint"])
+    state = resume(run.ckpt_path, run.cfg.to_dict(), run.model, run.rule,
+                   run.grpo.on_bad_checkpoint)
     if not isinstance(state, dict) and run.rank == 0:  # from the base: no earlier snapshot holds
         shutil.rmtree(run.out_dir / "snapshots", ignore_errors=True)
     if isinstance(state, Path):  # corrupt, set aside: the run starts from its base
@@ -280,11 +288,11 @@ def sample(run: Run, engine, step: int, progress: Progress) -> Batch:
     (GRPO's, or REINFORCE's against `progress.baseline`, which it moves on); shuffled, so
     that each micro-batch (and the probe) mixes prompts instead of being one prompt's group
     (the loss does not depend on the order)."""
-    grpo, group = run.grpo, run.grpo["group_size"]
-    examples = run.rng.sample(run.rows, grpo["prompts_per_step"])
+    grpo, group = run.grpo, run.grpo.group_size
+    examples = run.rng.sample(run.rows, grpo.prompts_per_step)
     rollouts = collectives.broadcast(engine.generate(
-        [ex["prompt"] for ex in examples], group, grpo["max_new_tokens"], grpo["temperature"],
-        run.cfg["seed"] * 1_000_003 + step) if engine else None)
+        [ex["prompt"] for ex in examples], group, grpo.max_new_tokens, grpo.temperature,
+        run.cfg.seed * 1_000_003 + step) if engine else None)
     rewards = torch.tensor([run.task.reward(r.text, examples[i // group])
                             for i, r in enumerate(rollouts)])
     adv, progress.baseline = run.estimator.advantages(  # a running baseline is checkpointed
@@ -295,7 +303,7 @@ def sample(run: Run, engine, step: int, progress: Progress) -> Batch:
                                     for t in pad_batch(rollouts, run.tokenizer.pad_token_id))
     completed = torch.tensor([bool(r.completion_ids) and r.completion_ids[-1] in run.eos
                               for r in rollouts])[perm]
-    n = grpo["probe_size"]
+    n = grpo.probe_size
     return Batch(rewards, (ids, attn, mask, adv[perm].to(run.device)), engine_logp, completed,
                  (ids[:n], attn[:n], mask[:n]))
 
@@ -317,7 +325,7 @@ def update(run: Run, batch: Batch, step: int, progress: Progress) -> tuple:
             run.model, run.ref_model, rule, run.kl_control, batch.tensors, batch.probe, grpo,
             max_scale=scheduled_scale(step, grpo),
             phase=getattr(meter, "phase", None), engine_logp=batch.engine_logp,
-            completed=batch.completed, cosine=step == grpo["cosine_step"],
+            completed=batch.completed, cosine=step == grpo.cosine_step,
             estimator=run.estimator)
     if step in run.profiled:
         progress.memory[step] = meter.report
@@ -325,12 +333,12 @@ def update(run: Run, batch: Batch, step: int, progress: Progress) -> tuple:
     return out
 
 
-def scheduled_scale(step: int, grpo: dict) -> float:
+def scheduled_scale(step: int, grpo: Grpo) -> float:
     """The step scale's schedule at update `step` (from 1), the largest scale the step's
     control may take: `warmup_cosine` over grpo.warmup_steps, grpo.decay_steps and
     grpo.decay_final (1 without either)."""
-    return warmup_cosine(step, grpo["warmup_steps"], grpo["decay_steps"],
-                         grpo["decay_final"])
+    return warmup_cosine(step, grpo.warmup_steps, grpo.decay_steps,
+                         grpo.decay_final)
 
 
 def stopped(run: Run, batch: Batch, step: int, progress: Progress, loss: float,
@@ -338,7 +346,7 @@ def stopped(run: Run, batch: Batch, step: int, progress: Progress, loss: float,
     """After the update: why the run stops here, as summary fields, or None. Out of memory on
     CPU (the larger profiled peak above `memory_budget_bytes`, after the last profiled step)
     or a divergence (`divergence`)."""
-    budget = run.cfg.get("memory_budget_bytes")
+    budget = run.cfg.memory_budget_bytes
     if step == max(run.profiled, default=None):
         peak = collectives.all_reduce(  # the largest rank's: every rank decides alike
             torch.tensor(max(r.peak_bytes for r in progress.memory.values()),
@@ -372,7 +380,7 @@ def sync(run: Run, syncer: EngineSync, engine, step: int, progress: Progress) ->
     progress.lowrank_full += sum(params[n].numel() * params[n].element_size()
                                     for n in syncer.lowrank)
     metrics["sync_drift"] = math.nan
-    every = run.cfg["rollout"]["full_sync_every"]
+    every = run.cfg.rollout.full_sync_every
     if every and step % every == 0:
         weights = run.rule.engine_weights()
         if engine:
@@ -399,11 +407,11 @@ def record(run: Run, progress: Progress, step: int, batch: Batch, measured: dict
 
 def save_checkpoint(run: Run, engine, step: int, progress: Progress) -> None:
     """Every `grpo.checkpoint_every` steps before the last (single-process runs)."""
-    every = run.grpo["checkpoint_every"]
-    if run.ckpt_path and every and step % every == 0 and step < run.grpo["steps"]:
+    every = run.grpo.checkpoint_every
+    if run.ckpt_path and every and step % every == 0 and step < run.grpo.steps:
         checkpoint.save(run.ckpt_path, {
-            "cfg": run.cfg, "model": run.model.state_dict(), "rule": run.rule.state_dict(),
-            "engine": engine.state_dict(),
+            "cfg": run.cfg.to_dict(), "model": run.model.state_dict(),
+            "rule": run.rule.state_dict(), "engine": engine.state_dict(),
             "rng": checkpoint.rng_states(run.rng, run.shuffle_gen),
             "run": dataclasses.asdict(progress)})
 
@@ -413,41 +421,43 @@ def save_snapshot(run: Run, engine, step: int) -> None:
     it (merged, whole, in the engine's dtype, for every rule), saved as a model of the base's
     architecture under `snapshots/step<N>` for held-out evaluation (the stability runs'). A
     resumed run keeps the snapshots written before its checkpoint."""
-    every = run.grpo["snapshot_every"]
-    if engine and every and step % every == 0 and step < run.grpo["steps"]:
+    every = run.grpo.snapshot_every
+    if engine and every and step % every == 0 and step < run.grpo.steps:
         with torch.random.fork_rng(devices=[]):  # the run's draws stay as without snapshots
-            model = load(run.base_dir, dtype=getattr(torch, run.cfg["rollout"]["dtype"]))[0]
+            model = load(run.base_dir, dtype=getattr(torch, run.cfg.rollout.dtype))[0]
         model.load_state_dict(engine.state_dict())
         save_pretrained(model, run.tokenizer, run.out_dir / "snapshots" / f"step{step}")
 
 
-def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str | Path,
-          checkpoint_dir: str | Path | None = None) -> dict:
-    """Run GRPO with the resolved run config `cfg` (see logra/harness/config.py); returns the
-    summary. Writes `out_dir/metrics.csv` and `out_dir/model`; resumes from `checkpoint_dir`
-    if it holds a checkpoint of this run. The phases: setup, restore, then per step sample,
+def train(cfg: RunSettings | dict, base_dir: str | Path, train_jsonl: str | Path,
+          out_dir: str | Path, checkpoint_dir: str | Path | None = None) -> dict:
+    """Run GRPO with the run's settings `cfg` (logra/rl/settings.py; a dict is the resolved run
+    config, logra/harness/config.py `run_config`); returns the summary. Writes
+    `out_dir/metrics.csv` and `out_dir/model`; resumes from `checkpoint_dir` if it holds a
+    checkpoint of this run. The phases: setup, restore, then per step sample,
     update, stopped?, sync, record, save_checkpoint; then save_model and summarise."""
     run = setup(cfg, base_dir, train_jsonl, out_dir, checkpoint_dir)
+    cfg = run.cfg
     progress, engine_weights, set_aside = restore(run)
     end = {"status": "ok", "diverged_at_step": None, "diverged_because": None}
-    cap_cuda_memory(cfg.get("memory_budget_bytes"), run.device)
+    cap_cuda_memory(cfg.memory_budget_bytes, run.device)
     t_start = time.time() - progress.wall_s
     step, engine = progress.step, None
     try:
-        engine = make_engine(cfg["rollout"]["engine"], str(base_dir),
-                             dtype=cfg["rollout"]["dtype"], threads=cfg["threads"],
-                             timeout_s=cfg["rollout"]["timeout_s"],
-                             timeout_factor=cfg["rollout"]["timeout_factor"],
-                             **cfg["rollout"].get("options", {})) if run.rank == 0 else None
-        syncer = EngineSync(run.rule, cfg["rollout"].get("sync", "auto"),
-                            getattr(torch, cfg["rollout"]["dtype"]), has_engine=engine is not None)
-        if engine_weights is None and run.grpo["param_dtype"] != "float32" and engine:
+        engine = make_engine(cfg.rollout.engine, str(base_dir),
+                             dtype=cfg.rollout.dtype, threads=cfg.threads,
+                             timeout_s=cfg.rollout.timeout_s,
+                             timeout_factor=cfg.rollout.timeout_factor,
+                             **cfg.rollout.options) if run.rank == 0 else None
+        syncer = EngineSync(run.rule, cfg.rollout.sync,
+                            getattr(torch, cfg.rollout.dtype), has_engine=engine is not None)
+        if engine_weights is None and run.grpo.param_dtype != "float32" and engine:
             engine_weights = run.rule.engine_weights()  # the base as the trainer stores it
         if engine_weights is not None:  # the engine starts from the base weights: restore its own
             engine.sync({"dense": engine_weights})
             del engine_weights
-        tick = ticker(f"train {cfg['run_id']}", run.grpo["steps"]) if run.rank == 0 else None
-        for step in range(progress.step + 1, run.grpo["steps"] + 1):
+        tick = ticker(f"train {cfg.run_id}", run.grpo.steps) if run.rank == 0 else None
+        for step in range(progress.step + 1, run.grpo.steps + 1):
             t0 = time.time()
             batch = sample(run, engine, step, progress)
             try:
@@ -476,7 +486,7 @@ def train(cfg: dict, base_dir: str | Path, train_jsonl: str | Path, out_dir: str
             save_snapshot(run, engine, step)  # first: a checkpoint never outlives its snapshot
             save_checkpoint(run, engine, step, progress)
     except EngineError as e:  # the checkpoint stays: a rerun resumes from it
-        raise EngineError(f"{cfg['run_id']} at step {step}: {e}; a rerun resumes from the "
+        raise EngineError(f"{cfg.run_id} at step {step}: {e}; a rerun resumes from the "
                           f"last checkpoint ({run.ckpt_path or 'none: checkpoint_every is 0'})"
                           ) from None
     finally:
@@ -498,7 +508,8 @@ def save_model(run: Run, status: str, metrics: list[dict]) -> tuple[int, dict | 
         cap_cuda_memory(None, run.device)  # lift the budget cap: saving must not fail for it
         model_step = 0
         if run.ckpt_path and run.ckpt_path.exists():  # before unwrap: LoRA's names match then
-            state = checkpoint.load(run.ckpt_path, run.cfg, model, rule.checkpoint_classes)
+            state = checkpoint.load(run.ckpt_path, run.cfg.to_dict(), model,
+                                    rule.checkpoint_classes)
             model.load_state_dict(state["model"])
             model_step = state["run"]["step"]
             del state
@@ -539,8 +550,8 @@ def memory_summary(run: Run, progress: Progress) -> dict:
             param_bytes=run.param_bytes, grad_bytes_at_peak=run.rule.peak_grad_bytes(),
             optimizer_bytes=run.rule.state_bytes(),
             activation_bytes=activation_bytes_estimate(
-                config, batch=grpo["micro_batch_size"], seq_len=progress.memory_seq_len[step],
-                checkpointing=grpo["gradient_checkpointing"], attention_mask=True,
+                config, batch=grpo.micro_batch_size, seq_len=progress.memory_seq_len[step],
+                checkpointing=grpo.gradient_checkpointing, attention_mask=True,
                 attn_implementation=config._attn_implementation, loss="chunked"))
         ratio = report.peak_bytes / analytic["total"]
         check = {"measured_over_analytic": ratio, "tolerance": MEM_TOLERANCE,
@@ -569,7 +580,7 @@ def summarise(run: Run, progress: Progress, end: dict, syncer: EngineSync, model
     control and step size, the machine and the fingerprint."""
     cfg, grpo, rule, model = run.cfg, run.grpo, run.rule, run.model
     metrics, ckpt = progress.metrics, run.ckpt_path
-    timed = [m for m in metrics if m["step"] not in (1, grpo["profile_step"])]  # unprofiled
+    timed = [m for m in metrics if m["step"] not in (1, grpo.profile_step)]  # unprofiled
     kl_real = [m["kl_real"] for m in metrics]
     control = rule.control or run.kl_control
     return {
@@ -577,16 +588,16 @@ def summarise(run: Run, progress: Progress, end: dict, syncer: EngineSync, model
         "diverged_because": end["diverged_because"],
         # what the divergence bounds watch (grpo.max_*): the largest weight norm over the base's
         "weight_norm_ratio_max": progress.weight_ratio_max,
-        "memory_budget_bytes": cfg.get("memory_budget_bytes"),
+        "memory_budget_bytes": cfg.memory_budget_bytes,
         **{k: v for k, v in end.items() if k.startswith("oom_")},
         # corrupt checkpoints found at the start, set aside (grpo.on_bad_checkpoint)
         "checkpoints_set_aside": set_aside,
         "model_step": model_step,  # the step whose weights were saved (0 = the base model)
         "checkpoint": str(ckpt) if ckpt and ckpt.exists() else None,
         "resumed_from_steps": progress.resumed_from,
-        "task": cfg["task_name"], "method": cfg["method_name"], "seed": cfg["seed"],
-        "model": cfg["model_name"], "n_params": n_params(model), "device": str(run.device),
-        "nproc_per_node": collectives.world_size(), "compute_dtype": grpo["compute_dtype"],
+        "task": cfg.task_name, "method": cfg.method_name, "seed": cfg.seed,
+        "model": cfg.model_name, "n_params": n_params(model), "device": str(run.device),
+        "nproc_per_node": collectives.world_size(), "compute_dtype": grpo.compute_dtype,
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "steps": len(metrics), "wall_s": wall_s,
         **memory_summary(run, progress),
@@ -595,7 +606,7 @@ def summarise(run: Run, progress: Progress, end: dict, syncer: EngineSync, model
         "sync_bytes_per_step": _mean(m["sync_bytes"] for m in metrics),
         # per-step means of the sync metrics (logra/rl/weight_sync.py): the applied transport
         # and the bytes of each that applies; the engine's dtype; trainer-vs-engine mismatch
-        "sync_transport": syncer.transport, "rollout_dtype": cfg["rollout"]["dtype"],
+        "sync_transport": syncer.transport, "rollout_dtype": cfg.rollout.dtype,
         "base_median_abs_weight": run.base_median_w,
         **{f"{k}_per_step": _mean(m[k] for m in metrics) for k in SYNC_METRICS[1:]},
         **{k: _mean(m[k] for m in metrics) for k in ("logp_mismatch_mean", "logp_mismatch_max")},
@@ -623,8 +634,8 @@ def summarise(run: Run, progress: Progress, end: dict, syncer: EngineSync, model
         "update_cosine": progress.update_cosine,
         # the rule's step size: its option (lr; LoGRA's update_ratio) and value
         "step_size": {"option": rule.step_size_option,
-                      "value": rules.step_size(type(rule), cfg["method"]["options"])},
-        "eval_accuracy": None, "config": cfg,
+                      "value": rules.step_size(type(rule), cfg.method.options)},
+        "eval_accuracy": None, "config": cfg.to_dict(),
         # what the bits depend on, and the bits: weights and metrics without machine columns
         "machine": repro.machine(), "fingerprint": fingerprint}
 
@@ -655,7 +666,7 @@ def weight_norm(model) -> float:
 
 
 def divergence(loss: float, grad_norm: float, kl_real: float, weight_ratio: float,
-               zero_grad_steps: int, grpo: dict) -> str | None:
+               zero_grad_steps: int, grpo: Grpo) -> str | None:
     """Why a run has diverged after this step, or None: a non-finite loss, gradient norm
     (LoGRA: sketch norm) or realized KL; a realized KL on the probe above
     `grpo.max_kl_per_step`; ‖θ‖ / ‖θ_base‖ above `grpo.max_weight_norm_ratio`; or
@@ -664,15 +675,15 @@ def divergence(loss: float, grad_norm: float, kl_real: float, weight_ratio: floa
     if not all(map(math.isfinite, (loss, grad_norm, kl_real, weight_ratio))):
         return (f"non-finite loss {loss}, gradient norm {grad_norm}, realized KL {kl_real} or "
                 f"weight norm ratio {weight_ratio}")
-    if kl_real > grpo["max_kl_per_step"]:
+    if kl_real > grpo.max_kl_per_step:
         return (f"realized KL {kl_real:.3g} nats on the probe > grpo.max_kl_per_step "
-                f"{grpo['max_kl_per_step']:g}")
-    if weight_ratio > grpo["max_weight_norm_ratio"]:
+                f"{grpo.max_kl_per_step:g}")
+    if weight_ratio > grpo.max_weight_norm_ratio:
         return (f"weight norm {weight_ratio:.3g}x the base's > grpo.max_weight_norm_ratio "
-                f"{grpo['max_weight_norm_ratio']:g}")
-    if grpo["max_zero_grad_steps"] and zero_grad_steps >= grpo["max_zero_grad_steps"]:
+                f"{grpo.max_weight_norm_ratio:g}")
+    if grpo.max_zero_grad_steps and zero_grad_steps >= grpo.max_zero_grad_steps:
         return (f"zero gradient for {zero_grad_steps} steps in a row while rewards varied "
-                f"within groups (grpo.max_zero_grad_steps {grpo['max_zero_grad_steps']})")
+                f"within groups (grpo.max_zero_grad_steps {grpo.max_zero_grad_steps})")
     return None
 
 
@@ -692,19 +703,20 @@ def _write_metrics(path: Path, rows: list[dict]) -> None:
         w.writerows(rows)
 
 
-def oom_result(cfg: dict, base_dir, out_dir, oom: dict) -> dict:
+def oom_result(cfg: RunSettings | dict, base_dir, out_dir, oom: dict) -> dict:
     """Outputs of a sharded run stopped by a rank's out-of-memory error (it raises, so torchrun
     stops every rank; the rank leaves `oom.rank{r}.json`): the base model saved as the run's
     model, a metrics.csv header (the steps before it are not kept) and the summary."""
     out_dir = Path(out_dir)
+    cfg = cfg if isinstance(cfg, RunSettings) else RunSettings.from_dict(cfg)
     model, tokenizer = load(base_dir)
     _write_metrics(out_dir / "metrics.csv", [])
     save_pretrained(model, tokenizer, out_dir / "model")
-    return {"status": "oom", **oom, "model_step": 0, "task": cfg["task_name"],
-            "method": cfg["method_name"], "seed": cfg["seed"], "model": cfg["model_name"],
-            "n_params": n_params(model), "nproc_per_node": cfg["grpo"]["nproc_per_node"],
+    return {"status": "oom", **oom, "model_step": 0, "task": cfg.task_name,
+            "method": cfg.method_name, "seed": cfg.seed, "model": cfg.model_name,
+            "n_params": n_params(model), "nproc_per_node": cfg.grpo.nproc_per_node,
             "steps": 0, "peak_mem_bytes": None, "final_reward": None, "eval_accuracy": None,
-            "config": cfg}
+            "config": cfg.to_dict()}
 
 
 def main(argv: list[str] | None = None) -> None:

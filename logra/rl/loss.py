@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from logra.optim.chunked import CHUNK_TOKENS, output_layer_replaced
+from logra.rl.settings import Grpo
 
 AGGREGATIONS = ("dapo", "grpo")
 
@@ -118,26 +119,26 @@ class GRPO:
     (`policy_loss`); a step has a gradient when some group's rewards vary."""
     keys = ("scale_advantages", "clip_low", "clip_high")
 
-    def check(self, grpo: dict) -> None:
-        if grpo["group_size"] < 2:
-            raise ValueError(f"grpo.group_size={grpo['group_size']}: GRPO's advantages compare "
+    def check(self, grpo: Grpo) -> None:
+        if grpo.group_size < 2:
+            raise ValueError(f"grpo.group_size={grpo.group_size}: GRPO's advantages compare "
                              "the responses of one prompt (at least 2), or set grpo.estimator: "
                              "reinforce_baseline")
-        if grpo["length_reference"] is not None:
+        if grpo.length_reference is not None:
             raise ValueError("grpo.length_reference: weighs REINFORCE's advantages; set "
                              "grpo.estimator: reinforce_baseline or drop it")
 
-    def advantages(self, rewards, lengths, baseline: float, grpo: dict):
+    def advantages(self, rewards, lengths, baseline: float, grpo: Grpo):
         """(advantages, the baseline unchanged: GRPO keeps none)."""
-        return group_advantages(rewards, grpo["group_size"], scale=grpo["scale_advantages"]), \
+        return group_advantages(rewards, grpo.group_size, scale=grpo.scale_advantages), \
             baseline
 
-    def loss(self, logp, engine_logp, advantages, mask, grpo: dict, normalizer):
-        return policy_loss(logp, logp.detach(), advantages, mask, grpo["clip_low"],
-                           grpo["clip_high"], grpo["aggregation"], normalizer=normalizer)
+    def loss(self, logp, engine_logp, advantages, mask, grpo: Grpo, normalizer):
+        return policy_loss(logp, logp.detach(), advantages, mask, grpo.clip_low,
+                           grpo.clip_high, grpo.aggregation, normalizer=normalizer)
 
-    def has_signal(self, rewards, advantages, grpo: dict) -> bool:
-        return bool((rewards.view(-1, grpo["group_size"]).std(dim=1) > 0).any())
+    def has_signal(self, rewards, advantages, grpo: Grpo) -> bool:
+        return bool((rewards.view(-1, grpo.group_size).std(dim=1) > 0).any())
 
 
 class RunningBaselineReinforce:
@@ -147,29 +148,29 @@ class RunningBaselineReinforce:
     response whose outcome is not the baseline has a gradient."""
     keys = ("baseline_weight", "failure_reward", "importance_cap", "length_reference")
 
-    def check(self, grpo: dict) -> None:
+    def check(self, grpo: Grpo) -> None:
         pass
 
-    def advantages(self, rewards, lengths, baseline: float, grpo: dict):
+    def advantages(self, rewards, lengths, baseline: float, grpo: Grpo):
         """(advantages, the baseline after this batch)."""
-        return running_baseline_advantages(rewards, lengths, baseline, grpo["baseline_weight"],
-                                           grpo["failure_reward"], grpo["length_reference"])
+        return running_baseline_advantages(rewards, lengths, baseline, grpo.baseline_weight,
+                                           grpo.failure_reward, grpo.length_reference)
 
-    def loss(self, logp, engine_logp, advantages, mask, grpo: dict, normalizer):
-        return reinforce_loss(logp, engine_logp, advantages, mask, grpo["importance_cap"],
-                              grpo["aggregation"], normalizer=normalizer)
+    def loss(self, logp, engine_logp, advantages, mask, grpo: Grpo, normalizer):
+        return reinforce_loss(logp, engine_logp, advantages, mask, grpo.importance_cap,
+                              grpo.aggregation, normalizer=normalizer)
 
-    def has_signal(self, rewards, advantages, grpo: dict) -> bool:
+    def has_signal(self, rewards, advantages, grpo: Grpo) -> bool:
         return bool((advantages != 0).any())
 
 
 ESTIMATORS = {"grpo": GRPO(), "reinforce_baseline": RunningBaselineReinforce()}
 
 
-def estimator(grpo: dict) -> GRPO | RunningBaselineReinforce:
-    """The estimator `grpo["estimator"]` names (its `check(grpo)` raises a ValueError naming
+def estimator(grpo: Grpo) -> GRPO | RunningBaselineReinforce:
+    """The estimator `grpo.estimator` names (its `check(grpo)` raises a ValueError naming
     a grpo key that does not fit it)."""
-    return ESTIMATORS[grpo["estimator"]]
+    return ESTIMATORS[grpo.estimator]
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

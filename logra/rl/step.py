@@ -16,11 +16,12 @@ from logra.optim.collectives import local
 from logra.optim.kl_control import at_cap, probe_base, probe_kl, split_probe
 from logra.rl.loss import estimator as choose_estimator
 from logra.rl.loss import kl_k3, token_logprobs
+from logra.rl.settings import Grpo
 
 CONTROL_METRICS = ("kl_budget", "mismatch_ema", "control_seconds", "step_at_cap")
 
 
-def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
+def update_step(model, ref_model, rule, kl_control, batch, probe, grpo: Grpo,
                 max_scale: float = 1.0, phase=None, engine_logp=None, completed=None,
                 cosine: bool = False, estimator=None) -> tuple:
     """One update: gradients, propose, (KL-controlled) apply, realized KL on the probe.
@@ -55,12 +56,12 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
         before = {n: p.detach().clone() for n, p in rule.named} if dense else {}
     rule.batch_tokens = int(batch[2].sum())
     phase("forward_backward")
-    chunk = grpo.get("chunk_tokens")
+    chunk = grpo.chunk_tokens
     if control and control.needs_base:  # one forward over the probe, split: the halves share
         base_fit, base_held_out = probe_base(  # the weights' copy
-            model, probe, grpo["temperature"], chunk).split(fit)
+            model, probe, grpo.temperature, chunk).split(fit)
     else:  # only the realized KL, on the held-out half
-        base_fit, base_held_out = None, probe_base(model, held_out, grpo["temperature"], chunk)
+        base_fit, base_held_out = None, probe_base(model, held_out, grpo.temperature, chunk)
     if not rule.scalable:  # it steps inside propose(): the schedule scales its lr there
         rule.lr_scale = max_scale
     step_delta = rule.propose()
@@ -69,7 +70,7 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, grpo,
     if control:
         eta, kl_pred, info = control.scale(
             model, rule, step_delta, fit, base=base_fit, max_scale=max_scale,
-            temperature=grpo["temperature"], mismatch=mismatch["logp_mismatch_signed"],
+            temperature=grpo.temperature, mismatch=mismatch["logp_mismatch_signed"],
             chunk_tokens=chunk)
     else:
         eta, kl_pred = max_scale, math.nan
@@ -100,10 +101,10 @@ def update_cosine(named, before: dict, dense: dict) -> float:
     return dot / math.sqrt(dd * gg) if dd > 0 and gg > 0 else math.nan
 
 
-def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
+def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo: Grpo,
                          engine_logp=None, completed=None, estimator=None) -> tuple[float, dict]:
     """Forward/backward over micro-batches; gradients accumulate (or are consumed by the
-    update rule's hooks). The loss is the `estimator`'s (default: the one grpo["estimator"]
+    update rule's hooks). The loss is the `estimator`'s (default: the one grpo.estimator
     names, `logra.rl.loss.estimator`): GRPO's, or the authors' REINFORCE, its importance
     weights from `engine_logp`. Returns the full-batch
     loss and the mismatch between the trainer's and the engine's log-probs of the sampled
@@ -118,8 +119,8 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
     sampling policy's entropy there as its expectation (a one-sample estimate; no pass over
     the vocabulary)."""
     estimator = estimator or choose_estimator(grpo)
-    n, mb = ids.shape[0], grpo["micro_batch_size"]
-    normalizer = mask.sum().clamp(min=1) if grpo["aggregation"] == "dapo" else n
+    n, mb = ids.shape[0], grpo.micro_batch_size
+    normalizer = mask.sum().clamp(min=1) if grpo.aggregation == "dapo" else n
     # FSDP: rank r takes the r-th micro-batch of each global one of mb x world sequences
     rank, world = collectives.rank(), collectives.world_size()
     chunks = [slice(i + rank * mb, i + (rank + 1) * mb) for i in range(0, n, mb * world)]
@@ -128,7 +129,7 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
     # sum of −log π and tokens over every completion token
     gap = torch.zeros(7, dtype=torch.float64, device=ids.device)
     for c in chunks:
-        logp = token_logprobs(model, ids[c], attn[c], grpo["temperature"], grpo.get("chunk_tokens"))
+        logp = token_logprobs(model, ids[c], attn[c], grpo.temperature, grpo.chunk_tokens)
         trainer = logp.detach().double()
         gap[5] -= trainer[mask[c].bool()].sum()
         gap[6] += mask[c].sum()
@@ -146,9 +147,9 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo,
                               mask[c], grpo, normalizer)
         if ref_model is not None:
             with torch.no_grad():
-                ref = token_logprobs(ref_model, ids[c], attn[c], grpo["temperature"],
-                                     grpo.get("chunk_tokens"))
-            loss = loss + grpo["beta"] * (kl_k3(logp, ref) * mask[c]).sum() / normalizer
+                ref = token_logprobs(ref_model, ids[c], attn[c], grpo.temperature,
+                                     grpo.chunk_tokens)
+            loss = loss + grpo.beta * (kl_k3(logp, ref) * mask[c]).sum() / normalizer
         (loss * world).backward()  # FSDP averages over ranks: the sum is wanted
         total += loss.item()
     loss = collectives.all_reduce(torch.tensor(total, dtype=torch.float64,

@@ -8,6 +8,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
+from logra.harness.config import grpo_settings
 from logra.measure import memory as M
 from logra.measure.memory import (
     MemoryMeter,
@@ -437,8 +438,9 @@ def test_labelled_weights_spare_the_python_tracer_and_keep_the_breakdown(rule, o
     from logra.harness.memory_point import fixed_batch
     from logra.rl.models import tiny_config
     from logra.rl.step import update_step
-    grpo = {"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2, "clip_high": 0.28,
-            "probe_size": 4, "micro_batch_size": 4, "estimator": "grpo"}
+    grpo = grpo_settings({"aggregation": "dapo", "temperature": 1.0, "clip_low": 0.2,
+                          "clip_high": 0.28, "probe_size": 4, "micro_batch_size": 4,
+                          "estimator": "grpo"})
     reports = []
     for label_weights in (True, False):
         torch.manual_seed(0)

@@ -1,4 +1,6 @@
 """The memory planner: its formulas against the rules' own tensors, and against a measured step."""
+import dataclasses
+
 import pytest
 import torch
 from conftest import ROOT
@@ -6,6 +8,7 @@ from transformers import AutoConfig
 
 from logra import rules
 from logra.common import PHASES
+from logra.harness.config import grpo_settings
 from logra.harness.memory_point import measure
 from logra.measure.memory import activation_breakdown
 from logra.measure.planner import plan, sync_bytes, sync_columns
@@ -19,8 +22,10 @@ RULES = [("dense_adam", {}), ("logra", {"rank": 4, "probe_responses": 2}),
          ("apollo", {"rank": 4, "update_proj_gap": 2}),
          ("apollo", {"rank": 1, "scale_type": "tensor", "scale": 128}), ("adam_mini", {}),
          ("adamw_8bit", {}), ("muon", {})]
-GRPO = {"temperature": 1.0, "aggregation": "dapo", "clip_low": 0.2, "clip_high": 0.28,
-        "beta": 0.0, "probe_size": 4, "estimator": "grpo"}
+# a config's grpo section that sets these keys (the schema's defaults for the rest)
+GRPO = dataclasses.asdict(grpo_settings({"temperature": 1.0, "aggregation": "dapo",
+                                         "clip_low": 0.2, "clip_high": 0.28, "beta": 0.0,
+                                         "probe_size": 4, "estimator": "grpo"}))
 
 
 @pytest.mark.parametrize("rule, options", RULES)

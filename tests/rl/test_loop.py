@@ -9,16 +9,16 @@ import torch
 from runs import CoinFlip, make_run
 
 from logra.common import warmup_cosine
+from logra.harness.config import grpo_settings
 from logra.rl import checkpoint, loop
 from logra.rl.models import load
 from logra.rl.rollout import make_engine
 
 
 def engine_for(run):
-    r = run.cfg["rollout"]
-    return make_engine(r["engine"], str(run.base_dir), dtype=r["dtype"],
-                       threads=run.cfg["threads"], timeout_s=r["timeout_s"],
-                       timeout_factor=r["timeout_factor"])
+    r = run.cfg.rollout
+    return make_engine(r.engine, str(run.base_dir), dtype=r.dtype, threads=run.cfg.threads,
+                       timeout_s=r.timeout_s, timeout_factor=r.timeout_factor)
 
 
 def steps(run, engine, syncer, progress, n):
@@ -82,9 +82,9 @@ def test_sample_shuffles_groups_and_takes_the_probe_from_the_front(started):
     batch = loop.sample(run, engine, 1, progress)
     ids, attn, mask, adv = batch.tensors
     grpo = run.grpo
-    assert len(batch.rewards) == len(ids) == grpo["prompts_per_step"] * grpo["group_size"]
+    assert len(batch.rewards) == len(ids) == grpo.prompts_per_step * grpo.group_size
     assert abs(adv.sum().item()) < 1e-4  # each group's advantages sum to zero
-    assert torch.equal(batch.probe[0], ids[:grpo["probe_size"]])
+    assert torch.equal(batch.probe[0], ids[:grpo.probe_size])
     assert batch.completed.dtype == torch.bool and len(batch.completed) == len(ids)
     assert (mask.sum(1) > 0).any() and mask.shape == (len(ids), ids.shape[1] - 1)
 
@@ -107,9 +107,9 @@ def test_a_run_that_measures_no_memory_profiles_no_step(started, tmp_path, tiny_
     loop.update(run, loop.sample(run, engine, 1, progress), 1, progress)
     assert progress.memory == {}
     # unless a memory budget is set: the CPU checks it by the measured peak
-    budgeted = loop.setup(run.cfg | {"memory_budget_bytes": 2**30}, tiny_dir,
+    budgeted = loop.setup(run.cfg.replace(memory_budget_bytes=2**30), tiny_dir,
                           tmp_path / "train.jsonl", tmp_path / "out")
-    assert budgeted.profiled == {1, run.grpo["profile_step"]}
+    assert budgeted.profiled == {1, run.grpo.profile_step}
 
 
 def test_stopped_names_a_divergence_and_counts_zero_gradients(started):
@@ -117,7 +117,7 @@ def test_stopped_names_a_divergence_and_counts_zero_gradients(started):
     batch = loop.sample(run, engine, 2, progress)  # step 2: no memory check
     loop.update(run, batch, 2, progress)
     assert loop.stopped(run, batch, 2, progress, 0.1, 0.01) is None
-    too_far = loop.stopped(run, batch, 2, progress, 0.1, run.grpo["max_kl_per_step"] * 2)
+    too_far = loop.stopped(run, batch, 2, progress, 0.1, run.grpo.max_kl_per_step * 2)
     assert too_far["status"] == "diverged" and "max_kl_per_step" in too_far["diverged_because"]
     assert "non-finite" in loop.stopped(run, batch, 2, progress, math.nan, 0.01)[
         "diverged_because"]
@@ -127,7 +127,7 @@ def test_stopped_names_a_divergence_and_counts_zero_gradients(started):
 
 def test_stopped_on_cpu_compares_the_profiled_peak_with_the_budget(measured):
     run, engine, _, progress = measured
-    run.cfg["memory_budget_bytes"] = 1  # every step needs more
+    run.cfg = run.cfg.replace(memory_budget_bytes=1)  # every step needs more
     last = max(run.profiled)
     batch = loop.sample(run, engine, last, progress)
     loop.update(run, batch, last, progress)
@@ -138,7 +138,7 @@ def test_stopped_on_cpu_compares_the_profiled_peak_with_the_budget(measured):
 
 def test_sync_and_record_leave_the_engine_at_the_trainers_weights(started):
     run, engine, syncer, progress = started
-    run.cfg["rollout"]["full_sync_every"] = 2
+    run.cfg = run.cfg.replace(rollout=dataclasses.replace(run.cfg.rollout, full_sync_every=2))
     batch = steps(run, engine, syncer, progress, 2)
     rows = progress.metrics
     assert [r["step"] for r in rows] == [1, 2] and progress.step == 2
@@ -155,7 +155,7 @@ def test_restore_resumes_what_save_checkpoint_wrote(started, tmp_path, tiny_dir)
     run, engine, syncer, progress = started
     assert loop.restore(run) == (loop.Progress(), None, [])  # nothing saved yet
     steps(run, engine, syncer, progress, 2)  # checkpoint_every 2: saved after step 2
-    assert checkpoint.path(tmp_path / "ckpt", run.cfg).exists()
+    assert checkpoint.path(tmp_path / "ckpt", run.cfg.to_dict()).exists()
     again = loop.setup(run.cfg, tiny_dir, tmp_path / "train.jsonl", tmp_path / "out",
                        tmp_path / "ckpt")
     restored, engine_weights, set_aside = loop.restore(again)
@@ -177,7 +177,7 @@ def test_a_snapshot_is_the_policy_the_engine_samples_and_draws_nothing(started):
     step's point is the saved model (no snapshot); a run that starts from its base removes an
     earlier run's snapshots."""
     run, engine, syncer, progress = started
-    run.grpo["snapshot_every"] = 1
+    run.cfg = run.cfg.replace(grpo=dataclasses.replace(run.grpo, snapshot_every=1))
     steps(run, engine, syncer, progress, 1)
     before = torch.get_rng_state(), run.rng.getstate()
     loop.save_snapshot(run, engine, 1)
@@ -186,7 +186,7 @@ def test_a_snapshot_is_the_policy_the_engine_samples_and_draws_nothing(started):
     assert all(torch.equal(saved[n], w) for n, w in engine.state_dict().items())
     trained = run.rule.engine_weights()  # and the trainer's, which the engine holds
     assert trained and all(torch.equal(saved[n], w) for n, w in trained.items())
-    loop.save_snapshot(run, engine, run.grpo["steps"])
+    loop.save_snapshot(run, engine, run.grpo.steps)
     assert [p.name for p in (run.out_dir / "snapshots").iterdir()] == ["step1"]
     assert loop.restore(run)[0] == loop.Progress()  # no checkpoint yet: from the base
     assert not (run.out_dir / "snapshots").exists()
@@ -228,7 +228,7 @@ def test_reinforce_answers_each_prompt_once_against_the_baseline_of_earlier_step
     baseline = 0.0
     for step in (1, 2):
         batch = loop.sample(run, engine, step, progress)
-        assert len(batch.rewards) == run.grpo["prompts_per_step"]
+        assert len(batch.rewards) == run.grpo.prompts_per_step
         outcomes = torch.where(batch.rewards >= 1, 1.0, -0.01)
         assert sorted(batch.tensors[3].tolist()) == pytest.approx(
             sorted((outcomes - baseline).tolist()))
@@ -250,7 +250,7 @@ def test_reinforce_answers_each_prompt_once_against_the_baseline_of_earlier_step
 def test_the_step_scale_warms_up_then_decays_as_the_authors_dense_schedule():
     """research/logra/schedule.py's factor at update index i (from 0): (i + 1)/W for i < W,
     then f + (1 − f)(1 + cos πp)/2 with p = min((i − W + 1)/(D − W), 1); W 9, D 300, f 0.1."""
-    g = {"warmup_steps": 9, "decay_steps": 300, "decay_final": 0.1}
+    g = grpo_settings({"warmup_steps": 9, "decay_steps": 300, "decay_final": 0.1})
     for i in range(320):
         p = min((i - 9 + 1) / (300 - 9), 1.0)
         want = (i + 1) / 9 if i < 9 else 0.1 + 0.9 * (1 + math.cos(math.pi * p)) / 2

@@ -1,11 +1,13 @@
 """Sync transports: `delta` leaves the engine at cast(trainer weights) bit for bit, every
 transport's bytes are its serialized payload's length, and the trainer-vs-engine log-prob
 mismatch is what it says."""
+import dataclasses
 import math
 
 import pytest
 import torch
 
+from logra.harness.config import grpo_settings
 from logra.optim.dense_adam import DenseAdam
 from logra.rl.loop import pad_batch
 from logra.rl.loss import token_logprobs
@@ -105,8 +107,8 @@ def test_serialized_length_is_the_payloads_not_its_addresses():
     assert back["lowrank"]["b"]["basis"] is None and back["lowrank"]["b"]["side"] == "left"
 
 
-G = {"micro_batch_size": 6, "aggregation": "dapo", "temperature": 0.7, "clip_low": 0.2,
-     "clip_high": 0.28, "beta": 0.0, "estimator": "grpo"}
+G = grpo_settings({"micro_batch_size": 6, "aggregation": "dapo", "temperature": 0.7,
+                  "clip_low": 0.2, "clip_high": 0.28, "beta": 0.0, "estimator": "grpo"})
 
 
 def test_logp_mismatch_is_zero_for_equal_logprobs_and_matches_a_constructed_difference(
@@ -116,13 +118,13 @@ def test_logp_mismatch_is_zero_for_equal_logprobs_and_matches_a_constructed_diff
     token entropy is −mean log π over the completion tokens, whatever the engine's log-probs."""
     model, tok = load(tiny_dir)
     with HFRolloutEngine(str(tiny_dir)) as engine:
-        rollouts = engine.generate(PROMPTS, 3, 6, G["temperature"], seed=0)
+        rollouts = engine.generate(PROMPTS, 3, 6, G.temperature, seed=0)
     ids, attn, mask, _ = pad_batch(rollouts, tok.pad_token_id)
     # a row of the loss mask counts its completion's tokens (the loop's response_tokens_mean)
     assert mask.sum(dim=1).tolist() == [len(r.completion_ids) for r in rollouts]
     adv = torch.linspace(-1, 1, len(rollouts))
     with torch.no_grad():
-        own = token_logprobs(model, ids, attn, G["temperature"]).float()
+        own = token_logprobs(model, ids, attn, G.temperature).float()
     done = torch.arange(len(rollouts)) % 2 == 0  # as if these responses had ended with eos
     _, same = accumulate_gradients(model, None, ids, attn, mask, adv, G, engine_logp=own,
                                    completed=done)
@@ -153,14 +155,14 @@ def test_reinforce_on_a_bf16_engine_weighs_each_token_by_its_truncated_ratio(tin
     up to kernel order: the test above bounds its gap by 1e-4)."""
     model, tok = load(tiny_dir)
     with HFRolloutEngine(str(tiny_dir), dtype="bfloat16") as engine:
-        rollouts = engine.generate(PROMPTS, 3, 6, G["temperature"], seed=0)
+        rollouts = engine.generate(PROMPTS, 3, 6, G.temperature, seed=0)
     ids, attn, mask, engine_logp = pad_batch(rollouts, tok.pad_token_id)
     adv = torch.linspace(-1, 1, len(rollouts))
-    g = G | {"estimator": "reinforce_baseline", "importance_cap": 2.0}
+    g = dataclasses.replace(G, estimator="reinforce_baseline", importance_cap=2.0)
     accumulate_gradients(model, None, ids, attn, mask, adv, g, engine_logp=engine_logp)
     got = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    logp = token_logprobs(model, ids, attn, G["temperature"])
+    logp = token_logprobs(model, ids, attn, G.temperature)
     w = torch.exp(logp.detach() - engine_logp).clamp(max=2.0)
     (-(w * adv[:, None] * logp * mask).sum() / mask.sum()).backward()
     assert all(torch.allclose(got[n], p.grad, rtol=1e-4, atol=1e-7)
@@ -175,12 +177,12 @@ def test_engine_logprobs_follow_the_trainers_temperature_convention(tiny_dir, dt
     up to its rounding), not the untempered ones."""
     model, tok = load(tiny_dir)
     with HFRolloutEngine(str(tiny_dir), dtype=dtype) as engine:
-        rollouts = engine.generate(PROMPTS, 3, 6, G["temperature"], seed=0)
+        rollouts = engine.generate(PROMPTS, 3, 6, G.temperature, seed=0)
     assert all(len(r.logprobs) == len(r.completion_ids) for r in rollouts)
     ids, attn, mask, engine_logp = pad_batch(rollouts, tok.pad_token_id)
     m = mask.bool()
     with torch.no_grad():
-        tempered = token_logprobs(model, ids, attn, G["temperature"])[m]
+        tempered = token_logprobs(model, ids, attn, G.temperature)[m]
         untempered = token_logprobs(model, ids, attn, 1.0)[m]
     gap = (tempered - engine_logp[m]).abs().max().item()
     assert gap < bound, gap
