@@ -534,6 +534,11 @@ def _plan(inputs: ReportInputs) -> list[str]:
             f"- Gate: {gate['test']}, at level {gate['alpha']:g}; informative when at least "
             f"{gate['share']:.0%} of the seeds pass.",
             f"- Interval: {plan['interval']}. Call: {plan['call']}. Power: {plan['power']}.",
+            "- Tuned on the validation split (config/tuned.yaml): " + ("; ".join(
+                f"{m} on {t}, {c['option']} {c['value']:g} ("
+                + ("bracketed" if c.get("bracketed") else "on its grid's edge: a bound") + ")"
+                for t, chosen in plan.get("tuned", {}).items() for m, c in chosen.items())
+                or "nothing adopted; every value as config/config.yaml gives it") + ".",
             "", markdown_table(pd.DataFrame({
                 "task": margins["task"], "margin": _fmt(margins["margin"], ".4f"),
                 "reference's validation gain": _fmt(margins["val_gain_mean"], "+.4f"),

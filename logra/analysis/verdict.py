@@ -228,7 +228,8 @@ def margin_table(ref_evals: dict[tuple[str, int], str | Path],
 def analysis_plan(spec: dict, margins: pd.DataFrame) -> dict:
     """results/analysis_plan.json: what the test evaluations will be judged by, written before
     any of them runs. `spec`: the reference, methods, ablation methods, tasks, seeds, n_test,
-    steps and method configs, and the config's `eval` and `verdict` sections; `margins`:
+    steps and method configs, the lr sweep's choices the config adopted (`tuned`: {task:
+    {method: choice}}), and the config's `eval` and `verdict` sections; `margins`:
     `margin_table`'s rows."""
     ev, v = spec["eval"], spec["verdict"]
     return {
@@ -239,6 +240,7 @@ def analysis_plan(spec: dict, margins: pd.DataFrame) -> dict:
         "other_metrics": {k: p for k, p in ev["protocols"].items() if k != ev["primary"]},
         **{k: spec[k] for k in ("reference", "methods", "ablation_methods", "tasks", "seeds",
                                 "n_test", "steps", "method_config")},
+        "tuned": spec.get("tuned", {}),
         "margins": {r["task"]: {k: r[k] for k in ("margin", "source", "val_gain_mean",
                                                   "val_gain_by_seed", "val_seeds",
                                                   "val_problems", "lr", "metric")}

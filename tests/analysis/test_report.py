@@ -339,6 +339,10 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
     plan = analysis_plan({"reference": "d", "methods": ["d", "l"], "ablation_methods": [],
                           "tasks": ["a"], "seeds": [0, 1, 2], "n_test": 1000,
                           "steps": {"d": 80, "l": 80}, "method_config": {},
+                          "tuned": {"a": {"l": {"option": "kl_budget", "value": 3.2e-3,
+                                                "bracketed": True},
+                                          "d": {"option": "lr", "value": 4e-4,
+                                                "bracketed": False}}},
                           "eval": {"primary": "sampled", "protocols": protocols},
                           "verdict": {"gate": {"alpha": 0.05, "share": 1.0}}}, margins)
     verdicts = pd.DataFrame([
@@ -361,6 +365,8 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
             "the mean reward over its samples") in text
     assert "Reported beside it: `greedy` (greedy)." in text
     assert "- Compared: l against `d`, on a, seeds 0, 1, 2, 1000 test problems" in text
+    assert ("- Tuned on the validation split (config/tuned.yaml): l on a, kl_budget 0.0032 "
+            "(bracketed); d on a, lr 0.0004 (on its grid's edge: a bound).") in text
     assert ("| a | 0.0300 | +0.0600 | seed 10: +0.0600 | 50 | 0.0001 | max(floor, ...) |"
             in text)
     assert ("| a | l | d | -0.010 [-0.020, +0.000] | 0.030 | worse: no; non-inferior at "
@@ -382,6 +388,7 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
     assert ("- Compared: nothing (runs l; the reference, `d` (verdict.reference), is not among "
             "them), on a") in text
     assert "- Config digest: `def`." in text
+    assert "(config/tuned.yaml): nothing adopted; every value as config/config.yaml" in text
     assert "| `results/trl/countdown.json` | `abc` | `snakemake --cores all trl` |" in text
 
 

@@ -34,7 +34,10 @@ rule analysis_plan:
               "tasks": PLAN.tasks, "seeds": PLAN.seeds, "n_test": config["data"].get("n_test"),
               "eval": config["eval"], "verdict": config["verdict"],
               "method_config": {m: config["methods"][m] for m in PLAN.methods + PLAN.ablations},
-              "steps": {m: PLAN.grpo(m)["steps"] for m in PLAN.methods + PLAN.ablations}},
+              "steps": {m: PLAN.grpo(m)["steps"] for m in PLAN.methods + PLAN.ablations},
+              # the lr sweep's choices the config adopted (config/tuned.yaml) for these runs
+              "tuned": {t: {m: c for m, c in chosen.items() if m in PLAN.methods + PLAN.ablations}
+                        for t, chosen in config["tuned"].items() if t in PLAN.tasks}},
     conda:
         "../../environment.yml"
     benchmark:
