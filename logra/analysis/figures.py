@@ -307,6 +307,10 @@ def verdicts(table: pd.DataFrame, summary: pd.DataFrame, outputs: list[str]) -> 
             ax.errorbar(r["diff_mean"], i, xerr=[[r["diff_mean"] - r["diff_lo"]],
                                                  [r["diff_hi"] - r["diff_mean"]]],
                         fmt="o", color=colors.get(r["call"], "gray"), capsize=3)
+            if isinstance(r.get("calls"), str):  # the three answers (worse/better, NI, eq.)
+                ax.text(0.02, i + 0.3, textwrap.fill(r["calls"].replace("; ", ";  "), 44),
+                        fontsize=6, va="center",
+                        transform=ax.get_yaxis_transform())  # x: the panel's, y: the row's
         ax.axvline(0, color="k", lw=0.8)
         if task != "all":
             ax.axvline(-d["margin"].iloc[0], color="gray", ls="--", lw=0.8)
@@ -331,9 +335,11 @@ def verdicts(table: pd.DataFrame, summary: pd.DataFrame, outputs: list[str]) -> 
         ax.set_ylim(len(methods) - 0.5, -0.5)
         ax.grid(alpha=0.3)
     problems = "/".join(str(int(p)) for p in sorted(table["problems"].dropna().unique()))
-    fig.suptitle(f"{scale_label(summary)}, {problems} test problems; 95% intervals, each "
-                 "task's margin (dashed); green non-inferior, orange inconclusive, red inferior; "
-                 "pass@k and token entropy: mean ± sd over seeds", fontsize=8)
+    fig.suptitle(textwrap.fill(
+        f"{scale_label(summary)}, {problems} test problems; 95% intervals, each task's margin "
+        "(dashed); non-inferiority green yes, orange inconclusive, red inferior; under each "
+        "point its three answers; pass@k and token entropy: mean ± sd over seeds", 140),
+        fontsize=8)
     fig.tight_layout()
     _save(fig, outputs)
 
