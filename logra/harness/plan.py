@@ -144,11 +144,14 @@ class Plan:
         ev = self.config["eval"]
         return ev | {"protocols": {ev["primary"]: ev["protocols"][ev["primary"]]}}
 
-    def benchmarks(self, target: str) -> list[str]:
+    def benchmarks(self, target: str, sweep: list[str] | None = None) -> list[str]:
         """The benchmark files of `target`'s jobs, as the rules write them: `all`, every job
         of the default target but the report (results/REPORT.md's time ledger); `scaling`,
-        the jobs that are the scaling study's own (its CPU time against scaling.cpu_hours)."""
-        return {"all": _default_benchmarks, "scaling": _scaling_benchmarks}[target](self)
+        the jobs that are the scaling study's own (its CPU time against scaling.cpu_hours),
+        its sweep's runs being `sweep` (those the bracket rule ran; default: the declared)."""
+        if target == "all":
+            return _default_benchmarks(self)
+        return _scaling_benchmarks(self, self.runs["scaling_sweep"] if sweep is None else sweep)
 
 
 def build_plan(config: dict, fit_rules: bool = True) -> Plan:
@@ -235,7 +238,7 @@ def _default_benchmarks(plan: Plan) -> list[str]:
     return [f"{BENCH}/{job}.tsv" for job in jobs]
 
 
-def _scaling_benchmarks(plan: Plan) -> list[str]:
+def _scaling_benchmarks(plan: Plan, sweep: list[str]) -> list[str]:
     """`Plan.benchmarks("scaling")`: each size's bases (the test seeds', the sweep's and the
     check's), their evaluations, every run and its evaluation (not the data, nor the margin's
     validation run, which the default target shares)."""
@@ -246,7 +249,7 @@ def _scaling_benchmarks(plan: Plan) -> list[str]:
     bases = dict.fromkeys([(z, s) for z in sizes for s in seeds]
                           + [(z, s) for z in (sizes[0], sc["check"]["size"]) for s in val])
     grid = list(dict.fromkeys(run for *_, run in plan.scaling_grid()))
-    validation = runs["scaling_sweep"] + runs["scaling_check"]
+    validation = sweep + runs["scaling_check"]
     jobs = ([f"scaling/base/{sc['task']}/{z}/seed{s}" for z, s in bases]
             + [f"scaling/eval_base/{sc['task']}/{z}/seed{s}" for z in sizes for s in seeds]
             + [f"train/train/{run}" for run in validation + grid]

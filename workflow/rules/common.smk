@@ -48,19 +48,26 @@ def tuned_rounds(table, task, method):
             return rounds, tuple(result["window"])
 
 
-def tuning_inputs(table, tasks):
-    """The input of a tuning table: every grid's rounds and the runs (`runs`, their summaries)
-    and evaluations (`evals`) of each grid's last window."""
-    out = {"rounds": [], "runs": [], "evals": []}
+def tuned_runs(table, tasks):
+    """([the runs of each grid's last window, "task/method/seedN"], [every grid's rounds]); a
+    grid whose next round has not run gives that round's file, so every grid's round is asked
+    for at once."""
+    runs, rounds = [], []
     for task in tasks:
         for method in PLAN.grids[table]:
             try:
-                rounds, window = tuned_rounds(table, task, method)
-            except IncompleteCheckpointException as pending:  # every grid's round at once
-                out["rounds"].append(pending.targetfile)
+                done, window = tuned_rounds(table, task, method)
+            except IncompleteCheckpointException as pending:
+                rounds.append(pending.targetfile)
                 continue
-            runs = window_runs(table, task, method, window)
-            out["rounds"] += rounds
-            out["runs"] += [f"results/runs/{run}/summary.json" for run in runs]
-            out["evals"] += [f"results/lr_sweep/{run}.json" for run in runs]
-    return out
+            rounds += done
+            runs += window_runs(table, task, method, window)
+    return runs, rounds
+
+
+def tuning_inputs(table, tasks):
+    """The input of a tuning table: every grid's rounds and the runs (`runs`, their summaries)
+    and evaluations (`evals`) of each grid's last window."""
+    runs, rounds = tuned_runs(table, tasks)
+    return {"rounds": rounds, "runs": [f"results/runs/{run}/summary.json" for run in runs],
+            "evals": [f"results/lr_sweep/{run}.json" for run in runs]}

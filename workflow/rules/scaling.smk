@@ -68,7 +68,7 @@ rule scaling_table:
         plan="results/analysis_plan.json",
         checks=["results/scaling/lr_sweep.csv", "results/scaling/transfer_check.csv"],
         # every job of the target: its CPU time against scaling.cpu_hours
-        benchmarks=lambda w: PLAN.benchmarks("scaling"),
+        benchmarks=lambda w: PLAN.benchmarks("scaling", tuned_runs("scaling", [SCALING_TASK])[0]),
     output:
         report("results/scaling.csv", caption="../report/table.rst", category="Tables"),
     params:
