@@ -454,6 +454,7 @@ def _check_references(config: dict) -> None:
                        ("ablation_methods", config.get("ablation_methods", [])),
                        ("reinforce_methods", config.get("reinforce_methods", [])),
                        ("lr_sweep.anchors", list(sweep["anchors"])),
+                       ("lr_sweep.methods", sweep.get("methods", [])),
                        *[(f"{k}.methods", config[k]["methods"])
                          for k in ("memory_sweep", "planner", "stability") if k in config],
                        ("memory_sweep.ablation_methods",
@@ -465,6 +466,10 @@ def _check_references(config: dict) -> None:
             if name not in config["methods"]:
                 raise ConfigError(f"{key}[{i}]: {name!r} is not defined under methods "
                                   f"(defined: {sorted(config['methods'])})")
+    for i, name in enumerate(sweep.get("methods", [])):
+        if name not in sweep["anchors"]:
+            raise ConfigError(f"lr_sweep.methods[{i}]: {name!r} has no grid: it is not one of "
+                              f"lr_sweep.anchors ({sorted(sweep['anchors'])})")
     # verdicts compare run_methods with the reference: a name that matches no method is a typo
     if len(config["run_methods"]) > 1 and config["verdict"]["reference"] not in config["methods"]:
         raise ConfigError(f"verdict.reference: {config['verdict']['reference']!r} is not "

@@ -45,9 +45,9 @@ class Plan:
       `ablation_methods` not among them, `seeds`); `reference`: verdict.reference, and
       `verdicts`: whether the grid compares methods with it;
     - `paper`: the config has the paper's memory sweep, planner and stability runs;
-    - `sweep`: {name: (method, lr)}, every point of the lr sweep's grids; `grids`: {table:
-      {method: its Grid}}, the tuning grids of results/lr_sweep.csv (`lr_sweep`) and of
-      results/scaling/lr_sweep.csv (`scaling`); `regimes`: {sync regime: its methods};
+    - `sweep`: {name: (method, lr)}, every point of every anchor's grid; `grids`: {table:
+      {method: its Grid}}, the tuning grids of results/lr_sweep.csv (`lr_sweep`: those of
+      `swept`) and of results/scaling/lr_sweep.csv (`scaling`); `regimes`: {sync regime: its methods};
       `scaling`: the scaling study's methods (`Scaling`);
     - `margin_runs`: {task: the lr sweep's run of the reference that sets its margin}, run at
       `margin_seeds`;
@@ -161,7 +161,7 @@ def build_plan(config: dict, fit_rules: bool = True) -> Plan:
     config = copy.deepcopy(config)
     written = set(config["methods"])
     grids = add_lr_sweep_methods(config)
-    sweep = grid_points(grids)
+    sweep, tuning = grid_points(grids), {m: grids[m] for m in swept(config)}
     regimes = add_sync_regime_methods(config)
     control = add_controller_ablation_methods(config)
     scaling = add_scaling_methods(config)
@@ -181,13 +181,14 @@ def build_plan(config: dict, fit_rules: bool = True) -> Plan:
     reference = config["verdict"]["reference"]
     verdicts = reference in methods and len(methods) > 1
     margin = margin_runs(config, sweep) if verdicts else {}
-    runs = _runs(config, tasks, methods, ablations, seeds, grids, scaling)
+    runs = _runs(config, tasks, methods, ablations, seeds, tuning, scaling)
     runs["trained"] = list(dict.fromkeys(runs["grid"] + runs["long"] + [
         f"{task}/{run}/seed{seed}" for task, run in margin.items()
         for seed in margin_seeds(config)]))
     return Plan(config, derived, tasks, methods, ablations, seeds, reference, verdicts,
                 {"memory_sweep", "planner", "stability"} <= set(config), sweep,
-                {"lr_sweep": grids, "scaling": scaling.grids}, regimes, scaling, margin,
+                {"lr_sweep": tuning, "scaling": scaling.grids},
+                regimes, scaling, margin,
                 margin_seeds(config), runs)
 
 
@@ -299,6 +300,13 @@ def tuning_grid(config: dict, method: str, name) -> Grid:
     lo = -((spec["points"] - 1) // 2)
     return Grid(method, {k: name(v) for k, v in values.items()}, values,
                 (lo, lo + spec["points"] - 1), spec["extend"])
+
+
+def swept(config: dict) -> list[str]:
+    """The methods whose grids `snakemake lr_sweep` runs: `lr_sweep.methods`, else every one of
+    `lr_sweep.anchors` (every anchor's grid is defined: the margin reads the reference's)."""
+    spec = config.get("lr_sweep") or {"anchors": {}}
+    return spec.get("methods") or list(spec["anchors"])
 
 
 def grid_points(grids: dict[str, Grid]) -> dict[str, tuple[str, float]]:

@@ -181,3 +181,29 @@ def test_a_tuned_value_for_another_knob_or_an_unknown_method_is_refused(tmp_path
         (tmp_path / "tuned.yaml").write_text(yaml.safe_dump({"tuned": {"countdown": entry}}))
         with pytest.raises(ConfigError, match=message + r".*set by .*tuned.yaml"):
             resolve([], default=tmp_path / "config.yaml", fit_rules=False)
+
+
+def test_a_sweep_of_some_grids_keeps_the_choices_adopted_for_the_others(tmp_path):
+    """`lr_sweep.methods` runs some grids: the target plans only theirs, and results/tuned.yaml
+    holds their new choices over what config/tuned.yaml had adopted, the others' kept."""
+    from logra.harness.config import ConfigError, resolve
+    from logra.harness.plan import build_plan
+    root = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
+    (tmp_path / "config.yaml").write_text(root.read_text())
+    adopted = {"countdown": {"muon": {"option": "lr", "value": 4e-4, "bracketed": False},
+                             "dense_adam": {"option": "lr", "value": 1e-4, "bracketed": True}}}
+    (tmp_path / "tuned.yaml").write_text(yaml.safe_dump({"tuned": adopted}))
+    (tmp_path / "some.yaml").write_text("lr_sweep: {methods: [muon, logra]}\n")
+    config = resolve([tmp_path / "some.yaml"], default=tmp_path / "config.yaml", fit_rules=False)
+    plan = build_plan(config, fit_rules=False)
+    assert list(plan.grids["lr_sweep"]) == ["muon", "logra"]
+    assert {r.split("/")[1].rsplit("_lr", 1)[0] for r in plan.runs["lr_sweep"]} == {"muon",
+                                                                                  "logra"}
+    assert "dense_adam_lr0p0001" in plan.sweep  # every anchor's grid: the margin reads it
+    table = _table("countdown", "muon", {4e-4: 0.30, 8e-4: 0.36, 1.6e-3: 0.33})
+    tuned = yaml.safe_load(tuned_file(table, [10], "lr_sweep.csv", config["tuned"]))["tuned"]
+    assert tuned["countdown"]["muon"]["value"] == 8e-4 and tuned["countdown"]["muon"]["bracketed"]
+    assert tuned["countdown"]["dense_adam"] == adopted["countdown"]["dense_adam"]
+    (tmp_path / "some.yaml").write_text("lr_sweep: {methods: [sketch_adam]}\n")
+    with pytest.raises(ConfigError, match=r"lr_sweep.methods\[0\]: 'sketch_adam' has no grid"):
+        resolve([tmp_path / "some.yaml"], default=tmp_path / "config.yaml", fit_rules=False)

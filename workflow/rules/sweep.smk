@@ -74,6 +74,7 @@ rule lr_sweep_table:
         knobs=PLAN.sweep_knobs,
         declared=PLAN.declared("lr_sweep"),
         seeds=(config.get("lr_sweep") or {}).get("seeds", []),
+        adopted=config["tuned"],  # kept for the grids this sweep does not run
     conda:
         "../../environment.yml"
     benchmark:

@@ -14,5 +14,6 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     write_csv(table, snakemake.output.table)
     if "tuned" in snakemake.output.keys():
         with atomic_path(snakemake.output.tuned) as tmp:
-            tmp.write_text(tuned_file(table, snakemake.params.seeds, snakemake.output.table))
+            tmp.write_text(tuned_file(table, snakemake.params.seeds, snakemake.output.table,
+                                      snakemake.params.adopted))
     print(table.to_string())
