@@ -318,7 +318,8 @@ def verdicts(table: pd.DataFrame, summary: pd.DataFrame, outputs: list[str]) -> 
         ax.set_xlabel(f"{metric} accuracy − {reference}")
     ok = summary[(summary["status"] == "ok") & summary["method"].isin(methods)]
     pass_k = next((c for c in ok.columns if c.startswith(f"eval_{metric}_pass")), None)
-    for ax, column, label in ((axes[0][-2], pass_k, f"{metric} pass@{(pass_k or 'pass?').rsplit('pass', 1)[1]}"),
+    k = pass_k.rsplit("pass", 1)[1] if pass_k else "k"
+    for ax, column, label in ((axes[0][-2], pass_k, f"{metric} pass@{k}"),
                               (axes[0][-1], "token_entropy_mean", "token entropy (nats)")):
         for j, (task, d) in enumerate(ok.groupby("task", sort=False)):
             if column is None or column not in d:

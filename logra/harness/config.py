@@ -454,7 +454,6 @@ def _check_references(config: dict) -> None:
                        ("ablation_methods", config.get("ablation_methods", [])),
                        ("reinforce_methods", config.get("reinforce_methods", [])),
                        ("lr_sweep.anchors", list(sweep["anchors"])),
-                       ("lr_sweep.methods", sweep.get("methods", [])),
                        *[(f"{k}.methods", config[k]["methods"])
                          for k in ("memory_sweep", "planner", "stability") if k in config],
                        ("memory_sweep.ablation_methods",

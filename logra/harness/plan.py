@@ -47,7 +47,8 @@ class Plan:
     - `paper`: the config has the paper's memory sweep, planner and stability runs;
     - `sweep`: {name: (method, lr)}, every point of every anchor's grid; `grids`: {table:
       {method: its Grid}}, the tuning grids of results/lr_sweep.csv (`lr_sweep`: those of
-      `swept`) and of results/scaling/lr_sweep.csv (`scaling`); `regimes`: {sync regime: its methods};
+      `swept`) and of results/scaling/lr_sweep.csv (`scaling`); `regimes`: {sync regime: its
+      methods};
       `scaling`: the scaling study's methods (`Scaling`);
     - `margin_runs`: {task: the lr sweep's run of the reference that sets its margin}, run at
       `margin_seeds`;
