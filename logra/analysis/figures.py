@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from logra.analysis.report import scale_label, sync_table  # noqa: E402
-from logra.analysis.stability import criterion_text, outcome_text  # noqa: E402
+from logra.analysis.stability import criterion_text, outcome_text, spikes  # noqa: E402
 from logra.common import PHASES, POLICIES, REPORTED_CHANGED_FRACTION, delta_bytes  # noqa: E402
 from logra.files import atomic_path  # noqa: E402
 
@@ -124,57 +124,75 @@ def stability_27b(table: pd.DataFrame, curves: list[str | Path], metrics: list[s
                   criterion: dict, outputs: list[str], planner: pd.DataFrame | None = None,
                   methods: dict | None = None, window: int = 25) -> None:
     """The stability runs against `criterion` (table: `logra.analysis.stability.stability_table`,
-    curves and metrics in its row order), MEASURED, one line per run (no band hiding a seed):
-    the held-out primary metric at each evaluated step, with the training reward's moving
-    average; the realized KL per step with `kl_max`; LoGRA's α (the loop's step scale); the
-    token entropy, the completion tokens per response and the trainer-vs-engine log-prob
-    mismatch per step (moving averages over `window` steps). With `planner`
-    (results/memory/planner.csv) and the config's `methods`: the planner's per-GPU memory by
-    phase at its first model (PREDICTION) and a panel of the runs' measured peaks beside the
-    planner's totals for the same rules at every planner model (PREDICTION)."""
-    fig = plt.figure(figsize=(16, 14.4 if planner is not None else 9.6))
-    grid = fig.add_gridspec(3 if planner is not None else 2, 3)
-    axes = [fig.add_subplot(grid[r, i]) for r in range(2) for i in range(3)]
-    if planner is not None:  # (g) by phase; (h) wider, for its labels
-        axes += [fig.add_subplot(grid[2, 0]), fig.add_subplot(grid[2, 1:])]
+    curves and metrics in its row order), MEASURED, one line per run (no band hiding a seed; a
+    run that is not stable dotted): at each evaluated point (0 = the SFT base) the held-out
+    primary metric (with the training reward's moving average), pass@k, the exact token
+    entropy on the fixed prompts (with each run's collapse bound) and the KL to the base; per
+    step the batch KL (spikes marked), the step scale, the sampled-token entropy, the
+    completion tokens per response and the trainer-vs-engine mismatch (moving averages over
+    `window` steps). With `planner` (results/memory/planner.csv) and the config's `methods`:
+    the planner's per-GPU memory by phase at its first model (PREDICTION) and a panel of the
+    runs' measured peaks beside the planner's totals for the same rules at every planner model
+    (PREDICTION)."""
+    fig = plt.figure(figsize=(16, 19.2 if planner is not None else 14.4))
+    grid = fig.add_gridspec(4 if planner is not None else 3, 3)
+    axes = [fig.add_subplot(grid[r, i]) for r in range(3) for i in range(3)]
+    if planner is not None:  # (j) by phase; (k) wider, for its labels
+        axes += [fig.add_subplot(grid[3, 0]), fig.add_subplot(grid[3, 1:])]
     rules = sorted(set(table["method"]))
     colors = dict(zip(rules, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3))
     metric = table["metric"].iloc[0]
+    fraction = criterion["collapse"]["entropy_fraction"]
     for row, curve, path in zip(table.itertuples(), curves, metrics, strict=True):
         points = json.loads(Path(curve).read_text())["points"]
         m = pd.read_csv(path)
         style = dict(color=colors[row.method], ls="-" if row.stable else ":", lw=1)
-        label = f"{row.method} s{row.seed}" + ("" if row.stable else " (not stable)")
-        axes[0].plot([q["step"] for q in points], [q["accuracy"] for q in points], marker="o",
-                     ms=3, label=label, **style)
+        label = f"{row.method} s{row.seed}" + ("" if row.stable else
+                                                f" (not stable: {row.decided_by})")
+        steps = [q["step"] for q in points]
+        axes[0].plot(steps, [q["accuracy"] for q in points], marker="o", ms=3, label=label,
+                     **style)
         axes[0].plot(m["step"], m["reward_mean"].rolling(window, min_periods=1).mean(),
                      alpha=0.3, **(style | {"lw": 0.6}))
-        axes[1].plot(m["step"], m["kl_real"], alpha=0.7, **(style | {"lw": 0.6}))
-        axes[2].plot(m["step"], m["step_scale"], alpha=0.7, **(style | {"lw": 0.6}))
-        for ax, column in zip(axes[3:6], ("token_entropy", "response_tokens_mean",
+        for ax, value in ((axes[1], lambda q: sum(q["per_problem_pass"].values())
+                           / len(q["per_problem_pass"])),
+                          (axes[2], lambda q: q["entropy"]), (axes[3], lambda q: q["kl_to_base"])):
+            ax.plot(steps, [value(q) for q in points], marker="o", ms=3, **style)
+        axes[2].axhline(fraction * points[0]["entropy"], color=style["color"], ls="--", lw=0.6)
+        spiked, _ = spikes(m["kl_batch"], criterion["spikes"])
+        axes[4].plot(m["step"], m["kl_batch"], alpha=0.7, **(style | {"lw": 0.6}))
+        axes[4].plot(m["step"][spiked], m["kl_batch"][spiked], "x", color=style["color"])
+        axes[5].plot(m["step"], m["step_scale"], alpha=0.7, **(style | {"lw": 0.6}))
+        for ax, column in zip(axes[6:9], ("token_entropy", "response_tokens_mean",
                                           "logp_mismatch_mean")):
-            if column in m:  # runs written before these columns were logged leave it empty
-                ax.plot(m["step"], m[column].rolling(window, min_periods=1).mean(), **style)
-    axes[0].axvline(criterion["from_step"], color="gray", lw=0.6)
+            ax.plot(m["step"], m[column].rolling(window, min_periods=1).mean(), **style)
     axes[0].set(xlabel="GRPO step", ylabel=f"held-out {metric} accuracy (test split)")
     axes[0].set_title("\n".join(textwrap.wrap(
         f"(a) MEASURED: held-out {metric} (markers; faint: training reward, moving avg "
         f"{window}); {scale_label(table)}; "
-        + criterion_text(criterion).format(metric=metric), 70)), fontsize=8)
+        + criterion_text(criterion).format(metric=metric), 80)), fontsize=7)
     axes[0].legend(fontsize=6)
-    axes[1].axhline(criterion["kl_max"], color="red", ls="--", lw=0.8,
-                    label=f"kl_max {criterion['kl_max']:g}")
-    axes[1].set(yscale="log", xlabel="GRPO step", ylabel="realized KL per step (nats)")
-    axes[1].set_title("(b) MEASURED: realized KL(π_old ‖ π_new) on the held-out probe half",
-                      fontsize=8)
-    axes[1].legend(fontsize=6)
-    axes[2].set(xlabel="GRPO step", ylabel="step scale (LoGRA: α; else the schedule's)")
-    axes[2].set_title("\n".join(textwrap.wrap("(c) MEASURED: the applied step scale; outcome: "
+    prompts = criterion["collapse"]["prompts"]
+    for ax, (letter, what, ylabel) in zip(axes[1:4], [
+            ("b", f"pass@k of {metric} (test split)", "pass@k"),
+            ("c", f"exact token entropy of its own samples, {prompts} fixed test prompts "
+                  f"(dashed: {fraction:g} x its base's)", "entropy (nats per token)"),
+            ("d", "exact KL(π ‖ π_SFT base) on the same samples", "KL to base (nats/token)")]):
+        ax.set(xlabel="GRPO step", ylabel=ylabel)
+        ax.set_title("\n".join(textwrap.wrap(f"({letter}) MEASURED at each point: {what}",
+                                               70)), fontsize=8)
+    sp = criterion["spikes"]
+    axes[4].set(yscale="log", xlabel="GRPO step", ylabel="batch KL per step (nats/token)")
+    axes[4].set_title("\n".join(textwrap.wrap(
+        "(e) MEASURED: KL(π_old ‖ π_new) on the whole step batch; x: a spike (> "
+        f"{sp['factor']:g} x the median of the {sp['window']} steps before)", 70)), fontsize=8)
+    axes[5].set(xlabel="GRPO step", ylabel="step scale (LoGRA: α; else the schedule's)")
+    axes[5].set_title("\n".join(textwrap.wrap("(f) MEASURED: the applied step scale; outcome: "
                                                + outcome_text(table), 80)), fontsize=7)
-    for ax, (letter, what) in zip(axes[3:6], [
-            ("d", "token entropy (nats; −mean log π of the sampled completion tokens)"),
-            ("e", "completion tokens per response"),
-            ("f", "|log π_trainer − log π_engine| per completion token")]):
+    for ax, (letter, what) in zip(axes[6:9], [
+            ("g", "token entropy (nats; −mean log π of the sampled completion tokens)"),
+            ("h", "completion tokens per response"),
+            ("i", "|log π_trainer − log π_engine| per completion token")]):
         ax.set(xlabel="GRPO step", ylabel=what.split(" (")[0])
         ax.set_title(f"({letter}) MEASURED: {what}, moving avg {window}", fontsize=8)
     if planner is not None:
@@ -182,16 +200,16 @@ def stability_27b(table: pd.DataFrame, curves: list[str | Path], metrics: list[s
         p = planner[planner["model"] == model].set_index("method")
         phases = [c for c in PHASE_COLUMNS if c in p and p[c].notna().any()]
         (p[phases].rename(columns=lambda c: c.removeprefix("phase_")) / GB).plot.bar(
-            ax=axes[6], rot=30)
-        plt.setp(axes[6].get_xticklabels(), ha="right", fontsize=7)
+            ax=axes[9], rot=30)
+        plt.setp(axes[9].get_xticklabels(), ha="right", fontsize=7)
         gpu = p["gpu_bytes"].iloc[0] / GB
-        axes[6].axhline(gpu, color="red", ls="--", label=f"{gpu:.0f} GB GPU")
-        axes[6].set_ylabel("GB per GPU (PREDICTION)")
-        axes[6].set_title(f"(g) PREDICTION (planner) by phase: {model}, {p['gpus'].iloc[0]} "
+        axes[9].axhline(gpu, color="red", ls="--", label=f"{gpu:.0f} GB GPU")
+        axes[9].set_ylabel("GB per GPU (PREDICTION)")
+        axes[9].set_title(f"(j) PREDICTION (planner) by phase: {model}, {p['gpus'].iloc[0]} "
                           f"GPUs x {gpu:.0f} GB, {p['sharding'].iloc[0]}, "
                           f"{p['policy'].iloc[0]}", fontsize=8)
-        axes[6].legend(fontsize=6)
-        _stability_memory(axes[7], table, planner, methods or {})
+        axes[9].legend(fontsize=6)
+        _stability_memory(axes[10], table, planner, methods or {})
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -199,7 +217,7 @@ def stability_27b(table: pd.DataFrame, curves: list[str | Path], metrics: list[s
 
 
 def _stability_memory(ax, table: pd.DataFrame, planner: pd.DataFrame, methods: dict) -> None:
-    """(h) the stability runs' measured peaks (MiB, mean over seeds) and, for each of their
+    """(k) the stability runs' measured peaks (MiB, mean over seeds) and, for each of their
     rules, the planner's per-GPU total at each planner model (GB, PREDICTION, first planner
     method of that rule), each row naming its unit; the GPU line in the title."""
     measured = table.groupby("method").agg(rule=("rule", "first"),
@@ -221,7 +239,7 @@ def _stability_memory(ax, table: pd.DataFrame, planner: pd.DataFrame, methods: d
     for i, v in enumerate(values):
         ax.text(v, i, f" {v:.3g}", va="center", fontsize=6)
     gpu = planner["gpu_bytes"].iloc[0] / GB
-    ax.set_title(f"(h) memory: the runs' MEASURED peaks (blue, MiB) and the planner's "
+    ax.set_title(f"(k) memory: the runs' MEASURED peaks (blue, MiB) and the planner's "
                  f"PREDICTION\nper GPU for their rules at scale (gray, GB; {gpu:.0f} GB GPUs)",
                  fontsize=8)
 

@@ -817,17 +817,35 @@ def _stability_section(t: pd.DataFrame, criterion: dict, title: str, source: str
                     "Each stability run against the criterion declared in the config "
                     f"(stability.criterion; {figure}): "
                     + criterion_text(criterion).format(metric=metric)
-                    + f". Held-out: {metric} on the test split at step `from` and the last "
-                    "step, the drop between them with its paired 95% interval; `KL over`: "
-                    "the share of steps whose realized KL exceeded kl_max.",
+                    + f". Held-out: {metric} on the test split at the SFT base, the curve's "
+                    "best and the last point; `worst vs base` and `last − best` with their "
+                    "paired 95% intervals; `entropy`: the lowest exact token entropy over the "
+                    "points as a multiple of the base's; `KL to base`: at the last point "
+                    "(nats/token); `spikes`: steps whose batch KL spiked / steps judged; "
+                    "`KL real/pred`: the probe's realized over predicted KL, median over steps "
+                    "(a diagnostic of the controller's calibration, not a clause).",
                     {"method": t["method"], "seed": t["seed"], "steps": t["steps"],
-                     "status": t["status"], "from": _fmt(t["metric_from"]),
-                     "last": _fmt(t["metric_last"]),
-                     "drop [95%]": [f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for d, lo, hi in zip(
-                         t["metric_drop"], t["metric_drop_lo"], t["metric_drop_hi"])],
-                     "KL over": _fmt(t["kl_over_share"], ".0%"),
-                     "max KL": _fmt(t["kl_max_real"], ".2g"),
-                     "stable": t["stable"].map({True: "yes", False: "no"}), "why": t["why"]})
+                     "status": t["status"],
+                     "base → best → last": [f"{a:.3f} → {b:.3f} (step {s}) → {c:.3f}"
+                                            for a, b, s, c in zip(
+                                                t["metric_base"], t["metric_best"],
+                                                t["best_step"], t["metric_last"])],
+                     "worst vs base [95%]": _interval(t, "vs_base_worst"),
+                     "last − best [95%]": _interval(t, "last_vs_best"),
+                     "entropy": _fmt(t["entropy_ratio_min"], ".2f"),
+                     "pass@k last − best": _interval(t, "pass_last_vs_best"),
+                     "KL to base": _fmt(t["kl_to_base_last"], ".3g"),
+                     "spikes": [f"{a}/{b}" for a, b in zip(t["spikes"],
+                                                           t["spike_judged_steps"])],
+                     "KL real/pred": _fmt(t["kl_calibration"], ".2f"),
+                     "stable": t["stable"].map({True: "yes", False: "no"}),
+                     "why": t["why"]})
+
+
+def _interval(t: pd.DataFrame, column: str) -> list[str]:
+    """Column `column` with its `_lo`/`_hi` as "+d [+lo, +hi]" per row."""
+    return [f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for d, lo, hi in zip(
+        t[column], t[f"{column}_lo"], t[f"{column}_hi"])]
 
 
 def _sync(inputs: ReportInputs) -> list[str]:

@@ -497,20 +497,20 @@ def _check_references(config: dict) -> None:
 
 
 def _check_stability(config: dict) -> None:
-    """Every stability run has a held-out point at the criterion's from_step before its last
-    step: a snapshot there (grpo.snapshot_every divides it)."""
+    """Every stability run has a held-out point between its base and its last step: a
+    snapshot (grpo.snapshot_every below its steps), where the criterion finds the curve's best
+    and checks the entropy."""
     st = config.get("stability")
     if not st:
         return
-    frm = st["criterion"]["from_step"]
     names = {*st["methods"], *st.get("opt_in_methods", []),
              *([st["controller_ablation"]["method"]] if st.get("controller_ablation") else [])}
     for name in sorted(names & set(config["methods"])):  # the plan names an undefined one
         g = method_grpo(config, name)
-        if not g["snapshot_every"] or frm % g["snapshot_every"] or frm >= g["steps"]:
+        if not g["snapshot_every"] or g["snapshot_every"] >= g["steps"]:
             raise ConfigError(
-                f"stability.criterion.from_step: {frm} is not a snapshot of {name!r} before its "
-                f"last step (its grpo.snapshot_every {g['snapshot_every']}, steps {g['steps']})")
+                f"methods.{name}.grpo.snapshot_every: {g['snapshot_every']}, but a stability "
+                f"run needs a snapshot before its last step (steps {g['steps']})")
 
 
 def _check_scaling(config: dict, fit_rules: bool = True) -> None:
@@ -617,14 +617,15 @@ def _check_task_data(config: dict, name: str, task, sweep: dict) -> None:
     from local files; a fraction of a second for thousands): a synthetic task has the distinct
     questions data.n_train + data.n_test (+ lr_sweep.n_val) need, and on the tiny model, whose
     tokens are characters, grpo.max_new_tokens and eval.max_gen_toks each hold at least half
-    of the train split's targets (with <eos>): else no completion could reach the answer."""
+    of the train split's targets (with <eos>): else no completion could reach the answer. The
+    stability task's test split holds the collapse clause's prompts."""
     data = config.get("data") or {}
     local = isinstance(task, HubTask) and all(task.paths.values())
     if not (isinstance(task, SyntheticTask) or local) or data.get("n_train") is None:
         return
     n_val = sweep.get("n_val", 0) if name in sweep.get("tasks", []) else 0
     try:
-        train = task.splits(data["seed"], data["n_train"], data["n_test"], n_val)["train"]
+        splits = task.splits(data["seed"], data["n_train"], data["n_test"], n_val)
     except OSError as e:  # a local file that is missing or unreadable
         raise ConfigError(f"tasks.{name}.options: {e}") from None
     except ValueError as e:
@@ -634,6 +635,11 @@ def _check_task_data(config: dict, name: str, task, sweep: dict) -> None:
             f"data.n_train: task {name!r} cannot fill data.n_train {data['n_train']} + "
             f"data.n_test {data['n_test']}{f' + lr_sweep.n_val {n_val}' if n_val else ''}"
             f" distinct questions ({e}); lower them, or widen tasks.{name}.options") from None
+    st, train = config.get("stability") or {}, splits["train"]
+    prompts = st.get("criterion", {}).get("collapse", {}).get("prompts", 0)
+    if st.get("task") == name and len(splits["test"]) < prompts:
+        raise ConfigError(f"stability.criterion.collapse.prompts: {prompts}, but task {name!r}'s "
+                          f"test split has {len(splits['test'])} problems")
     if config["model"]["name"] != "tiny" or not train:
         return
     lengths = sorted(len(task.target(e)) + 1 for e in train)

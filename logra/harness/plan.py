@@ -393,42 +393,65 @@ def stability_runs(config: dict, opt_in: bool = False) -> list[str]:
 
 
 def controller_cells(config: dict) -> list[tuple[str, bool, float]]:
-    """`stability.controller_ablation`'s cells as (method name, controller on, scale): its
+    """`stability.controller_ablation`'s cells as (method name, controller on, factor): its
     method with its rule's `controller` on and off at each of `scales` times its step size,
-    named `<method>_x<s>` and `<method>_nocontrol_x<s>` (on at scale 1: the method itself);
-    the controller on first, by scale."""
+    on the stability task. Off, the step size is the rule's step-size option (LoGRA's
+    update_ratio) times the scale, named `<method>_nocontrol_x<scale>`. On, the controller
+    absorbs that option (it sets the step's predicted KL to the budget), so the cell moves
+    what it does not absorb, its tuning option (LoGRA's KL budget), by scale^tuning_power (the
+    same steps: x1, x4, x16 for 1, 2, 4), named `<method>_budget_x<factor>` (the method itself
+    at 1); the controller on first."""
     ablation = (config.get("stability") or {}).get("controller_ablation")
     if not ablation:
         return []
     method = ablation["method"]
-    return [(method if on and scale == 1 else
-             f"{method}{'' if on else '_nocontrol'}_x{_point_name(float(scale))}", on, scale)
-            for on in (True, False) for scale in ablation["scales"]]
+    m = config["methods"].get(method)
+    if m is None:
+        raise ConfigError(f"stability.controller_ablation.method: {method!r} is not defined "
+                          f"under methods (defined: {sorted(config['methods'])})")
+    cls = rules.rule_class(m["rule"])
+    if "controller" not in inspect.signature(cls).parameters:
+        raise ConfigError(f"stability.controller_ablation.method: {method!r}'s rule "
+                          f"{m['rule']!r} has no `controller` option to switch off")
+    power = cls.tuning_power({**m.get("options", {}), "controller": True})
+    cells = []
+    for on in (True, False):
+        for scale in ablation["scales"]:
+            factor = _round(float(scale) ** power) if on else float(scale)
+            cells.append((method if on and factor == 1 else
+                          f"{method}_{'budget' if on else 'nocontrol'}_x{_point_name(factor)}",
+                          on, factor))
+    return cells
 
 
 def add_controller_ablation_methods(config: dict) -> list[str]:
     """Define the controller ablation's cells (`controller_cells`) in config["methods"], each
-    a copy of its method at that multiple of its step size (`lr_scaled`) with `controller` set;
-    returns their names."""
+    a copy of its method with `controller` set and, on the stability task, its tuning option
+    (controller on: `rules.tuned`, LoGRA's budget) or its step size (off: `lr_scaled`) times
+    the cell's factor; returns their names."""
     cells = controller_cells(config)
     if not cells:
         return []
     method = config["stability"]["controller_ablation"]["method"]
-    if method not in config["methods"]:
-        raise ConfigError(f"stability.controller_ablation.method: {method!r} is not defined "
-                          f"under methods (defined: {sorted(config['methods'])})")
+    task = config["stability"]["task"]
     base = config["methods"][method]
-    if "controller" not in inspect.signature(rules.rule_class(base["rule"])).parameters:
-        raise ConfigError(f"stability.controller_ablation.method: {method!r}'s rule "
-                          f"{base['rule']!r} has no `controller` option to switch off")
-    for name, on, scale in cells:
+    cls = rules.rule_class(base["rule"])
+    for name, on, factor in cells:
         if name == method:
             continue
         if name in config["methods"]:
             raise ConfigError(f"stability.controller_ablation: the run name {name!r} is "
                               "already a method")
-        config["methods"][name] = lr_scaled(base, scale)
-        config["methods"][name]["options"]["controller"] = on
+        if on:
+            here = task_options({**base.get("options", {}), "controller": True}, task)
+            option = cls.tuning_option(here)
+            value = rules.step_size(cls, here) if option == cls.step_size_option else (
+                here.get(option, inspect.signature(cls).parameters[option].default))
+            config["methods"][name] = {**copy.deepcopy(base),
+                                       "options": cls.tuned(here, _round(value * factor))}
+        else:
+            config["methods"][name] = lr_scaled(base, factor)
+            config["methods"][name]["options"]["controller"] = False
     return [name for name, _, _ in cells]
 
 

@@ -70,6 +70,17 @@ class ProbeBase:
         return tuple(ProbeBase(h, self.weight, self.bias, self.temperature, self.chunk_tokens)
                      for h in (self.hidden[:n], self.hidden[n:]))
 
+    def entropy_sum(self) -> float:
+        """Σ over the kept tokens of the exact entropy of π's next-token distribution at the
+        temperature, −Σ_v p·log p over the whole vocabulary (float64 sums, `chunk_tokens`
+        tokens at a time)."""
+        total = 0.0
+        for i in range(0, self.hidden.shape[0], self.chunk_tokens):
+            logp = _logprobs(self.hidden[i:i + self.chunk_tokens], self.weight, self.bias,
+                             self.temperature)
+            total -= (logp.exp() * logp).sum().double().item()
+        return total
+
 
 def split_probe(probe: tuple) -> tuple[tuple, tuple]:
     """(prediction half, held-out half) of a probe (ids, attn, mask), by sequences."""

@@ -27,7 +27,8 @@ completion tokens, the engine's log-probs returned with its samples, the trainer
 update's own forward (the old log-probs; no extra pass). `token_entropy`: −mean log π_trainer
 over the same tokens, sampled from the policy itself (an estimate of its per-token entropy;
 logra/rl/step.py `accumulate_gradients`); `response_tokens_mean`: completion tokens per
-response.
+response; `kl_batch`: KL(π_old ‖ π_new) per completion token over the whole step batch (one
+forward after the update; logra/rl/step.py `batch_kl`), where `kl_real` is the probe's.
 
 One update per rollout batch (TRL's default `num_iterations=1`): the old log-probs are the
 current ones detached, so the importance ratio is exactly 1 and clipping is inactive, as in
@@ -92,7 +93,7 @@ from logra.rl.loss import estimator
 from logra.rl.models import load, median_abs_weight, n_params
 from logra.rl.rollout import EngineError, make_engine
 from logra.rl.settings import Grpo, RunSettings
-from logra.rl.step import cap_cuda_memory, compute_context, cuda_oom, update_step
+from logra.rl.step import batch_kl, cap_cuda_memory, compute_context, cuda_oom, update_step
 from logra.rl.tasks import get_task, read_jsonl
 from logra.rl.weight_sync import EngineSync, payload_bytes
 
@@ -104,7 +105,7 @@ METRIC_COLUMNS = ["step", "reward_mean", "reward_std", "loss", "kl_pred", "kl_re
                   "step_scale", "grad_norm", "step_time_s", "sync_bytes", "peak_mem_bytes",
                   "sync_drift", *SYNC_METRICS[1:], "logp_mismatch_mean", "logp_mismatch_max",
                   "logp_mismatch_signed", "kl_budget", "mismatch_ema", "control_seconds",
-                  "token_entropy", "response_tokens_mean"]
+                  "token_entropy", "response_tokens_mean", "kl_batch"]
 
 
 def pad_batch(rollouts, pad_id: int):
@@ -310,10 +311,13 @@ def sample(run: Run, engine, step: int, progress: Progress) -> Batch:
 
 def update(run: Run, batch: Batch, step: int, progress: Progress) -> tuple:
     """The step's update (logra.rl.step.update_step), measured by the MemoryMeter on the
-    profiled steps (the report kept in `progress`): (loss, η, predicted KL, realized KL,
-    mismatch metrics). Raises FloatingPointError (a control's prediction was not finite) and
+    profiled steps (the report kept in `progress`), then the batch KL of what it changed
+    (logra.rl.step.batch_kl, one forward outside the measured window): (loss, η, predicted KL,
+    realized KL, mismatch metrics and "kl_batch"). Raises FloatingPointError (a control's prediction was not finite) and
     torch.OutOfMemoryError."""
     grpo, rule = run.grpo, run.rule
+    ids, attn, mask, _ = batch.tensors
+    old_logp = torch.zeros(ids.shape[0], ids.shape[1] - 1, device=ids.device)
     meter = (MemoryMeter(run.device, labels={"optimizer": rule.state_tensors(),
                                              "grads": rule.grad_buffers(),
                                              "weights": [*run.model.parameters(), *(
@@ -326,10 +330,12 @@ def update(run: Run, batch: Batch, step: int, progress: Progress) -> tuple:
             max_scale=scheduled_scale(step, grpo),
             phase=getattr(meter, "phase", None), engine_logp=batch.engine_logp,
             completed=batch.completed, cosine=step == grpo.cosine_step,
-            estimator=run.estimator)
+            estimator=run.estimator, old_logp=old_logp)
     if step in run.profiled:
         progress.memory[step] = meter.report
-        progress.memory_seq_len[step] = batch.tensors[0].shape[1]
+        progress.memory_seq_len[step] = ids.shape[1]
+    with run.autocast:  # after the measured window: a diagnostic, not part of the update
+        out[4]["kl_batch"] = batch_kl(run.model, ids, attn, mask, old_logp, grpo)
     return out
 
 
@@ -582,6 +588,7 @@ def summarise(run: Run, progress: Progress, end: dict, syncer: EngineSync, model
     metrics, ckpt = progress.metrics, run.ckpt_path
     timed = [m for m in metrics if m["step"] not in (1, grpo.profile_step)]  # unprofiled
     kl_real = [m["kl_real"] for m in metrics]
+    kl_batch = [m["kl_batch"] for m in metrics if "kl_batch" in m]  # older checkpoints lack it
     control = rule.control or run.kl_control
     return {
         "status": end["status"], "diverged_at_step": end["diverged_at_step"],
@@ -620,8 +627,11 @@ def summarise(run: Run, progress: Progress, end: dict, syncer: EngineSync, model
         # the policy's per-token entropy on its own samples, mean over the steps (an estimate:
         # logra/rl/step.py `accumulate_gradients`)
         "token_entropy_mean": _mean(m["token_entropy"] for m in metrics),
+        # per step: on the probe's held-out half (kl_real), on the whole batch (kl_batch)
         "kl": {"median_real": statistics.median(kl_real) if kl_real else None,
                "max_real": max(kl_real, default=None),
+               "median_batch": statistics.median(kl_batch) if kl_batch else None,
+               "max_batch": max(kl_batch, default=None),
                "calibration": kl_calibration(metrics)},
         # the step's control (the rule's own, else the config's kl_control): the share of steps
         # at its cap (LoGRA: alpha_max) and its mean seconds per step

@@ -23,7 +23,7 @@ CONTROL_METRICS = ("kl_budget", "mismatch_ema", "control_seconds", "step_at_cap"
 
 def update_step(model, ref_model, rule, kl_control, batch, probe, grpo: Grpo,
                 max_scale: float = 1.0, phase=None, engine_logp=None, completed=None,
-                cosine: bool = False, estimator=None) -> tuple:
+                cosine: bool = False, estimator=None, old_logp=None) -> tuple:
     """One update: gradients, propose, (KL-controlled) apply, realized KL on the probe.
 
     The step's control is the rule's own (`rule.control`, LoGRA's budget) or `kl_control` (the
@@ -39,7 +39,7 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, grpo: Grpo,
     mismatch's). `cosine`: also "update_cosine", the cosine between the applied step and the
     batch's negative dense gradient over every trained weight (`rule.dense_gradients`; nan
     where the rule cannot keep it), a diagnostic that copies the weights and gradients once.
-    `estimator`: the loss's (`accumulate_gradients`)."""
+    `estimator` and `old_logp`: `accumulate_gradients`'."""
     phase = phase or (lambda name: None)
     control = rule.control or kl_control
     fit, held_out = split_probe(probe)
@@ -50,7 +50,7 @@ def update_step(model, ref_model, rule, kl_control, batch, probe, grpo: Grpo,
     with diagnose or contextlib.nullcontext():
         loss, mismatch = accumulate_gradients(model, ref_model, *batch, grpo,
                                               engine_logp=engine_logp, completed=completed,
-                                              estimator=estimator)
+                                              estimator=estimator, old_logp=old_logp)
         dense = ({n: p.grad.detach().clone() for n, p in rule.named if p.grad is not None}
                  if diagnose else {})
         before = {n: p.detach().clone() for n, p in rule.named} if dense else {}
@@ -101,8 +101,16 @@ def update_cosine(named, before: dict, dense: dict) -> float:
     return dot / math.sqrt(dd * gg) if dd > 0 and gg > 0 else math.nan
 
 
+def rank_chunks(n: int, grpo: Grpo) -> list[slice]:
+    """This rank's micro-batches of a batch of `n` sequences: under FSDP rank r takes the r-th
+    micro-batch of each global one of micro_batch_size x world sequences."""
+    mb, rank, world = grpo.micro_batch_size, collectives.rank(), collectives.world_size()
+    return [slice(i + rank * mb, i + (rank + 1) * mb) for i in range(0, n, mb * world)]
+
+
 def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo: Grpo,
-                         engine_logp=None, completed=None, estimator=None) -> tuple[float, dict]:
+                         engine_logp=None, completed=None, estimator=None,
+                         old_logp=None) -> tuple[float, dict]:
     """Forward/backward over micro-batches; gradients accumulate (or are consumed by the
     update rule's hooks). The loss is the `estimator`'s (default: the one grpo.estimator
     names, `logra.rl.loss.estimator`): GRPO's, or the authors' REINFORCE, its importance
@@ -117,20 +125,20 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo: Grpo,
     −mean log π_trainer over every completion token: the rollouts sample at the loss's
     temperature with no top-k or top-p, so each token's −log π has, given its prefix, the
     sampling policy's entropy there as its expectation (a one-sample estimate; no pass over
-    the vocabulary)."""
+    the vocabulary). `old_logp` (B, T-1), if given, receives this rank's rows of the
+    trainer's log-probs (`batch_kl`'s π_old)."""
     estimator = estimator or choose_estimator(grpo)
-    n, mb = ids.shape[0], grpo.micro_batch_size
+    n, world = ids.shape[0], collectives.world_size()
     normalizer = mask.sum().clamp(min=1) if grpo.aggregation == "dapo" else n
-    # FSDP: rank r takes the r-th micro-batch of each global one of mb x world sequences
-    rank, world = collectives.rank(), collectives.world_size()
-    chunks = [slice(i + rank * mb, i + (rank + 1) * mb) for i in range(0, n, mb * world)]
     total = 0.0
     # sum, tokens, max of |Δ|; sum and tokens of the signed engine − trainer on completed ones;
     # sum of −log π and tokens over every completion token
     gap = torch.zeros(7, dtype=torch.float64, device=ids.device)
-    for c in chunks:
+    for c in rank_chunks(n, grpo):
         logp = token_logprobs(model, ids[c], attn[c], grpo.temperature, grpo.chunk_tokens)
         trainer = logp.detach().double()
+        if old_logp is not None:
+            old_logp[c] = logp.detach()
         gap[5] -= trainer[mask[c].bool()].sum()
         gap[6] += mask[c].sum()
         if engine_logp is not None:
@@ -166,6 +174,26 @@ def accumulate_gradients(model, ref_model, ids, attn, mask, adv, grpo: Grpo,
         if summed[3] > 0:
             mismatch["logp_mismatch_signed"] = (summed[2] / summed[3]).item()
     return loss, mismatch
+
+
+def batch_kl(model, ids, attn, mask, old_logp, grpo: Grpo) -> float:
+    """KL(π_old ‖ π_new) per completion token over the whole step batch, after the update: the
+    mean over the batch's sampled completion tokens of k3 = exp(d) − d − 1, d = log π_new −
+    log π_old (logra.rl.loss.kl_k3), π_old's log-probs from the update's own forward
+    (`old_logp`, `accumulate_gradients`), π_new's from one forward without gradients here. k3 is
+    an unbiased, non-negative estimate of the KL where the tokens are samples of π_old: the
+    rollouts are the engine's samples, π_old itself under a lossless sync (as far as the
+    trainer-vs-engine mismatch, logged beside it, says otherwise). Per-token log-probs only:
+    nothing of (tokens x vocabulary) is kept across the update."""
+    sums = torch.zeros(2, dtype=torch.float64, device=ids.device)
+    with torch.no_grad():
+        for c in rank_chunks(ids.shape[0], grpo):
+            new = token_logprobs(model, ids[c], attn[c], grpo.temperature, grpo.chunk_tokens)
+            keep = mask[c].bool()
+            sums += torch.stack([kl_k3(old_logp[c].double(), new.double())[keep].sum(),
+                                 keep.sum().double()])
+    total, tokens = collectives.all_reduce(sums).tolist()
+    return total / tokens if tokens else math.nan
 
 
 def compute_context(device: torch.device, dtype: torch.dtype):

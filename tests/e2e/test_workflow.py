@@ -351,13 +351,18 @@ def test_smoke_run_end_to_end(smoke_run):
     # each judged by the criterion on its held-out curve at the base, the snapshot and the end
     stability = pd.read_csv(tmp_path / "results/stability.csv")
     assert list(stability["seed"]) == [0, 1] and (stability["last_step"] == 3).all()
-    assert stability["stable"].dtype == bool and stability["metric_from"].between(0, 1).all()
+    assert stability["stable"].dtype == bool and stability["metric_base"].between(0, 1).all()
+    assert (stability["spike_judged_steps"] == 2).all()  # steps 2 and 3 (min_history 1)
+    assert stability["decided_by"].notna().all()
     for seed in (0, 1):
         run = tmp_path / f"results/runs/arithmetic/dense_adam/seed{seed}"
         assert [p.name for p in (run / "snapshots").iterdir()] == ["step2"]
         curve = json.loads((tmp_path / f"results/stability/arithmetic/dense_adam/seed{seed}.json")
                            .read_text())
-        assert [p["step"] for p in curve["points"]] == [0, 2, 3]
+        assert [p["step"] for p in curve["points"]] == [0, 2, 3] and curve["prompts"] == 6
+        # the drift at each point: the base against itself 0, every point's entropy exact
+        assert curve["points"][0]["kl_to_base"] == pytest.approx(0, abs=1e-9)
+        assert all(p["entropy"] > 0 and p["tokens"] > 0 for p in curve["points"])
         assert curve["points"][-1]["model_dir"] == str(run.relative_to(tmp_path) / "model")
 
     # the lr sweep on the same results: its own runs (named by lr), on the validation split

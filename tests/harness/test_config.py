@@ -197,9 +197,12 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"methods.dense_adam.grpo.param_dtype: 'bf16' is not one of \['float32', 'bfloat16'\]"),
     (lambda c: c["methods"]["logra"].update(grpo={"decay_final": 5}),
      r"methods.logra.grpo.decay_final: 5 is greater than the maximum of 1"),
-    (lambda c: c["stability"]["criterion"].update(from_step=3),
-     r"stability.criterion.from_step: 3 is not a snapshot of 'dense_adam' before its last "
-     r"step \(its grpo.snapshot_every 2, steps 3\)"),
+    (lambda c: c["stability"]["criterion"]["collapse"].update(prompts=7),
+     r"stability.criterion.collapse.prompts: 7, but task 'arithmetic''s test split has 6 "
+     r"problems"),
+    (lambda c: c["methods"]["dense_adam"]["grpo"].update(snapshot_every=3),
+     r"methods.dense_adam.grpo.snapshot_every: 3, but a stability run needs a snapshot before "
+     r"its last step \(steps 3\)"),
     (lambda c: c["stability"].pop("criterion"),
      r"stability.criterion is required and no file sets it"),
     # a misspelt task in a per-task map would be dropped silently, its task keeping another value
@@ -497,27 +500,37 @@ def test_sync_regimes_scale_every_lr_of_their_methods(tmp_path):
 
 
 def test_the_controller_ablation_switches_the_controller_at_each_step_size():
-    """{controller on, off} x scales: copies of the method at each multiple of its step size
-    (LoGRA's update_ratio, per task too) with `controller` set, every other option its own; on
-    at scale 1 is the method itself; each cell runs on the stability task over opt_in_seeds; a
-    rule without a controller is refused."""
+    """{controller on, off} x scales of the step: off, copies of the method with its step size
+    (LoGRA's update_ratio, per task too) times the scale; on, with the KL budget on the
+    stability task times the scale squared (what the controller does not absorb; the method
+    itself at 1), its final budget in proportion; every other option its own; each cell runs
+    on the stability task over opt_in_seeds; a rule without a controller is refused."""
     from logra.harness.plan import add_controller_ablation_methods, controller_runs
     config = validate_file(ROOT / "config/config.yaml")
     base = copy.deepcopy(config["methods"]["logra_stable_short"])
     names = add_controller_ablation_methods(config)
-    assert names == ["logra_stable_short", "logra_stable_short_x2", "logra_stable_short_x4",
-                     "logra_stable_short_nocontrol_x1", "logra_stable_short_nocontrol_x2",
-                     "logra_stable_short_nocontrol_x4"]
-    for name, on, scale in zip(names[1:], [True, True, False, False, False], [2, 4, 1, 2, 4]):
+    assert names == ["logra_stable_short", "logra_stable_short_budget_x4",
+                     "logra_stable_short_budget_x16", "logra_stable_short_nocontrol_x1",
+                     "logra_stable_short_nocontrol_x2", "logra_stable_short_nocontrol_x4"]
+    task, own = config["stability"]["task"], base["options"]
+    for name, factor in zip(names[1:3], [4, 16]):
         options = config["methods"][name]["options"]
-        assert options["controller"] is on
+        assert options["controller"] is True
+        assert options["kl_budget"] == pytest.approx(own["kl_budget"][task] * factor)
+        assert options["kl_budget_final"] == pytest.approx(own["kl_budget_final"][task] * factor)
+        mine = ("kl_budget", "update_", "controller")
+        assert {k: v for k, v in options.items() if not k.startswith(mine)} \
+            == {k: v for k, v in own.items() if not k.startswith(mine)}
+    for name, scale in zip(names[3:], [1, 2, 4]):
+        options = config["methods"][name]["options"]
+        assert options["controller"] is False
         assert options["update_ratio"] == {t: pytest.approx(v * scale) for t, v in
-                                           base["options"]["update_ratio"].items()}
+                                           own["update_ratio"].items()}
         assert {k: v for k, v in options.items() if k not in ("controller", "update_ratio")} \
-            == {k: v for k, v in base["options"].items() if k != "update_ratio"}
+            == {k: v for k, v in own.items() if k != "update_ratio"}
     assert controller_runs(config)[:4] == [
         "countdown/logra_stable_short/seed0", "countdown/logra_stable_short/seed1",
-        "countdown/logra_stable_short/seed2", "countdown/logra_stable_short_x2/seed0"]
+        "countdown/logra_stable_short/seed2", "countdown/logra_stable_short_budget_x4/seed0"]
     assert len(controller_runs(config)) == 18
     config = validate_file(ROOT / "config/config.yaml")
     config["stability"]["controller_ablation"]["method"] = "dense_adam_stable"
@@ -650,6 +663,7 @@ def test_a_derived_run_is_checked_like_a_written_one(tmp_path):
     assert plan.derived["logra_frac_s2"] == "scaling.sizes.s2"
     assert plan.derived["dense_adam_lr0p0001"] == "lr_sweep.anchors.dense_adam"
     assert plan.derived["logra_stable_short_nocontrol_x2"] == "stability.controller_ablation"
+    assert plan.derived["logra_stable_short_budget_x16"] == "stability.controller_ablation"
 
 
 @pytest.mark.parametrize("source, message", [

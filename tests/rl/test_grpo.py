@@ -198,3 +198,61 @@ def test_loss_memory_grows_with_the_chunk_not_with_the_batch():
     assert large - small < 0.1 * whole, (small, large, whole)
     # one chunk-sized float32 tensor (48 tokens more per chunk), and transients of its size
     assert 0.5 * 48 * row <= wider - large <= 2.2 * 48 * row, (large, wider)
+
+
+def test_batch_kl_is_the_k3_mean_over_the_batch_tokens_computed_directly():
+    """accumulate_gradients hands the trainer's log-probs to `old_logp` (every row, over its
+    micro-batches); after an update, batch_kl is the mean over the batch's completion tokens of
+    k3(log π_old, log π_new), each side from a textbook full-logits forward."""
+    from logra.harness.config import grpo_settings
+    from logra.rl.step import accumulate_gradients, batch_kl
+    g = grpo_settings({"micro_batch_size": 2, "temperature": 0.7})
+    model = _tiny()
+    ids, attn, mask = _batch(model.config.vocab_size, rows=6)
+    with torch.no_grad():
+        before = _textbook_logprobs(model, ids, attn, 0.7)
+    old = torch.full_like(before, math.nan)
+    accumulate_gradients(model, None, ids, attn, mask, torch.linspace(-1, 1, 6), g, old_logp=old)
+    torch.testing.assert_close(old, before, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+        d = (_textbook_logprobs(model, ids, attn, 0.7) - before).double()
+    direct = (d.exp() - d - 1)[mask.bool()].mean().item()
+    assert direct > 1e-4  # the update moved the policy
+    assert batch_kl(model, ids, attn, mask, old, g) == pytest.approx(direct, rel=1e-4)
+
+
+def test_policy_drift_is_the_exact_entropy_and_kl_summed_over_the_vocabulary(tiny_dir):
+    """policy_drift's entropy and KL to the base equal −Σ p log p and Σ p (log p − log q) over
+    the whole vocabulary, summed directly from full logits along the same seeded samples; the
+    base against itself drifts by 0."""
+    from logra.rl.drift import policy_drift
+    from logra.rl.loop import pad_batch
+    from logra.rl.models import load
+    from logra.rl.rollout import generate_rollouts
+    base, tok = load(tiny_dir)
+    model, _ = load(tiny_dir)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    prompts = ["Q: 1 2 -> 3\nA: ", "Q: 9 -> 9\nA: ", "Q: 4 4 4 -> 12\nA: "]
+    got = policy_drift(model, base, tok, prompts, temperature=0.7, max_new_tokens=6, seed=3,
+                       batch_size=2)
+    entropy = kl = tokens = 0.0
+    for i in (0, 2):  # the same batches, the same seed
+        ids, attn, mask, _ = pad_batch(generate_rollouts(model, tok, prompts[i:i + 2], 1, 6, 0.7,
+                                                         3), tok.pad_token_id)
+        with torch.no_grad():
+            pos = (attn.long().cumsum(-1) - 1).clamp(min=0)
+            logp, logq = (torch.log_softmax(m(input_ids=ids, attention_mask=attn,
+                                                 position_ids=pos).logits[:, :-1].double() / 0.7,
+                                               -1)[mask.bool()] for m in (model, base))
+        entropy -= (logp.exp() * logp).sum().item()
+        kl += (logp.exp() * (logp - logq)).sum().item()
+        tokens += int(mask.sum())
+    assert got["tokens"] == tokens > 0
+    assert got["entropy"] == pytest.approx(entropy / tokens, rel=1e-4)
+    assert got["kl_to_base"] == pytest.approx(kl / tokens, rel=1e-3) and kl > 0
+    same = policy_drift(base, base, tok, prompts, temperature=0.7, max_new_tokens=6, seed=3)
+    assert same["kl_to_base"] == pytest.approx(0, abs=1e-9) and same["entropy"] > 0

@@ -1,7 +1,8 @@
 # The stability runs (stability.methods; `snakemake stability`: opt_in_methods and the
-# controller ablation over opt_in_seeds): each run's held-out curve on its snapshots, the
-# criterion declared in stability.criterion applied to every run (logra/analysis/stability.py),
-# the figures. Test evaluations: they wait for the analysis plan, as eval_run does.
+# controller ablation over opt_in_seeds): each run's held-out curve and drift (exact entropy, KL
+# to its base) on its snapshots, the criterion declared in stability.criterion applied to every
+# run (logra/analysis/stability.py), the figures. Test evaluations: they wait for the analysis
+# plan, as eval_run does.
 STABILITY_SETS = {"stability": "long", "stability_seeds": "stability_seeds",  # {table: its runs
                   "stability_controller": "controller"}  # in PLAN.runs}
 
@@ -10,12 +11,14 @@ rule stability_eval:
     input:
         unpack(lambda w: {"run": f"results/runs/{w.task}/{w.method}/seed{w.seed}/summary.json",
                           "lmeval": f"results/data/{w.task}/lmeval",
+                          "test": f"results/data/{w.task}/test.jsonl",
                           "plan": "results/analysis_plan.json"} | base_input(w)),
     output:
         "results/stability/{task}/{method}/seed{seed}.json",
     params:
         eval=PLAN.primary_eval,
         base=lambda wildcards, input: PLAN.start_model() or input.base,
+        prompts=config.get("stability", {}).get("criterion", {}).get("collapse", {}).get("prompts"),
     threads: config["threads"]
     resources:
         **stage_resources("eval"),
