@@ -221,34 +221,53 @@ def apply_tuned(config: dict, sources: dict) -> None:
     lr sweep wrote it, logra.analysis.tuning.tuned_file): per task and method, the chosen point
     of its knob through its rule's `tuned` (LoGRA's update_ratio and final budget follow), each
     option it changes given that value for that task (a per-task map; the value it had is the
-    map's `default` where it had one value). A choice made for another knob, an unknown task or
-    method, stops the config."""
+    map's `default` where it had one value). A method whose `tuned_as` names it (a variant:
+    an ablation, a longer run) takes the same values. A choice made for another knob, an
+    unknown task or method, or a variant that names an undefined method, one of another rule,
+    or is itself chosen, stops the config."""
+    methods = config["methods"]
+    for name, m in methods.items():
+        leader = m.get("tuned_as")
+        if leader is None:
+            continue
+        if leader not in methods or methods[leader].get("tuned_as"):
+            raise ConfigError(f"methods.{name}.tuned_as: {leader!r} is not a method whose choice "
+                              f"it can take (defined without tuned_as: "
+                              f"{sorted(k for k, v in methods.items() if 'tuned_as' not in v)})")
+        if methods[leader]["rule"] != m["rule"]:
+            raise ConfigError(f"methods.{name}.tuned_as: {leader!r} runs rule "
+                              f"{methods[leader]['rule']!r}, {name!r} runs {m['rule']!r}")
     for task, chosen in config.get("tuned", {}).items():
         if task not in config["tasks"]:
             raise ConfigError(f"tuned.{task}: not a task of this config (tasks: "
                               f"{sorted(config['tasks'])})")
         for name, entry in chosen.items():
-            if name not in config["methods"]:
+            if name not in methods:
                 raise ConfigError(f"tuned.{task}.{name}: not defined under methods (defined: "
-                                  f"{sorted(config['methods'])})")
-            method = config["methods"][name]
+                                  f"{sorted(methods)})")
+            if methods[name].get("tuned_as"):
+                raise ConfigError(f"tuned.{task}.{name}: the method takes "
+                                  f"{methods[name]['tuned_as']!r}'s choice (its tuned_as)")
+            method = methods[name]
             cls = rules.rule_class(method["rule"])
-            options, defaults = method.get("options", {}), inspect.signature(cls).parameters
-            here = task_options(options, task)
+            defaults = inspect.signature(cls).parameters
+            here = task_options(method.get("options", {}), task)
             if cls.tuning_option(here) != entry["option"]:
                 raise ConfigError(f"tuned.{task}.{name}.option: {entry['option']!r}, but the "
                                   f"method's knob is {cls.tuning_option(here)!r}: the choice was "
                                   "made for another setting of it; rerun the lr sweep")
-            new = dict(options)
-            for option, value in cls.tuned(here, entry["value"]).items():
-                if option in here and here[option] == value:
-                    continue
-                old = options.get(option, defaults[option].default)
-                new[option] = {**(old if isinstance(old, dict) else {"default": old}),
-                               task: value}
-                sources[("methods", name, "options", option, task)] = _source(
-                    sources, ("tuned", task, name))
-            method["options"] = new
+            changed = {option: value for option, value in cls.tuned(here, entry["value"]).items()
+                       if option not in here or here[option] != value}
+            for target in [name, *(k for k, v in methods.items() if v.get("tuned_as") == name)]:
+                options = methods[target].get("options", {})
+                new = dict(options)
+                for option, value in changed.items():
+                    old = options.get(option, defaults[option].default)
+                    new[option] = {**(old if isinstance(old, dict) else {"default": old}),
+                                   task: value}
+                    sources[("methods", target, "options", option, task)] = _source(
+                        sources, ("tuned", task, name))
+                methods[target]["options"] = new
 
 
 def _number_hint(value) -> str:

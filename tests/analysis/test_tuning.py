@@ -163,6 +163,17 @@ def test_the_tuned_file_holds_each_choice_and_its_scores_and_the_config_adopts_i
     was = before["methods"]["logra"]["options"]
     assert logra["update_ratio"]["countdown"] == pytest.approx(
         was["update_ratio"]["countdown"] * (8e-4 / was["kl_budget"]["countdown"]) ** 0.5)
+    # a variant (tuned_as) takes its method's choice, its own options kept
+    for variant in ("logra_stable", "logra_nocontrol", "logra_r21"):
+        options = after["methods"][variant]["options"]
+        assert {k: options[k]["countdown"] for k in ("kl_budget", "kl_budget_final",
+                                                     "update_ratio")} \
+            == {k: logra[k]["countdown"] for k in ("kl_budget", "kl_budget_final",
+                                                   "update_ratio")}
+        assert {k: v for k, v in options.items() if not isinstance(v, dict)} == {
+            k: v for k, v in before["methods"][variant]["options"].items()
+            if not isinstance(v, dict)}
+    assert after["methods"]["dense_adam_stable"]["options"]["lr"]["countdown"] == 1e-4
     for options, old in ((dense, before["methods"]["dense_adam"]["options"]), (logra, was)):
         assert {k: {t: v for t, v in m.items() if t != "countdown"} for k, m in options.items()
                 if isinstance(m, dict)} == {k: {t: v for t, v in m.items() if t != "countdown"}
@@ -177,9 +188,28 @@ def test_a_tuned_value_for_another_knob_or_an_unknown_method_is_refused(tmp_path
             ({"logra": {"option": "lr", "value": 1e-4}},
              r"tuned.countdown.logra.option: 'lr', but the method's knob is 'kl_budget'"),
             ({"nosuch": {"option": "lr", "value": 1e-4}},
-             r"tuned.countdown.nosuch: not defined under methods")):
+             r"tuned.countdown.nosuch: not defined under methods"),
+            ({"logra_stable": {"option": "kl_budget", "value": 1e-4}},
+             r"tuned.countdown.logra_stable: the method takes 'logra''s choice \(its tuned_as\)")):
         (tmp_path / "tuned.yaml").write_text(yaml.safe_dump({"tuned": {"countdown": entry}}))
         with pytest.raises(ConfigError, match=message + r".*set by .*tuned.yaml"):
+            resolve([], default=tmp_path / "config.yaml", fit_rules=False)
+
+
+def test_a_variant_takes_the_choice_of_a_method_of_its_own_rule(tmp_path):
+    from logra.harness.config import ConfigError, resolve
+    root = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
+    line = "logra_r21: {<<: *logra, tuned_as: logra,"
+    for leader, message in (
+            ("nosuch", r"methods.logra_r21.tuned_as: 'nosuch' is not a method whose choice"),
+            ("logra_r86", r"methods.logra_r21.tuned_as: 'logra_r86' is not a method whose"),
+            ("galore", r"methods.logra_r21.tuned_as: 'galore' runs rule 'galore', 'logra_r21' "
+                       r"runs 'logra'")):
+        edit = (line, line.replace("tuned_as: logra", f"tuned_as: {leader}"))
+        text = root.read_text()
+        assert edit[0] in text
+        (tmp_path / "config.yaml").write_text(text.replace(*edit))
+        with pytest.raises(ConfigError, match=message):
             resolve([], default=tmp_path / "config.yaml", fit_rules=False)
 
 
