@@ -121,10 +121,13 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
          chunk_tokens: int | None = None, rollout_share: float = 0.0,
          gpu_bytes: float | None = None, checkpointing: bool = False,
          attention_mask: bool = True, attn_implementation: str = "sdpa",
-         compute: str | None = None, logits: str = "chunked", offload: bool = False) -> dict:
+         compute: str | None = None, logits: str = "chunked", offload: bool = False,
+         probe_len: int | None = None) -> dict:
     """Predicted per-GPU bytes by category and by phase (see the module docstring): the
     categories, `phase_<name>` for each phase that runs, `total` (the largest) and
-    `peak_phase`. `completion_len` (default `seq_len`) sizes the probe's tokens. `logits`:
+    `peak_phase`. `completion_len` (default `seq_len`) sizes the probe's tokens; `probe_len`
+    (default `seq_len`) the probe's sequences, its completion the same prompt shorter (an
+    update whose probe sequences are shorter than its longest micro-batch). `logits`:
     "chunked", this project's (`logra.rl.loss.token_logprobs`, the JVP probe's kept
     positions), or "full", as LoGRA's authors form them (see the module docstring).
     `offload`: FSDP's CPU offload, adding `host` and `pcie` (per micro-batch and GPU)."""
@@ -141,11 +144,17 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     jvp = kl_control and rule_plan.get("jvp_control", False)
     # the base covers the whole probe with KL control, else its held-out half only
     base_seqs = probe_size if kl_control and not jvp else probe_size - probe_size // 2
-    probe_tokens = base_seqs * (completion_len or seq_len)
+    probe_len = probe_len or seq_len
+    probe_c = probe_len - (seq_len - (completion_len or seq_len))  # the probe's completion
+    if not 0 < probe_c <= probe_len <= seq_len:
+        raise ValueError(f"probe_len: {probe_len} leaves no completion after the prompt of "
+                         f"{seq_len - (completion_len or seq_len)} tokens, or exceeds seq_len "
+                         f"{seq_len}")
+    probe_tokens = base_seqs * probe_c
     base = 0 if not probe_size else (  # probe_size 0: no realized-KL probe, no base kept
         probe_tokens * hidden * c + (0 if rule_plan["frozen_base"] else vocab * hidden * b))
     chunk = min(chunk_tokens or CHUNK_TOKENS,
-                math.ceil(probe_size / 2) * (completion_len or seq_len))
+                math.ceil(probe_size / 2) * probe_c)
     chunks = 3 * chunk * vocab * f
     loss_chunk = min(chunk_tokens or CHUNK_TOKENS, micro_batch * seq_len) * vocab * (
         f + (c if c < f else 0))
@@ -181,14 +190,14 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     }
     # a no-grad probe forward's largest transient: one MLP's gate activation, up and their
     # product over the probe's tokens
-    probe_forward = base_seqs * 3 * seq_len * hf_config.intermediate_size * c
+    probe_forward = base_seqs * 3 * probe_len * hf_config.intermediate_size * c
     # backward's largest transient: one MLP's gradients w.r.t. its gate, up and product over
     # the micro-batch (beside the activations still saved for the layers below)
     backward_transient = 3 * micro_batch * seq_len * hf_config.intermediate_size * c
     kl_pass = max(probe_forward, chunks)  # the chunks are formed after the last MLP has freed
     if jvp:
-        jvp_pass = _jvp_transient(hf_config, rule_plan["jvp_responses"], seq_len,
-                                  completion_len or seq_len, chunk_tokens or CHUNK_TOKENS,
+        jvp_pass = _jvp_transient(hf_config, rule_plan["jvp_responses"], probe_len,
+                                  probe_c, chunk_tokens or CHUNK_TOKENS,
                                   logits, b, c)
     alive = out["weights"] + out["master"] + out["optimizer"] + out["rollout"] + out["fsdp"]
     proposed = out["grads"] + base + per_gpu["step"]  # from propose until apply
@@ -262,6 +271,23 @@ def predict(hf_config, spec: dict, setting: dict, grpo: dict) -> dict:
     return {**bytes_, "fits": bytes_["total"] <= gpu_gb * 1e9 if gpu_gb else None,
             **sync_columns(hf_config, spec["rule"], options, engine),
             "offload": bool(setting.get("offload")), "kind": "prediction"}
+
+
+def mean_over_updates(hf_config, spec: dict, setting: dict, grpo: dict, lengths: list[int],
+                      probe_lengths: list[int] | None = None) -> float:
+    """The mean over updates of each update's predicted peak (`predict`'s `total`, the largest
+    of its phases): update i at its own longest sequence `lengths[i]` (the micro-batch the
+    peak is set by, prompt included; its completion the setting's prompt shorter) and its
+    probe's sequences at `probe_lengths[i]` (default: the same). This is the statistic LoGRA's
+    authors report (PAPER.md: each training GPU's peak allocated memory during the training
+    call, reset before it and read after it, averaged over updates; skzhang1/RL,
+    nemo_rl/models/policy/workers/dtensor_policy_worker_v2.py `train`), where one update at the
+    setting's longest sequence bounds it from above."""
+    prompt = setting["seq_len"] - (setting.get("completion_len") or setting["seq_len"])
+    peaks = [predict(hf_config, spec, setting | {"seq_len": n, "completion_len": n - prompt,
+                                                 "probe_len": p}, grpo)["total"]
+             for n, p in zip(lengths, probe_lengths or lengths, strict=True)]
+    return sum(peaks) / len(peaks)
 
 
 def geometry(hf_config, options: dict, rule=None) -> tuple[Geometry, int]:

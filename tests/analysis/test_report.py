@@ -170,6 +170,27 @@ def test_paper_setting_table_sets_each_prediction_beside_its_published_reduction
     assert t["frozen_adamw_gib"].tolist() == pytest.approx([12 * 100 / 4] * 4)
 
 
+def test_the_paper_setting_curve_finds_the_length_that_gives_the_published_reduction():
+    """Per setting, logits and method: the reduction at each longest length, and the length
+    where the curve meets the published reduction, linearly between neighbours; none where
+    the curve does not reach it."""
+    import pandas as pd
+
+    from logra.analysis.report import paper_setting_curve
+    rows = [{"setting": s, "logits": "full", "method": m, "longest_len": n,
+             "total": total, "published_gib": None, "published_reduction": 0.45}
+            for s, scale in (("s1", 1.0), ("s2", 0.5))
+            for n, dense, logra in ((512, 10.0, 5.0), (1024, 12.0, 7.2), (2048, 16.0, 11.2))
+            for m, total in (("dense", dense), ("logra", logra * (1 + scale) / 2 if s == "s2"
+                                                          else logra))]
+    c = paper_setting_curve(pd.DataFrame(rows))
+    s1 = c[c["setting"] == "s1"]
+    assert s1["reduction"].tolist() == pytest.approx([0.5, 0.4, 0.3])
+    assert s1["published_at"].iloc[0] == pytest.approx(512 + 0.5 * 512)  # 0.45: halfway
+    s2 = c[c["setting"] == "s2"]  # 0.625, 0.55, 0.475: never 0.45
+    assert s2["published_at"].isna().all() and (s2["reference"] == "dense").all()
+
+
 def _sync_columns(transports, full, delta, low_rank, seconds=0.01, changed=0.5, mismatch=1e-3):
     """summary.csv's sync columns for runs applying `transports`, with these bytes per step."""
     return {"sync_transport": transports, "rollout_dtype": "float32",

@@ -11,7 +11,7 @@ from logra.common import PHASES
 from logra.harness.config import grpo_settings
 from logra.harness.memory_point import measure
 from logra.measure.memory import activation_breakdown
-from logra.measure.planner import plan, sync_bytes, sync_columns
+from logra.measure.planner import mean_over_updates, plan, predict, sync_bytes, sync_columns
 from logra.rl.models import load
 from logra.rl.weight_sync import payload_bytes
 
@@ -191,6 +191,35 @@ def test_compute_dtype_probe_size_zero_and_the_authors_logits():
         plan(qwen, "dense_adam", micro_batch=1, seq_len=8, logits="dense")
     with pytest.raises(ValueError, match="compute: unknown 'fp16'"):
         plan(qwen, "dense_adam", micro_batch=1, seq_len=8, compute="fp16")
+
+
+def test_the_authors_statistic_is_the_mean_of_each_updates_own_peak():
+    """mean_over_updates is the mean of `predict`'s total with each update at its own longest
+    sequence (its completion the setting's prompt shorter) and its probe at its own length;
+    at the setting's seq_len it is the one-update prediction, which bounds it from above. The
+    probe's length alone moves only the probe's terms: shorter, LoGRA's JVP probe is smaller
+    and dense Adam's plan does not change."""
+    qwen = AutoConfig.from_pretrained(ROOT / "config/models/qwen2.5-math-1.5b.json")
+    setting = dict(micro_batch=1, seq_len=4096, completion_len=3840, gpus=4, sharding="fsdp",
+                   policy="fp32", compute="bf16", checkpointing=True, probe_size=0,
+                   chunk_tokens=256)
+    logra = {"rule": "logra", "options": {"rank": 256}}
+    one = {n: predict(qwen, logra, setting | {"seq_len": n, "completion_len": n - 256}, GRPO)
+           ["total"] for n in (1024, 4096)}
+    assert mean_over_updates(qwen, logra, setting, GRPO, [1024, 4096]) == pytest.approx(
+        (one[1024] + one[4096]) / 2)
+    assert mean_over_updates(qwen, logra, setting, GRPO, [4096]) == one[4096] > one[1024]
+    short = dict(setting, kl_control=True)
+    del short["chunk_tokens"]
+    long_probe = plan(qwen, "logra", {"rank": 256}, **short)
+    assert plan(qwen, "logra", {"rank": 256}, probe_len=4096, **short) == long_probe
+    short_probe = plan(qwen, "logra", {"rank": 256}, probe_len=1024, **short)
+    assert short_probe["phase_kl_control"] < long_probe["phase_kl_control"]
+    assert short_probe["activations"] == long_probe["activations"]
+    assert plan(qwen, "dense_adam", probe_len=1024, **short) == plan(qwen, "dense_adam", **short)
+    with pytest.raises(ValueError, match="probe_len: 200 leaves no completion after the "
+                                         "prompt of 256 tokens"):
+        plan(qwen, "logra", {"rank": 256}, probe_len=200, **short)
 
 
 def test_delta_prediction_is_the_formula_and_beats_full_below_a_third():
