@@ -657,7 +657,8 @@ def paper_setting_table(predicted: pd.DataFrame) -> pd.DataFrame:
     than the setting's first (the reference): the
     predicted GiB per training GPU of both, the reduction, the method's peak phase and its
     reduction were its peak phase left out (the largest other phase), what AdamW on the
-    weights it leaves out would add (gradient and two moments, 12 bytes each, per GPU), and
+    weights it leaves out would add (gradient and two moments, 12 bytes each, per GPU; nan
+    where the setting trains them, non_target adamw, and the prediction counts them), and
     the published numbers (GiB per method, or the reduction alone)."""
     rows = []
     if "statistic" in predicted:  # the one-update rows (the curve's: paper_setting_curve)
@@ -675,8 +676,9 @@ def paper_setting_table(predicted: pd.DataFrame) -> pd.DataFrame:
                 "reference_gib": ref["total"] / 2**30, "method_gib": m["total"] / 2**30,
                 "reduction": 1 - m["total"] / ref["total"], "peak_phase": m["peak_phase"],
                 "reduction_without_peak_phase": 1 - rest / ref["total"],
-                "frozen_adamw_gib": 12 * (m["n_params"] - m["low_rank_params"]) / m["gpus"]
-                / 2**30,
+                "frozen_adamw_gib": (math.nan if m.get("non_target") == "adamw" else  # counted
+                                     12 * (m["n_params"] - m["low_rank_params"]) / m["gpus"]
+                                     / 2**30),
                 "published_reference_gib": ref["published_gib"],
                 "published_method_gib": m["published_gib"],
                 "published_reduction": published, "source": m["published_source"]})
@@ -738,9 +740,12 @@ def _paper_setting(inputs: ReportInputs) -> list[str]:
         "JVP probe on the completion's kept positions), 'full' the authors' (fp32 logits and a "
         "full log_softmax at every position, the probe one sequence at a time over all its "
         "positions): vocabulary-sized tensors added to both methods shrink or move the "
-        "reduction; (3) the port (port_7b) packs sequences and trains the weights LoGRA "
-        "leaves out (embeddings, output layer, norms) with AdamW, here frozen as the authors "
-        "freeze them: 'frozen weights' AdamW' is what that would add per GPU. 'without peak "
+        "reduction; (3) the port (port_7b) runs without the controller and trains the "
+        "weights LoGRA leaves out (embeddings, output layer, norms) with AdamW, predicted so "
+        "(their gradients and moments counted); elsewhere they are frozen as the authors "
+        "freeze them, and 'frozen weights' AdamW' is what training them would add per GPU; "
+        "under FSDP every method holds the root group (embeddings, output layer) gathered "
+        "through forward and backward. 'without peak "
         "phase': the reduction were the method's peak phase left out (for LoGRA at a long "
         "completion, its predicted-KL probe). None of these numbers is a measurement: "
         "benchmarks/gpu_check.py measures the authors' statistic at 0.5B and 1.5B on one GPU.",

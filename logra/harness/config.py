@@ -365,8 +365,17 @@ def check(config: dict, fit_rules: bool = True) -> None:
         load_task_files(config.get("task_files", []))
     except (OSError, ValueError) as e:  # each message starts "task_files: <the file>"
         raise ConfigError(str(e)) from None
-    for name, m in (config.get("paper_setting") or {}).get("methods", {}).items():
+    paper = config.get("paper_setting") or {}
+    for name, m in paper.get("methods", {}).items():
         _check_options(f"paper_setting.methods.{name}", m)  # predicted only: no runs
+    for setting, s in paper.get("settings", {}).items():
+        for name, options in s.get("method_options", {}).items():
+            where = f"paper_setting.settings.{setting}.method_options.{name}"
+            if name not in paper["methods"]:
+                raise ConfigError(f"{where}: not one of paper_setting.methods "
+                                  f"({sorted(paper['methods'])})")
+            m = paper["methods"][name]
+            _check_options(where, m | {"options": m.get("options", {}) | options})
     for name in config["methods"]:
         _check_method_options(config, name)
     _check_data_sizes(config)

@@ -35,7 +35,9 @@ casts before it gathers) and the forwards' transients.
   min(chunk_tokens, ⌈probe_size/2⌉·completion_len)·vocab fp32 tensors (probe_size 0: no
   probe, as in a recipe that does not measure the realized KL);
 - fsdp: under FSDP, the all-gathered weights of two decoder layers (current + prefetched, compute
-  dtype) and one layer's unsharded gradients before reduce-scatter;
+  dtype), one layer's unsharded gradients before reduce-scatter, and the root group's
+  gathered weights (embeddings, final norm, output layer: FSDP2 does not reshard the root
+  after forward);
 - rollout: a colocated rollout engine's share of the GPU (vLLM's gpu_memory_utilization),
   rollout_share·gpu_bytes, held through every phase.
 
@@ -96,6 +98,7 @@ from logra.optim.chunked import CHUNK_TOKENS
 from logra.optim.rule import DEFAULT_MODULES, Geometry, low_rank_linears
 
 SHARDINGS = ("none", "fsdp")
+NON_TARGET = ("frozen", "adamw")
 LOGITS = ("chunked", "full")
 
 
@@ -122,12 +125,16 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
          gpu_bytes: float | None = None, checkpointing: bool = False,
          attention_mask: bool = True, attn_implementation: str = "sdpa",
          compute: str | None = None, logits: str = "chunked", offload: bool = False,
-         probe_len: int | None = None) -> dict:
+         probe_len: int | None = None, non_target: str = "frozen") -> dict:
     """Predicted per-GPU bytes by category and by phase (see the module docstring): the
     categories, `phase_<name>` for each phase that runs, `total` (the largest) and
     `peak_phase`. `completion_len` (default `seq_len`) sizes the probe's tokens; `probe_len`
     (default `seq_len`) the probe's sequences, its completion the same prompt shorter (an
-    update whose probe sequences are shorter than its longest micro-batch). `logits`:
+    update whose probe sequences are shorter than its longest micro-batch). `non_target`:
+    "adamw" trains the weights a frozen-base rule leaves out (LoGRA's: embeddings, output
+    layer, norms) by AdamW, as LoGRA's port runs it (NVIDIA-NeMo/RL research/logra,
+    freeze_non_target: false): their fp32 gradients and two moments (sharded) and the output
+    layer's weight gradient as backward forms it. `logits`:
     "chunked", this project's (`logra.rl.loss.token_logprobs`, the JVP probe's kept
     positions), or "full", as LoGRA's authors form them (see the module docstring).
     `offload`: FSDP's CPU offload, adding `host` and `pcie` (per micro-batch and GPU)."""
@@ -140,6 +147,12 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     shard = gpus if sharding == "fsdp" else 1
     vocab, hidden = hf_config.vocab_size, hf_config.hidden_size
     rule_plan = rules.rule_class(rule).planned(geo, options, b)
+    if non_target not in NON_TARGET:
+        raise ValueError(f"non_target: unknown {non_target!r}; known: {NON_TARGET}")
+    head = 0 if rule_plan["frozen_base"] else vocab * hidden * b  # the output layer's gradient
+    rest = geo.n_all - geo.n_low if non_target == "adamw" and rule_plan["frozen_base"] else 0
+    if rest:  # trained by AdamW beside the rule: fp32 gradients and two moments, sharded
+        head = vocab * hidden * b
     # LoGRA's own control predicts by a forward-mode JVP (`jvp_control`), without the base
     jvp = kl_control and rule_plan.get("jvp_control", False)
     # the base covers the whole probe with KL control, else its held-out half only
@@ -152,7 +165,8 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
                          f"{seq_len}")
     probe_tokens = base_seqs * probe_c
     base = 0 if not probe_size else (  # probe_size 0: no realized-KL probe, no base kept
-        probe_tokens * hidden * c + (0 if rule_plan["frozen_base"] else vocab * hidden * b))
+        probe_tokens * hidden * c + (0 if rule_plan["frozen_base"] and not rest
+                                     else vocab * hidden * b))
     chunk = min(chunk_tokens or CHUNK_TOKENS,
                 math.ceil(probe_size / 2) * probe_c)
     chunks = 3 * chunk * vocab * f
@@ -167,6 +181,8 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     per_gpu = {k: rule_plan[k] // (1 if k in rule_plan.get("replicated", ()) else shard)
                for k in ("weights", "master", "grads", "optimizer", "step", "perturbed_copy",
                          "after_apply")}
+    per_gpu["grads"] += rest * 4 // shard
+    per_gpu["optimizer"] += 2 * rest * 4 // shard
     out = {k: per_gpu[k] for k in ("weights", "master", "grads", "optimizer")}
     if offload:  # the shards live in host memory; the GPU sees them in transit
         out["host"] = sum(out.values()) * shard
@@ -181,10 +197,13 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
             attn_implementation=attn_implementation, frozen=rule_plan["frozen_base"],
             sketch_rank=rule_plan.get("sketch_rank", 0),
             loss="chunked" if logits == "chunked" else "hf")
-        + loss_chunk + (0 if rule_plan["frozen_base"] else vocab * hidden * b) + autocast,
+        + loss_chunk + head + autocast,
         "probe": base + chunks,
-        # two layers' weights all-gathered; one layer's unsharded grads (a frozen base: none)
+        # two layers' weights all-gathered; one layer's unsharded grads (a frozen base: none);
+        # the root group (what no decoder layer holds: embeddings, final norm, output layer),
+        # gathered for the whole forward and backward (the root is not resharded after forward)
         "fsdp": (2 * layer_numel * c + (0 if rule_plan["frozen_base"] else layer_numel * c)
+                 + root_numel(geo) * c
                  + (2 * layer_numel * b // shard if offload else 0) if shard > 1 else 0),
         "rollout": int(rollout_share * gpu_bytes) if rollout_share else 0,
     }
@@ -288,6 +307,13 @@ def mean_over_updates(hf_config, spec: dict, setting: dict, grpo: dict, lengths:
                                                  "probe_len": p}, grpo)["total"]
              for n, p in zip(lengths, probe_lengths or lengths, strict=True)]
     return sum(peaks) / len(peaks)
+
+
+def root_numel(geo: Geometry) -> int:
+    """Parameters FSDP's root group holds (logra/rl/fsdp.py shards each decoder layer, then the
+    model): every parameter outside the decoder layers."""
+    return sum(math.prod(shape) for name, shape in geo.params
+               if not re.search(r"\.layers\.\d+\.", name))
 
 
 def geometry(hf_config, options: dict, rule=None) -> tuple[Geometry, int]:

@@ -371,6 +371,16 @@ def test_a_paper_setting_method_is_checked_as_a_run_method_is(tmp_path):
     config["paper_setting"] = copy.deepcopy(validate_file(ROOT / "config/config.yaml")[
         "paper_setting"])
     validate_file(_write(tmp_path, config))
+    port = config["paper_setting"]["settings"]["port_7b"]
+    for options, message in (
+            ({"logra": {"controler": False}},
+             r"paper_setting.settings.port_7b.method_options.logra.options: .*'controler'"),
+            ({"galore": {}}, r"paper_setting.settings.port_7b.method_options.galore: not one "
+                             r"of paper_setting.methods")):
+        port["method_options"] = options
+        with pytest.raises(ConfigError, match=message):
+            validate_file(_write(tmp_path, config))
+    port["method_options"] = {}
     config["paper_setting"]["methods"]["logra"]["options"]["rnak"] = 4
     with pytest.raises(ConfigError, match=r"paper_setting.methods.logra.options: .*'rnak'"):
         validate_file(_write(tmp_path, config))

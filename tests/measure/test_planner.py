@@ -222,6 +222,38 @@ def test_the_authors_statistic_is_the_mean_of_each_updates_own_peak():
         plan(qwen, "logra", {"rank": 256}, probe_len=200, **short)
 
 
+def test_fsdp_holds_the_root_group_and_the_port_trains_logras_non_targets_by_adamw():
+    """Under FSDP every method holds the root group gathered (embeddings, final norm, output
+    layer: counted from the config, in the compute dtype); the port's setting (non_target
+    adamw) adds to LoGRA the AdamW gradients and two moments of every weight it leaves out,
+    sharded, and the output layer's weight gradient; dense Adam, which trains them already,
+    is planned as before."""
+    from logra.measure.planner import geometry
+    qwen = AutoConfig.from_pretrained(ROOT / "config/models/qwen2.5-math-7b.json")
+    setting = dict(micro_batch=1, seq_len=1024, completion_len=768, gpus=4, policy="fp32",
+                   compute="bf16", checkpointing=True, probe_size=0)
+    root = qwen.vocab_size * qwen.hidden_size * (1 if qwen.tie_word_embeddings else 2) \
+        + qwen.hidden_size
+    geo, layer = geometry(qwen, {}, "dense_adam")
+    assert geo.n_all == root + qwen.num_hidden_layers * layer
+    for rule, options in (("dense_adam", {}), ("logra", {"rank": 256})):
+        sharded = plan(qwen, rule, options, sharding="fsdp", **setting)
+        frozen = rule == "logra"
+        assert sharded["fsdp"] == (2 + (not frozen)) * layer * 2 + root * 2
+        assert plan(qwen, rule, options, sharding="none", **setting)["fsdp"] == 0
+    logra = plan(qwen, "logra", {"rank": 256}, sharding="fsdp", **setting)
+    port = plan(qwen, "logra", {"rank": 256}, sharding="fsdp", non_target="adamw", **setting)
+    rest = geometry(qwen, {}, "logra")[0]
+    rest = rest.n_all - rest.n_low
+    assert port["grads"] - logra["grads"] == rest * 4 // 4
+    assert port["optimizer"] - logra["optimizer"] == 2 * rest * 4 // 4
+    assert port["activations"] - logra["activations"] == qwen.vocab_size * qwen.hidden_size * 4
+    dense = plan(qwen, "dense_adam", sharding="fsdp", **setting)
+    assert plan(qwen, "dense_adam", sharding="fsdp", non_target="adamw", **setting) == dense
+    with pytest.raises(ValueError, match="non_target: unknown 'sgd'"):
+        plan(qwen, "logra", sharding="fsdp", non_target="sgd", **setting)
+
+
 def test_delta_prediction_is_the_formula_and_beats_full_below_a_third():
     """delta = changed fraction x trained words x (4 B int32 index + 2 B bf16 word); full = 2 B
     per trained word: delta is the smaller while the fraction is below 1/3."""

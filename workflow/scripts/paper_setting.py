@@ -6,6 +6,7 @@ prediction), and the authors' mean over updates of each update's peak
 (`planner.mean_over_updates`) with every update's longest sequence at each of
 paper_setting.lengths (`total` only), the curve that says which typical length would give the
 published number."""
+import json
 from contextlib import redirect_stderr, redirect_stdout
 
 import pandas as pd
@@ -20,14 +21,18 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     rows = []
     for name, s in p["settings"].items():
         hf_config = AutoConfig.from_pretrained(snakemake.params.models[name])
-        setting = common | {k: v for k, v in s.items() if k not in ("model", "published")}
+        setting = common | {k: v for k, v in s.items()
+                            if k not in ("model", "published", "method_options")}
         prompt = setting["seq_len"] - (setting.get("completion_len") or setting["seq_len"])
         lengths = [n for n in p.get("lengths", []) if prompt < n < setting["seq_len"]]
         for logits, method in ((x, m) for x in LOGITS for m in p["methods"]):
             spec = p["methods"][method]
+            spec = spec | {"options": spec.get("options", {})
+                           | s.get("method_options", {}).get(method, {})}
             geo = geometry(hf_config, spec.get("options", {}), spec["rule"])[0]
             here = setting | {"logits": logits}
             row = {"setting": name, "method": method, "rule": spec["rule"], "model": s["model"],
+                   "options": json.dumps(spec["options"], sort_keys=True),
                    "n_params": geo.n_all, "low_rank_params": geo.n_low, **setting,
                    "logits": logits,
                    # the published GiB of this method, the setting's reduction
