@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_check.py                  # CUDA: ~0.5B and ~1.5B parameters, bf16
     python benchmarks/gpu_check.py --device cpu --size tiny   # the same code, small, here
+    python benchmarks/gpu_check.py --lengths 128,512,1024,256 # updates of these completions
 
 Needs only torch (>= 2.11), transformers (>= 5.17), pandas and PyYAML: no Snakemake, lm-eval
 or vLLM. GaLore runs where galore-torch imports: bring its wheel (50 kB) and that of
@@ -88,11 +89,13 @@ def available(methods: dict) -> dict:
     return out
 
 
-def step_table(size: dict, shape: dict, device: str, dtype: str, methods: dict) -> None:
+def step_table(size: dict, shape: dict, device: str, dtype: str, methods: dict,
+               lengths: list[int] | None = None) -> None:
     from logra.analysis.report import memory_sweep_table
     from logra.harness.memory_point import measure
-    points = {("check", name): measure(size, m, shape, grpo(), steps=5, device=device,
-                                       compute_dtype=dtype)
+    steps = max(5, 1 + len(lengths or []))  # a warm-up, then every length at least once
+    points = {("check", name): measure(size, m, shape, grpo(), steps=steps, device=device,
+                                       compute_dtype=dtype, lengths=lengths)
               for name, m in methods.items()}
     table = memory_sweep_table(points, "dense_adam")  # ratios vs dense Adam, as the memory sweep's
     gb = [c for c in ("peak_mem_bytes", "planned_total", *(f"phase_{p}" for p in PHASES))
@@ -107,7 +110,8 @@ def step_table(size: dict, shape: dict, device: str, dtype: str, methods: dict) 
     print(f"\n{table['n_params'][0] / 1e6:,.1f}M parameters, {dtype} compute on float32 weights "
           f"and moments, device {device} "
           f"({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), "
-          f"batch {shape['batch']} x {shape['prompt_len'] + shape['completion_len']} tokens, "
+          f"batch {shape['batch']} x {shape['prompt_len'] + shape['completion_len']} tokens"
+          + (f" (the updates' completions: {lengths} tokens, cycled)" if lengths else "") + ", "
           f"micro-batch {shape['micro_batch']}; peak memory measured by "
           f"{next(iter(points.values())).get('mem_measure')}; planned = logra.measure.planner "
           f"(a prediction: fp32 storage, {dtype} compute); train_peak = the authors' memory "
@@ -171,7 +175,12 @@ def main() -> None:
     ap.add_argument("--size", default="0.5b,1.5b",
                     help=f"comma-separated, from {sorted(SIZES)} (default: 0.5b,1.5b)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--lengths", default=None,
+                    help="comma-separated completion lengths (tokens), one per update, cycled: "
+                         "the authors' statistic over updates of different lengths, as a run's "
+                         "are (default: every update at the shape's completion length)")
     args = ap.parse_args()
+    lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else None
     sizes = args.size.split(",")
     if unknown := set(sizes) - set(SIZES):
         raise SystemExit(f"gpu_check: unknown --size {sorted(unknown)}; known: {sorted(SIZES)}")
@@ -186,7 +195,8 @@ def main() -> None:
         shape = ({"batch": 16, "micro_batch": 1, "prompt_len": 896, "completion_len": 128}
                  if size != "tiny" else
                  {"batch": 8, "micro_batch": 4, "prompt_len": 8, "completion_len": 8})
-        step_table(SIZES[size], shape, args.device, args.dtype, available(methods_at(size)))
+        step_table(SIZES[size], shape, args.device, args.dtype, available(methods_at(size)),
+                   lengths)
     if args.device == "cuda":
         vllm_sync(sizes[0])
     else:

@@ -79,12 +79,16 @@ def _planned(hf_config, method: dict, shape: dict, grpo: dict, compute_dtype: st
 
 def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4,
             device: str = "cpu", budget_bytes: int | None = None, seed: int = 0,
-            compute_dtype: str = "float32") -> dict:
+            compute_dtype: str = "float32", lengths: list[int] | None = None) -> dict:
     """`size`: tiny_config options; `method`: {rule, options, kl_control}; `shape`: batch,
     micro_batch, prompt_len, completion_len; `grpo`: the run config's grpo section (loss
     settings and `param_dtype`, the weights' storage; batch sizes are taken from `shape`).
     `compute_dtype: bfloat16` runs the update under autocast on the stored weights (and the
-    planner predicts bf16 compute on that storage)."""
+    planner predicts bf16 compute on that storage). `lengths`: the completion length of each
+    update from the measured one (step 2) on, cycled, so that the authors' statistic (the
+    mean over updates of each update's peak, `train_peak_mean_bytes`) is taken over updates of
+    different lengths, as a run's are (default: completion_len every update); the measured
+    step, its phases and the planner's prediction are those of the first length."""
     if steps < 3:
         raise ValueError(f"memory_sweep.steps={steps}: needs >= 3 (warm-up, measured, timed)")
     torch.manual_seed(seed)
@@ -93,23 +97,28 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
     model = AutoModelForCausalLM.from_config(
         hf_config, dtype=getattr(torch, grpo.get("param_dtype", "float32"))).to(dev)
     settings = Grpo.from_dict(dict(grpo, micro_batch_size=shape["micro_batch"]))
-    n, p_len, c_len = shape["batch"], shape["prompt_len"], shape["completion_len"]
-    batch, probe = fixed_batch(hf_config.vocab_size, n, p_len, c_len, grpo["probe_size"],
-                               torch.Generator().manual_seed(seed), dev)
-    ids, attn = batch[0], batch[1]
+    n, p_len = shape["batch"], shape["prompt_len"]
+    lengths = list(lengths or [shape["completion_len"]])
+    shape = {**shape, "completion_len": lengths[0]}
+    batches = {c: fixed_batch(hf_config.vocab_size, n, p_len, c, grpo["probe_size"],
+                              torch.Generator().manual_seed(seed), dev) for c in set(lengths)}
     cap_cuda_memory(budget_bytes, dev)
 
     point = {"n_params": n_params(model), "vocab_size": hf_config.vocab_size,
              "rule": method["rule"], "device": str(dev),
              "threads": torch.get_num_threads(), "compute_dtype": compute_dtype,
-             "batch": n, "micro_batch": shape["micro_batch"], "seq_len": p_len + c_len,
+             "batch": n, "micro_batch": shape["micro_batch"], "seq_len": p_len + lengths[0],
              "memory_budget_bytes": budget_bytes, "status": "ok"}
     point["planned"] = _planned(hf_config, method, shape, grpo, compute_dtype)
-    times, rollout_times, sync, train_peaks = [], [], [], []
+    times, rollout_times, sync, train_peaks, ran = [], [], [], [], []
     try:  # building the rule allocates too (its state; 8-bit AdamW compiles on throwaway weights)
         rule = rules.build(method["rule"], model, method["options"])
         kl = KLControl(**method["kl_control"]) if method.get("kl_control") else None
         for step in range(1, steps + 1):
+            c_len = lengths[(step - 2) % len(lengths)] if step >= 2 else lengths[0]
+            batch, probe = batches[c_len]
+            ids, attn = batch[0], batch[1]
+            ran.append(p_len + c_len)
             if step == 2 and dev.type == "cuda":  # the rollout's own peak
                 torch.cuda.reset_peak_memory_stats(dev)
             t0 = time.perf_counter()
@@ -150,6 +159,7 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
         update_time_s=statistics.median(times), rollout_time_s=statistics.median(rollout_times),
         sync_bytes_per_step=statistics.mean(sync[1:]),
         train_peak_mean_bytes=statistics.mean(train_peaks) if train_peaks else None,
+        update_seq_lens=ran,
         planned_error=point["planned"]["total"] / report.peak_bytes - 1)
     point["peak_phase"] = max(point["phase_peaks"], key=point["phase_peaks"].get, default=None)
     if budget_bytes and report.peak_bytes > budget_bytes:

@@ -254,6 +254,21 @@ def test_fsdp_holds_the_root_group_and_the_port_trains_logras_non_targets_by_ada
         plan(qwen, "logra", sharding="fsdp", non_target="sgd", **setting)
 
 
+def test_a_memory_point_runs_its_updates_at_the_lengths_given():
+    """measure(lengths=...): a warm-up, then each update at the next completion length
+    (cycled); the measured step and the prediction at the first; without lengths, every
+    update at the shape's completion length."""
+    size = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+            "num_attention_heads": 2}
+    shape = {"batch": 4, "micro_batch": 2, "prompt_len": 4, "completion_len": 4}
+    method = {"rule": "dense_adam", "options": {}}
+    point = measure(size, method, shape, GRPO, steps=5, lengths=[6, 3])
+    assert point["update_seq_lens"] == [10, 10, 7, 10, 7] and point["seq_len"] == 10
+    assert point["planned"] == measure(size, method, dict(shape, completion_len=6), GRPO,
+                                       steps=3)["planned"]
+    assert measure(size, method, shape, GRPO, steps=3)["update_seq_lens"] == [8, 8, 8]
+
+
 def test_delta_prediction_is_the_formula_and_beats_full_below_a_third():
     """delta = changed fraction x trained words x (4 B int32 index + 2 B bf16 word); full = 2 B
     per trained word: delta is the smaller while the fraction is below 1/3."""
