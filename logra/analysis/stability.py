@@ -54,7 +54,7 @@ def _fall(ref: dict[int, float], point: dict[int, float], what: str) -> tuple[fl
 
 def _held_out(points: dict[int, dict], h: dict) -> tuple[bool, dict, list[str]]:
     steps = sorted(points)
-    if len(steps) < 2:
+    if 0 not in points or len(steps) < 2:
         return False, {}, ["no held-out point after step 0"]
     acc = {s: points[s]["acc"] for s in steps}
     mean = {s: sum(v.values()) / len(v) for s, v in acc.items()}
@@ -98,11 +98,12 @@ def _collapse(points: dict[int, dict], c: dict) -> tuple[bool, dict, list[str]]:
 
 def spikes(kl: pd.Series, s: dict) -> tuple[pd.Series, pd.Series]:
     """(spiked, judged), per step of `kl` (in step order): a step is judged when at least
-    `min_history` steps precede it, and spikes when its KL exceeds `factor` x the median of
-    the (up to) `window` steps before it; a non-finite KL on a judged step spikes."""
+    `min_history` steps precede it and their median is positive (a stretch of steps that did
+    not move the policy gives no scale), and spikes when its KL exceeds `factor` x the median
+    of the (up to) `window` steps before it; a non-finite KL on a judged step spikes."""
     kl = kl.astype(float)
     median = kl.shift(1).rolling(s["window"], min_periods=s["min_history"]).median()
-    judged = median.notna()
+    judged = median > 0
     return judged & ~(kl <= s["factor"] * median), judged
 
 

@@ -256,12 +256,18 @@ def apply_tuned(config: dict, sources: dict) -> None:
                 raise ConfigError(f"tuned.{task}.{name}.option: {entry['option']!r}, but the "
                                   f"method's knob is {cls.tuning_option(here)!r}: the choice was "
                                   "made for another setting of it; rerun the lr sweep")
-            changed = {option: value for option, value in cls.tuned(here, entry["value"]).items()
-                       if option not in here or here[option] != value}
+            tuned = cls.tuned(here, entry["value"])
+            # the options the choice sets: those `tuned` moves when the value moves
+            moved = {o for o, v in cls.tuned(here, 2 * entry["value"]).items()
+                     if v != tuned.get(o)} | {entry["option"]}
             for target in [name, *(k for k, v in methods.items() if v.get("tuned_as") == name)]:
                 options = methods[target].get("options", {})
+                mine = task_options(options, task)
                 new = dict(options)
-                for option, value in changed.items():
+                for option in sorted(moved):
+                    value = tuned[option]
+                    if option in mine and mine[option] == value:
+                        continue
                     old = options.get(option, defaults[option].default)
                     new[option] = {**(old if isinstance(old, dict) else {"default": old}),
                                    task: value}
@@ -531,6 +537,10 @@ def _check_stability(config: dict) -> None:
     st = config.get("stability")
     if not st:
         return
+    spikes = st["criterion"]["spikes"]
+    if spikes["min_history"] > spikes["window"]:
+        raise ConfigError(f"stability.criterion.spikes.min_history: {spikes['min_history']} "
+                          f"steps of history, but the window holds {spikes['window']}")
     names = {*st["methods"], *st.get("opt_in_methods", []),
              *([st["controller_ablation"]["method"]] if st.get("controller_ablation") else [])}
     for name in sorted(names & set(config["methods"])):  # the plan names an undefined one

@@ -78,7 +78,7 @@ class ProbeBase:
         for i in range(0, self.hidden.shape[0], self.chunk_tokens):
             logp = _logprobs(self.hidden[i:i + self.chunk_tokens], self.weight, self.bias,
                              self.temperature)
-            total -= (logp.exp() * logp).sum().double().item()
+            total -= (logp.exp() * logp).sum(-1).double().sum().item()
         return total
 
 

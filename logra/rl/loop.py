@@ -235,6 +235,7 @@ class Progress:
     metrics: list[dict] = dataclasses.field(default_factory=list)  # metrics.csv's rows
     memory: dict[int, MemoryReport] = dataclasses.field(default_factory=dict)  # by profiled step
     memory_seq_len: dict[int, int] = dataclasses.field(default_factory=dict)  # by profiled step
+    diagnostic_s: float = 0.0  # the last step's batch-KL forward, left out of its step_time_s
     baseline: float = 0.0  # the estimator's running baseline (reinforce_baseline's)
     lowrank_bytes: int = 0  # low-rank sync bytes ...
     lowrank_full: int = 0  # ... and what those weights take in full
@@ -312,7 +313,8 @@ def sample(run: Run, engine, step: int, progress: Progress) -> Batch:
 def update(run: Run, batch: Batch, step: int, progress: Progress) -> tuple:
     """The step's update (logra.rl.step.update_step), measured by the MemoryMeter on the
     profiled steps (the report kept in `progress`), then the batch KL of what it changed
-    (logra.rl.step.batch_kl, one forward outside the measured window): (loss, η, predicted KL,
+    (logra.rl.step.batch_kl, one forward outside the measured window, its seconds left out of
+    the step's time: `progress.diagnostic_s`): (loss, η, predicted KL,
     realized KL, mismatch metrics and "kl_batch"). Raises FloatingPointError (a control's prediction was not finite) and
     torch.OutOfMemoryError."""
     grpo, rule = run.grpo, run.rule
@@ -334,8 +336,10 @@ def update(run: Run, batch: Batch, step: int, progress: Progress) -> tuple:
     if step in run.profiled:
         progress.memory[step] = meter.report
         progress.memory_seq_len[step] = ids.shape[1]
+    start = time.time()
     with run.autocast:  # after the measured window: a diagnostic, not part of the update
         out[4]["kl_batch"] = batch_kl(run.model, ids, attn, mask, old_logp, grpo)
+    progress.diagnostic_s = time.time() - start  # left out of the step's time
     return out
 
 
@@ -485,7 +489,7 @@ def train(cfg: RunSettings | dict, base_dir: str | Path, train_jsonl: str | Path
             synced = sync(run, syncer, engine, step, progress)
             record(run, progress, step, batch, synced | mismatch | {
                 "loss": loss, "kl_pred": kl_pred, "kl_real": kl_real, "step_scale": eta,
-                "step_time_s": time.time() - t0})
+                "step_time_s": time.time() - t0 - progress.diagnostic_s})
             progress.wall_s = time.time() - t_start
             if tick:
                 tick(step, reward=progress.metrics[-1]["reward_mean"])
@@ -588,7 +592,8 @@ def summarise(run: Run, progress: Progress, end: dict, syncer: EngineSync, model
     metrics, ckpt = progress.metrics, run.ckpt_path
     timed = [m for m in metrics if m["step"] not in (1, grpo.profile_step)]  # unprofiled
     kl_real = [m["kl_real"] for m in metrics]
-    kl_batch = [m["kl_batch"] for m in metrics if "kl_batch" in m]  # older checkpoints lack it
+    kl_batch = [m["kl_batch"] for m in metrics  # finite ones: older checkpoints lack it
+                if math.isfinite(m.get("kl_batch", math.nan))]
     control = rule.control or run.kl_control
     return {
         "status": end["status"], "diverged_at_step": end["diverged_at_step"],

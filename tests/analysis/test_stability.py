@@ -87,6 +87,9 @@ def test_spikes_are_judged_against_the_trailing_median_once_there_is_history():
     # step 3: median(1, 1) = 1 -> 30 spikes; step 4: median(1, 1, 30) = 1; step 7: 9 < 10;
     # a non-finite KL spikes
     assert spiked.tolist() == [False, False, True, False, False, False, False, True]
+    # a history that did not move the policy (median 0) gives no scale: not judged
+    spiked, judged = spikes(pd.Series([0.0, 0.0, 0.0, 1e-3, 1e-3, 1e-3]), s)
+    assert judged.tolist() == [False] * 5 + [True] and not spiked.any()
 
 
 def test_the_criterion_names_no_method_and_no_method_option():

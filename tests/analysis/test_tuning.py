@@ -174,6 +174,10 @@ def test_the_tuned_file_holds_each_choice_and_its_scores_and_the_config_adopts_i
             k: v for k, v in before["methods"][variant]["options"].items()
             if not isinstance(v, dict)}
     assert after["methods"]["dense_adam_stable"]["options"]["lr"]["countdown"] == 1e-4
+    # a variant configured at another value than its method's takes the choice all the same
+    assert before["methods"]["dense_adam_bf16"]["options"]["lr"] == 5e-5
+    assert after["methods"]["dense_adam_bf16"]["options"]["lr"] == {"default": 5e-5,
+                                                                    "countdown": 1e-4}
     for options, old in ((dense, before["methods"]["dense_adam"]["options"]), (logra, was)):
         assert {k: {t: v for t, v in m.items() if t != "countdown"} for k, m in options.items()
                 if isinstance(m, dict)} == {k: {t: v for t, v in m.items() if t != "countdown"}

@@ -197,6 +197,8 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"methods.dense_adam.grpo.param_dtype: 'bf16' is not one of \['float32', 'bfloat16'\]"),
     (lambda c: c["methods"]["logra"].update(grpo={"decay_final": 5}),
      r"methods.logra.grpo.decay_final: 5 is greater than the maximum of 1"),
+    (lambda c: c["stability"]["criterion"]["spikes"].update(min_history=4),
+     r"stability.criterion.spikes.min_history: 4 steps of history, but the window holds 3"),
     (lambda c: c["stability"]["criterion"]["collapse"].update(prompts=7),
      r"stability.criterion.collapse.prompts: 7, but task 'arithmetic''s test split has 6 "
      r"problems"),

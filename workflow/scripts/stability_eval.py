@@ -27,7 +27,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     if len(prompts) < snakemake.params.prompts:
         raise ValueError(f"stability.criterion.collapse.prompts: {snakemake.params.prompts}, but "
                          f"{snakemake.input.test} has {len(prompts)} problems")
-    base_model = load(snakemake.params.base)[0]
+    where = {"dtype": getattr(torch, e["dtype"]), "device": snakemake.config["device"]}
+    base_model = load(snakemake.params.base, **where)[0]
     snapshots = sorted(((int(p.name.removeprefix("step")), p)
                         for p in (run / "snapshots").glob("step*")), key=lambda x: x[0])
     points = [(0, snakemake.params.base), *[(s, p) for s, p in snapshots
@@ -40,11 +41,12 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
                          Path(tmp) / "eval.json", e["protocols"], e["primary"],
                          seed=seed, limit=e["limit"], batch_size=e["batch_size"],
                          device=snakemake.config["device"], dtype=e["dtype"])
-            policy, tokenizer = load(model)
+            policy, tokenizer = load(model, **where)
             drift = policy_drift(policy, base_model, tokenizer, prompts,
                                  temperature=grpo["temperature"],
                                  max_new_tokens=grpo["max_new_tokens"], seed=seed,
                                  batch_size=e["batch_size"])
+            del policy
             out.append({"step": step, "model_dir": str(model), "accuracy": r["accuracy"],
                         "n": r["n"], "metrics": r["metrics"], **drift,
                         "per_problem": {q["doc_id"]: q[e["primary"]]["acc"]
