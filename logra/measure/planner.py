@@ -68,16 +68,16 @@ optimizer, rollout and, but in rollout, fsdp):
   dual forward (the kept logits, their tangent and the zero tangent forward-mode AD forms for
   a weight without one, vocab·hidden), or the kept logits and tangents and the float64
   work on 64 completion positions (4 (64, vocab) tensors), whichever is largest, without the
-  base;
+  base (`probe="authors"`: `authors_probe_transient`);
 - apply: the larger of what is alive when it starts (propose's tensors) and what survives it
   + the base probe + the realized KL's forward or chunks.
 `total` is the largest phase and `peak_phase` names it.
 
-`logits="full"` predicts the update as LoGRA's authors' code forms logits (skzhang1/RL, read,
-not run here): the training forward returns every position's logits in fp32 (FSDP's output
-dtype) and the loss takes a full log_softmax (activations as `loss="hf"`, which saves N·V·f,
-plus the logits and, in backward, their gradient, 2·N·V·f), and the JVP probe runs one
-sequence at a time over all its positions with fp32 logits and tangent (2·seq_len·V·f).
+`logits="full"` predicts the training forward as LoGRA's authors' code forms logits
+(skzhang1/RL, read, not run here): every position's logits in fp32 (FSDP's output dtype) and a
+full log_softmax (activations as `loss="hf"`, which saves N·V·f, plus the logits and, in
+backward, their gradient, 2·N·V·f). `probe="authors"` predicts LoGRA's JVP probe as their
+code runs it (`authors_probe_transient`) instead of as this project runs it.
 
 What each category holds for a given update rule (its weights, master copy, gradients, state,
 step, perturbed copy, what survives apply) is that rule's own prediction, `planned` in its
@@ -100,6 +100,7 @@ from logra.optim.rule import DEFAULT_MODULES, Geometry, low_rank_linears
 SHARDINGS = ("none", "fsdp")
 NON_TARGET = ("frozen", "adamw")
 LOGITS = ("chunked", "full")
+PROBES = ("project", "authors")
 
 
 def shapes(hf_config, modules: str = DEFAULT_MODULES):
@@ -125,7 +126,8 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
          gpu_bytes: float | None = None, checkpointing: bool = False,
          attention_mask: bool = True, attn_implementation: str = "sdpa",
          compute: str | None = None, logits: str = "chunked", offload: bool = False,
-         probe_len: int | None = None, non_target: str = "frozen") -> dict:
+         probe_len: int | None = None, non_target: str = "frozen",
+         probe: str = "project") -> dict:
     """Predicted per-GPU bytes by category and by phase (see the module docstring): the
     categories, `phase_<name>` for each phase that runs, `total` (the largest) and
     `peak_phase`. `completion_len` (default `seq_len`) sizes the probe's tokens; `probe_len`
@@ -136,10 +138,12 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     freeze_non_target: false): their fp32 gradients and two moments (sharded) and the output
     layer's weight gradient as backward forms it. `logits`:
     "chunked", this project's (`logra.rl.loss.token_logprobs`, the JVP probe's kept
-    positions), or "full", as LoGRA's authors form them (see the module docstring).
+    positions), or "full", as LoGRA's authors form them (see the module docstring). `probe`:
+    LoGRA's JVP probe as this project runs it ("project", `logra.optim.kl_control`) or as its
+    authors' code does ("authors", `authors_probe_transient`).
     `offload`: FSDP's CPU offload, adding `host` and `pcie` (per micro-batch and GPU)."""
     options = dict(options or {})
-    _check_setting(policy, compute, sharding, logits, rollout_share, gpu_bytes)
+    _check_setting(policy, compute, sharding, logits, probe, rollout_share, gpu_bytes)
     if offload and sharding != "fsdp":
         raise ValueError("offload: FSDP's CPU offload shards the weights (sharding='fsdp')")
     geo, layer_numel = geometry(hf_config, options, rule)
@@ -215,9 +219,10 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     backward_transient = 3 * micro_batch * seq_len * hf_config.intermediate_size * c
     kl_pass = max(probe_forward, chunks)  # the chunks are formed after the last MLP has freed
     if jvp:
-        jvp_pass = _jvp_transient(hf_config, rule_plan["jvp_responses"], probe_len,
-                                  probe_c, chunk_tokens or CHUNK_TOKENS,
-                                  logits, b, c)
+        jvp_pass = (authors_probe_transient(hf_config, probe_len, probe_c, c)
+                    if probe == "authors" else
+                    _jvp_transient(hf_config, rule_plan["jvp_responses"], probe_len, probe_c,
+                                   chunk_tokens or CHUNK_TOKENS, b, c))
     alive = out["weights"] + out["master"] + out["optimizer"] + out["rollout"] + out["fsdp"]
     proposed = out["grads"] + base + per_gpu["step"]  # from propose until apply
     phases = {
@@ -234,9 +239,11 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     return out
 
 
-def _check_setting(policy, compute, sharding, logits, rollout_share, gpu_bytes) -> None:
+def _check_setting(policy, compute, sharding, logits, probe, rollout_share, gpu_bytes) -> None:
     if logits not in LOGITS:
         raise ValueError(f"logits: unknown {logits!r}; known: {LOGITS}")
+    if probe not in PROBES:
+        raise ValueError(f"probe: unknown {probe!r}; known: {PROBES}")
     for key, value in (("policy", policy), ("compute", compute or policy)):
         if value not in POLICIES:
             raise ValueError(f"{key}: unknown {value!r}; known: {sorted(POLICIES)}")
@@ -247,22 +254,54 @@ def _check_setting(policy, compute, sharding, logits, rollout_share, gpu_bytes) 
 
 
 def _jvp_transient(hf_config, responses: int, seq_len: int, c_len: int, chunk_tokens: int,
-                   logits: str, b: int, c: int) -> int:
-    """The largest transient of LoGRA's forward-mode JVP probe: the dual (x2) forward of the
-    sequences that share one (their kept logits within chunk_tokens; one MLP's gate, up and
+                   b: int, c: int) -> int:
+    """The largest transient of this project's forward-mode JVP probe: the dual (x2) forward of
+    the sequences that share one (their kept logits within chunk_tokens; one MLP's gate, up and
     product); the output layer's dual forward (its kept logits and their tangent beside the
     zero tangent forward-mode AD forms for its weight, vocab x hidden, and autocast's cast of
     it); or the kept logits and their tangent with the float64 work on 64 of one sequence's
-    positions at a time (4 (64, vocab) tensors). `logits="full"`: one sequence a forward,
-    every position, fp32 logits."""
-    vocab, hidden, f = hf_config.vocab_size, hf_config.hidden_size, 4
+    positions at a time (4 (64, vocab) tensors)."""
+    vocab, hidden = hf_config.vocab_size, hf_config.hidden_size
     shared = min(responses, max(1, chunk_tokens // c_len))
     kept = 2 * shared * c_len * vocab * c  # the kept logits and their tangent
-    if logits == "full":
-        shared, kept = 1, 2 * seq_len * vocab * f
     output_dual = vocab * hidden * (c + (c if c < b else 0)) + kept
     return max(2 * shared * 3 * seq_len * hf_config.intermediate_size * c, output_dual,
                kept + 4 * min(64, c_len) * vocab * 8)
+
+
+def authors_probe_transient(hf_config, seq_len: int, c_len: int, c: int) -> int:
+    """The largest transient of LoGRA's JVP probe as its authors' code runs it
+    (skzhang1/RL, nemo_rl/models/automodel/logra_probe.py, `predict_batch_kl`, l. 67-124):
+    one sequence at a time over its first `seq_len` positions (l. 100-105: min(its length,
+    probe_max_tokens)), the model in eval mode with eager attention (l. 93-94) under forward-mode
+    AD (l. 98, every tensor a primal and its tangent) and autocast to the compute dtype (`c`
+    bytes; l. 106), its weights gathered by FSDP's mixed precision in that dtype (so no autocast
+    cast of a weight). The largest of:
+    - eager attention's scores (transformers, models/qwen2/modeling_qwen2.py,
+      `eager_attention_forward`), heads x seq_len² elements: the masked scores and their tangent
+      in the compute dtype, alive while `softmax(dtype=float32)` runs; for a narrower compute
+      dtype its float32 copy and the copy's tangent (ATen `softmax` casts the input first); the
+      float32 result; and its tangent's two temporaries (torch derivatives.yaml `_softmax`:
+      result · (self_t − logsumexp_jvp), whose exp-normalised copy is freed before them), plus
+      the causal mask (seq_len², compute dtype);
+    - one MLP's dual gate activation, up and product (3 x seq_len x intermediate, x2);
+    - the logits' cast by FSDP's output dtype (float32): the compute-dtype logits and tangent
+      beside their float32 copies (for a float32 compute, the float32 pair alone);
+    - the float64 KL (nemo_rl/models/automodel/logra.py `predicted_kl`) on 64 completion
+      positions at a time (l. 117-123): the float32 logits and tangent of the whole sequence,
+      the chunk's float32 copies of both (advanced indexing) and five float64 tensors alive at
+      its last product (probabilities, direction, centered, its square, their product).
+    tests/measure/test_planner.py checks it against the live tensor bytes of that procedure
+    on a small model."""
+    vocab, f = hf_config.vocab_size, 4
+    heads = hf_config.num_attention_heads
+    narrow = c < f
+    scores = heads * seq_len**2 * (2 * c + (2 * f if narrow else 0) + 3 * f) + seq_len**2 * c
+    mlp = 2 * 3 * seq_len * hf_config.intermediate_size * c
+    cast = 2 * seq_len * vocab * (c + (f if narrow else 0))
+    chunk = min(64, c_len)
+    kl = 2 * seq_len * vocab * f + chunk * vocab * (2 * f + 5 * 8)
+    return max(scores, mlp, cast, kl)
 
 
 def node_setting(planner: dict) -> dict:

@@ -11,7 +11,9 @@ from logra.common import PHASES
 from logra.harness.config import grpo_settings
 from logra.harness.memory_point import measure
 from logra.measure.memory import activation_breakdown
-from logra.measure.planner import mean_over_updates, plan, predict, sync_bytes, sync_columns
+from logra.measure.memory import MemoryMeter
+from logra.measure.planner import (authors_probe_transient, mean_over_updates, plan, predict,
+                                   sync_bytes, sync_columns)
 from logra.rl.models import load
 from logra.rl.weight_sync import payload_bytes
 
@@ -191,6 +193,86 @@ def test_compute_dtype_probe_size_zero_and_the_authors_logits():
         plan(qwen, "dense_adam", micro_batch=1, seq_len=8, logits="dense")
     with pytest.raises(ValueError, match="compute: unknown 'fp16'"):
         plan(qwen, "dense_adam", micro_batch=1, seq_len=8, compute="fp16")
+
+
+def _authors_probe(model, ids, directions):
+    """LoGRA's JVP probe as its authors' code runs it (skzhang1/RL, nemo_rl/models/automodel/
+    logra_probe.py `predict_batch_kl` and `factorized_direction`, logra.py `predicted_kl`), on
+    one sequence: eval mode, eager attention, forward-mode AD with each target's output tangent
+    added by a hook, bf16 autocast on bf16 weights (as FSDP's mixed precision gathers them),
+    the logits cast to float32 (FSDP's output dtype), the float64 KL 64 positions at a time."""
+    import torch.autograd.forward_ad as fwad
+
+    def hook(projection, direction):
+        def add(module, inputs, output):
+            primal, tangent = fwad.unpack_dual(output)
+            a = fwad.unpack_dual(inputs[0]).primal
+            delta = -(a @ projection.to(a.dtype).T) @ direction.to(a.dtype).T
+            return fwad.make_dual(primal, delta if tangent is None else tangent + delta)
+        return add
+
+    def kl(logits, tangent, temperature):  # the chunk's copies alive as arguments
+        p = (logits.double() / temperature).softmax(-1)
+        d = tangent.double() / temperature
+        centered = d - (p * d).sum(-1, keepdim=True)
+        return 0.5 * (p * centered.square()).sum(-1)
+
+    handles = [m.register_forward_hook(hook(p, d)) for m, (p, d) in directions.items()]
+    try:
+        with torch.no_grad(), fwad.dual_level(), torch.autocast("cpu", dtype=torch.bfloat16):
+            output = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+            logits, tangent = fwad.unpack_dual(output.logits.float())
+            del output
+            for chunk in torch.arange(ids.shape[1] - 1).split(64):
+                kl(logits[0, chunk], tangent[0, chunk], 1.0).sum().item()
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@pytest.mark.parametrize("heads, vocab, length", [(8, 256, 512), (2, 16384, 512),
+                                                  (2, 16384, 1024)])
+def test_the_authors_probe_term_is_the_live_bytes_of_their_probe(heads, vocab, length):
+    """authors_probe_transient is within 5% of the live tensor bytes (the CPU allocator's, above
+    the weights) of the authors' probe on a small Qwen2: where eager attention's scores
+    dominate (8 heads, a 256-token vocabulary), where the float64 KL chunk does (16k, 512
+    tokens) and where the logits' float32 cast does (16k, 1,024)."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=2,
+                         max_position_embeddings=length, tie_word_embeddings=True)
+    config._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    directions = {m: (torch.randn(4, m.in_features), 1e-3 * torch.randn(m.out_features, 4))
+                  for n, m in model.named_modules() if n.endswith(("_proj"))}
+    ids = torch.randint(0, vocab, (1, length))
+    _authors_probe(model, ids, directions)  # warm-up
+    with MemoryMeter("cpu") as meter:
+        _authors_probe(model, ids, directions)
+    predicted = authors_probe_transient(config, length, length - 1, 2)
+    assert meter.report.net_peak_bytes == pytest.approx(predicted, rel=0.05)
+
+
+def test_the_authors_probe_replaces_only_logras_jvp_pass():
+    """probe="authors" moves LoGRA's kl_control phase only, by the authors' transient in place
+    of this project's, and no other rule's plan; an unknown probe is named."""
+    qwen = AutoConfig.from_pretrained(ROOT / "config/models/qwen2.5-math-7b.json")
+    setting = dict(micro_batch=1, seq_len=4096, completion_len=3840, gpus=4, sharding="fsdp",
+                   policy="fp32", compute="bf16", checkpointing=True, probe_size=0,
+                   kl_control=True)
+    ours = plan(qwen, "logra", {"rank": 256}, **setting)
+    theirs = plan(qwen, "logra", {"rank": 256}, probe="authors", **setting)
+    moved = {k for k in ours if ours[k] != theirs[k]} - {"total", "peak_phase"}
+    assert moved == {"phase_kl_control"}
+    from logra.measure.planner import _jvp_transient
+    assert (theirs["phase_kl_control"] - authors_probe_transient(qwen, 4096, 3840, 2)
+            == ours["phase_kl_control"] - _jvp_transient(qwen, 2, 4096, 3840, 256, 4, 2))
+    assert plan(qwen, "dense_adam", probe="authors", **setting) == plan(qwen, "dense_adam",
+                                                                        **setting)
+    with pytest.raises(ValueError, match="probe: unknown 'vllm'"):
+        plan(qwen, "logra", {"rank": 256}, probe="vllm", **setting)
 
 
 def test_the_authors_statistic_is_the_mean_of_each_updates_own_peak():
