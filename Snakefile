@@ -6,6 +6,8 @@ under results/ablations/ and figures/ablations/, and the memory sweep's default 
 memory_sweep.ablation_methods: results/ablations/memory_sweep.csv), `lr_sweep` (every grid under the
 bracket rule: results/lr_sweep.csv, and the choices for config/tuned.yaml: results/tuned.yaml),
 `memory_large` (the memory sweep with memory_sweep.opt_in_sizes: results/memory/sweep_large.csv),
+`memory_real` (the planner against each phase measured at memory_real's architecture, Qwen2.5-0.5B's
+shapes: results/memory/real.csv),
 `stability` (the long runs over stability.opt_in_seeds and the controller ablation, each judged
 by stability.criterion: results/stability_seeds.csv, stability_controller.csv,
 figures/stability_27b_seeds, figures/stability_controller), `trl`
@@ -112,6 +114,11 @@ rule reinforce:
 rule memory_large:
     input:
         "results/memory/sweep_large.csv",
+
+
+rule memory_real:
+    input:
+        PLAN.stamps("memory_real") if config.get("memory_real") else [],
 
 
 rule stability:

@@ -30,16 +30,18 @@ import argparse
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pandas as pd
 import torch
 import transformers
+import yaml
 
 SIZES = {  # tiny-config options: Qwen2.5-0.5B's and Qwen2.5-Math-1.5B's shapes (151,936-token
-    # vocabulary, tied embeddings; randomly initialised), and a 0.35M-parameter one for the CPU
-    "0.5b": dict(architecture="qwen2", hidden_size=896, intermediate_size=4864,
-                 num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                 vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=4096),
+    # vocabulary, tied embeddings; randomly initialised), and a 0.35M-parameter one for the CPU;
+    # 0.5B's as `snakemake memory_real` measures it on the CPU (config.yaml's memory_real)
+    "0.5b": yaml.safe_load((Path(__file__).resolve().parents[1] / "config/config.yaml")
+                           .read_text())["memory_real"]["model"],
     "1.5b": dict(architecture="qwen2", hidden_size=1536, intermediate_size=8960,
                  num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
                  vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=4096),

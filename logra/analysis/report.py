@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from logra.analysis.stability import criterion_text
-from logra.common import SYNC_METRICS, TRANSPORTS
+from logra.common import PHASES, SYNC_METRICS, TRANSPORTS
 from logra.files import atomic_path
 
 SCALARS = ["status", "diverged_at_step", "oom_needed_bytes", "memory_budget_bytes", "task",
@@ -469,7 +469,8 @@ class ReportInputs:
     frozen analysis plan (results/analysis_plan.json); `ablations` the
     tables of `snakemake ablations` (results/ablations/: summary, accuracy, verdicts, sweep). A
     table that is None (its stage is not in the config, or the lr sweep, `snakemake
-    sync_regime`, `snakemake ablations` or `snakemake scaling` has not run, or ran under
+    sync_regime`, `snakemake ablations`, `snakemake scaling` or `snakemake memory_real` (its
+    points, `memory_real`) has not run, or ran under
     another config) is left out, or its section says so; `stale` lists the opt-in results
     made under another config than this one (`digest`): {result, config_digest, target}."""
     summary: pd.DataFrame
@@ -491,6 +492,7 @@ class ReportInputs:
     ablations: dict[str, pd.DataFrame | None] | None = None
     sft: list[dict] | None = None
     scaling: pd.DataFrame | None = None
+    memory_real: pd.DataFrame | None = None
     stale: list[dict] = dataclasses.field(default_factory=list)
     digest: str | None = None
 
@@ -626,6 +628,30 @@ def _planner(inputs: ReportInputs) -> list[str]:
                      "PCIe s / update": _fmt(offload["pcie_seconds_per_step"], ".1f")}
                     ) + [x for sentence in fit_sentences(planner, inputs.reference)
                          for x in ("", sentence)]
+
+
+def _memory_real(inputs: ReportInputs) -> list[str]:
+    t = inputs.memory_real
+    if t is None:
+        return (["", "The planner's check at a real architecture's shapes has not run "
+                 "(`snakemake memory_real` writes `results/memory/real.csv`; the next report "
+                 "includes it)."] if inputs.planner is not None else [])
+    rows = [(r, phase) for _, r in t.iterrows() for phase in PHASES
+            if pd.notna(r.get(f"planned_phase_{phase}")) and pd.notna(r.get(f"phase_{phase}"))]
+    measured = pd.Series([r[f"phase_{p}"] for r, p in rows], dtype=float)
+    planned = pd.Series([r[f"planned_phase_{p}"] for r, p in rows], dtype=float)
+    return _section(
+        "The planner at a real architecture's shapes", "results/memory/real.csv",
+        f"`snakemake memory_real`: one update per method at {int(t['n_params'].iloc[0]):,} "
+        f"parameters ({int(t['vocab_size'].iloc[0]):,}-token vocabulary, random weights), "
+        f"{int(t['batch'].iloc[0])} sequences of {int(t['seq_len'].iloc[0])} tokens in "
+        f"micro-batches of {int(t['micro_batch'].iloc[0])}, measured on {t['device'].iloc[0]} "
+        "(live tensor bytes, logra.measure.memory.MemoryMeter) phase by phase, beside the "
+        "planner's prediction of each phase, which no term fits to the measurement.",
+        {"method": [r["method"] for r, _ in rows], "phase": [p for _, p in rows],
+         "measured GiB": _fmt(measured, ".3f", 2**30), "planned GiB": _fmt(planned, ".3f", 2**30),
+         "error": _fmt(planned / measured - 1, "+.1%"),
+         "peak": ["yes" if p == r["peak_phase"] else "" for r, p in rows]})
 
 
 def fit_sentences(planner: pd.DataFrame, reference: str) -> list[str]:
@@ -1096,7 +1122,7 @@ def _time_ledger(inputs: ReportInputs) -> list[str]:
 
 
 # the report's sections, in order
-SECTIONS = (_title, _plan, _header, _bases, _results, _planner, _paper_setting, _kl_calibration,
+SECTIONS = (_title, _plan, _header, _bases, _results, _planner, _memory_real, _paper_setting, _kl_calibration,
             _step_control, _update_cosine, _stability, _sync, _lr_sweep, _ablations, _trl,
             _scaling, _time_ledger)
 

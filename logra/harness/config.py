@@ -382,6 +382,11 @@ def check(config: dict, fit_rules: bool = True) -> None:
                                   f"({sorted(paper['methods'])})")
             m = paper["methods"][name]
             _check_options(where, m | {"options": m.get("options", {}) | options})
+    for name, options in ((config.get("memory_real") or {}).get("methods") or {}).items():
+        if name in config["methods"]:  # else named by _check_references
+            m = config["methods"][name]
+            _check_options(f"memory_real.methods.{name}",
+                           m | {"options": m.get("options", {}) | options})
     for name in config["methods"]:
         _check_method_options(config, name)
     _check_data_sizes(config)
@@ -405,12 +410,13 @@ def check(config: dict, fit_rules: bool = True) -> None:
 
 def _tiny_models(config: dict) -> list[tuple[str, dict]]:
     """(key, options) of every tiny model the config builds: the configured one, each memory
-    sweep point's, each scaling size's."""
+    sweep point's, memory_real's, each scaling size's."""
     sweep = config.get("memory_sweep") or {}
     return ([("model.tiny", config["model"]["tiny"])] if config["model"]["name"] == "tiny"
             else []) + [
         (f"memory_sweep.{part}.{name}", {k: v for k, v in point.items() if k != "shape"})
         for part in ("sizes", "opt_in_sizes") for name, point in sweep.get(part, {}).items()] + [
+        ("memory_real.model", real["model"]) for real in [config.get("memory_real")] if real] + [
         (f"scaling.sizes.{name}.model", size["model"])
         for name, size in ((config.get("scaling") or {}).get("sizes") or {}).items()]
 
@@ -449,6 +455,10 @@ def _check_memory_sweep(config: dict, fit_rules: bool) -> None:
     config.yaml took 6 s on this project's 2-core CPU, against under a second for the default
     points): a rule that does not fit one stops its job with an error naming the point."""
     sweep = config.get("memory_sweep") or {}
+    for part in ("sizes", "opt_in_sizes"):
+        if "real" in sweep.get(part, {}):
+            raise ConfigError(f"memory_sweep.{part}.real: `real` is memory_real's folder "
+                              "(results/memory/real/); name the size otherwise")
     methods = dict.fromkeys([*sweep.get("methods", []), *sweep.get("ablation_methods", [])])
     for name, point in (sweep.get("sizes", {}) if fit_rules else {}).items():
         options = {k: v for k, v in point.items() if k != "shape"}
@@ -492,6 +502,8 @@ def _check_references(config: dict) -> None:
                          for k in ("memory_sweep", "planner", "stability") if k in config],
                        ("memory_sweep.ablation_methods",
                         (config.get("memory_sweep") or {}).get("ablation_methods", [])),
+                       ("memory_real.methods",
+                        list((config.get("memory_real") or {}).get("methods", {}))),
                        ("planner.offload", (config.get("planner") or {}).get("offload", [])),
                        ("sync_regime.methods",
                         (config.get("sync_regime") or {}).get("methods", []))]:

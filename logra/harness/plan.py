@@ -131,7 +131,9 @@ class Plan:
                 + (["results/stability_controller.csv"] if self.runs["controller"] else []),
                 "trl": [f"results/trl/{task}.json" for task in self.tasks],
                 "sync_regime": ["results/sync_regime.csv"],
-                "scaling": ["results/scaling.csv"]}
+                "scaling": ["results/scaling.csv"]} | (
+            {"memory_real": ["results/memory/real.csv"]} if self.config.get("memory_real")
+            else {})
 
     def stamps(self, target: str) -> list[str]:
         """The stamps of opt-in `target`'s results (`opt_in`): each holds the digest of the

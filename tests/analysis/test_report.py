@@ -456,6 +456,43 @@ def test_the_accuracy_memory_table_sets_the_planners_prediction_beside_each_meas
     assert "PREDICTION: GB per GPU, big" in text and "| a | l | 0.380 [0.355, 0.405] | 3 |" in text
 
 
+def test_the_memory_real_section_sets_each_measured_phase_beside_its_prediction():
+    """`snakemake memory_real`'s table (results/memory/real.csv, `memory_sweep_table` of its
+    points) in the report: per method, each phase the planner predicts with its measured and
+    planned GiB, their error and the measured peak phase, taken from the points."""
+    import dataclasses
+
+    from logra.analysis.report import ReportInputs, _memory_real, memory_sweep_table
+    from logra.harness.config import grpo_settings
+    from logra.harness.memory_point import measure
+    grpo = dataclasses.asdict(grpo_settings({"temperature": 1.0, "aggregation": "dapo",
+                                             "clip_low": 0.2, "clip_high": 0.28, "beta": 0.0,
+                                             "probe_size": 2, "estimator": "grpo"}))
+    size = {"architecture": "qwen2", "hidden_size": 32, "intermediate_size": 64,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+            "tie_word_embeddings": True, "vocab_size": 512}
+    shape = {"batch": 4, "micro_batch": 2, "prompt_len": 4, "completion_len": 4}
+    points = {("real", m): measure(size, {"rule": m, "options": o}, shape, grpo, steps=3)
+              | {"threads": 1} for m, o in (("dense_adam", {}), ("logra", {"rank": 4}))}
+    table = memory_sweep_table(points, "dense_adam")
+    summary = pd.DataFrame({"status": ["ok"]})
+    inputs = ReportInputs(summary, pd.DataFrame(), [], [], pd.DataFrame(), memory_real=table)
+    text = "\n".join(_memory_real(inputs))
+    assert "`snakemake memory_real`: one update per method" in text
+    for (_, method), p in points.items():
+        for phase, measured in p["phase_peaks"].items():
+            planned = p["planned"].get(f"phase_{phase}")
+            if planned is None:  # a phase the method does not run (dense Adam's KL control)
+                assert f"| {method} | {phase} |" not in text
+                continue
+            assert (f"| {method} | {phase} | {measured / 2**30:.3f} | {planned / 2**30:.3f} | "
+                    f"{planned / measured - 1:+.1%} | "
+                    f"{'yes' if phase == p['peak_phase'] else ''} |") in text
+    assert _memory_real(dataclasses.replace(inputs, memory_real=None)) == []
+    planned_only = dataclasses.replace(inputs, memory_real=None, planner=pd.DataFrame())
+    assert "has not run (`snakemake memory_real`" in "\n".join(_memory_real(planned_only))
+
+
 def test_an_opt_in_result_is_current_only_under_the_config_its_stamp_holds(tmp_path):
     """`current_opt_in`: a result whose stamp holds this config's digest is read; one whose stamp
     holds another's, or that has none, is stale; one never made is neither."""

@@ -60,6 +60,8 @@ PLANNED = [
                   "tuning_round": 13, "lr_sweep_table": 1, "stamp": 2}),
     # the default sizes and the opt-in ones (4 more), x 4 methods, in one table
     ("memory_large", {"memory_point": 24, "memory_sweep": 1}),
+    # dense AdamW and LoGRA at Qwen2.5-0.5B's shapes, in one table
+    ("memory_real", {"memory_point": 2, "memory_real_table": 1, "stamp": 1}),
     # dense AdamW and LoGRA 1,100 steps over three seeds, the controller ablation's 6 cells over
     # the same seeds (the short run among them), each run's held-out curve; the plan's margin
     # runs first, as every test evaluation

@@ -388,6 +388,29 @@ def test_a_paper_setting_method_is_checked_as_a_run_method_is(tmp_path):
         validate_file(_write(tmp_path, config))
 
 
+def test_memory_reals_methods_and_options_are_checked_and_its_folder_is_its_own(tmp_path):
+    config = copy.deepcopy(SMOKE)
+    config["memory_real"] = copy.deepcopy(validate_file(ROOT / "config/config.yaml")[
+        "memory_real"])
+    validate_file(_write(tmp_path, config))
+    for methods, message in (({"dense_adam": {}, "galore": {}},
+                              r"memory_real.methods\[1\]: 'galore' is not defined under methods"),
+                             ({"logra": {"rnak": 256}}, r"memory_real.methods.logra.options: "
+                                                        r".*'rnak'")):
+        with pytest.raises(ConfigError, match=message):
+            validate_file(_write(tmp_path, config | {"memory_real": config["memory_real"]
+                                                     | {"methods": methods}}))
+    config["memory_real"]["model"]["num_attention_heads"] = 5
+    with pytest.raises(ConfigError, match="memory_real.model: model.hidden_size=896 is not "
+                                          "divisible by model.num_attention_heads=5"):
+        validate_file(_write(tmp_path, config))
+    config = copy.deepcopy(SMOKE)
+    config["memory_sweep"]["sizes"]["real"] = config["memory_sweep"]["sizes"].popitem()[1]
+    with pytest.raises(ConfigError, match="memory_sweep.sizes.real: `real` is memory_real's "
+                                          "folder"):
+        validate_file(_write(tmp_path, config))
+
+
 def test_lr_sweep_grids_are_spaced_alike_in_step_size_and_define_the_bracket_rules_points():
     """Every method's grid holds `points` declared points around its anchor and the `extend`
     points beyond each edge the bracket rule may add, neighbours a factor apart in step size:

@@ -8,10 +8,11 @@ from logra.harness.memory_point import measure
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     torch.set_num_threads(snakemake.threads)
-    cfg = snakemake.params.method
+    p = snakemake.params.point
+    cfg = p["method"]
     try:
-        point = measure(snakemake.params.size, cfg["method"], snakemake.params.shape,
-                        cfg["grpo"], steps=snakemake.params.steps, device=cfg["device"],
+        point = measure(p["size"], cfg["method"], p["shape"],
+                        cfg["grpo"], steps=p["steps"], device=cfg["device"],
                         budget_bytes=cfg["memory_budget_bytes"],
                         compute_dtype=cfg["grpo"]["compute_dtype"])
     except (TypeError, ValueError) as e:  # a rule that does not fit the point's model

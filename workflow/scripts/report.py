@@ -51,7 +51,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         sync_regime=read("results/sync_regime.csv", current),
         ablations=ablation_tables(current),
         sft=[json.loads(Path(p).read_text()) for p in i.sft],
-        scaling=read("results/scaling.csv", current), stale=stale, digest=snakemake.params.digest))
+        scaling=read("results/scaling.csv", current),
+        memory_real=read("results/memory/real.csv", current), stale=stale, digest=snakemake.params.digest))
     with atomic_path(snakemake.output[0]) as tmp:
         tmp.write_text(text)
     progress("report results/REPORT.md", jobs=int(ledger["jobs"].sum()),
