@@ -93,7 +93,7 @@ def available(methods: dict) -> dict:
 
 def step_table(size: dict, shape: dict, device: str, dtype: str, methods: dict,
                lengths: list[int] | None = None) -> None:
-    from logra.analysis.report import memory_sweep_table
+    from logra.analysis.tables import memory_sweep_table
     from logra.harness.memory_point import measure
     steps = max(5, 1 + len(lengths or []))  # a warm-up, then every length at least once
     points = {("check", name): measure(size, m, shape, grpo(), steps=steps, device=device,

@@ -18,7 +18,7 @@ import argparse
 import pandas as pd
 import torch
 
-from logra.analysis.report import memory_sweep_table
+from logra.analysis.tables import memory_sweep_table
 from logra.harness.config import run_config, validate_file
 from logra.harness.memory_point import measure
 

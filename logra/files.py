@@ -127,3 +127,9 @@ def import_file(path: str | os.PathLike, key: str):
             del sys.modules[name]
             raise
     return sys.modules[name]
+
+
+def write_csv(df, path: str | Path) -> None:
+    """Atomic CSV write of a pandas DataFrame (temp file + rename), without its index."""
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)

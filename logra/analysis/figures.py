@@ -17,8 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from logra.analysis.report import scale_label, sync_table  # noqa: E402
 from logra.analysis.stability import criterion_text, outcome_text, spikes  # noqa: E402
+from logra.analysis.tables import scale_label, sync_table  # noqa: E402
 from logra.common import PHASES, POLICIES, REPORTED_CHANGED_FRACTION, delta_bytes  # noqa: E402
 from logra.files import atomic_path  # noqa: E402
 
@@ -246,7 +246,7 @@ def _stability_memory(ax, table: pd.DataFrame, planner: pd.DataFrame, methods: d
 
 def sync_bytes(summary: pd.DataFrame, planner: pd.DataFrame, outputs: list[str]) -> None:
     """(a) measured: bytes per step of every transport per method
-    (`logra.analysis.report.sync_table`, the applied one hatched); (b) measured: each run's
+    (`logra.analysis.tables.sync_table`, the applied one hatched); (b) measured: each run's
     trainer-vs-engine log-prob mismatch against the bytes its applied transport sent; (c)
     PREDICTION, planner: bytes per sync by each method's own transport and in full at scale; (d)
     PREDICTION: delta bytes at the planner's first model against the changed fraction

@@ -16,7 +16,7 @@ def _bench(root: Path, rel: str, seconds: float) -> Path:
 
 
 def test_time_ledger_sums_each_stage_and_shares_add_up(tmp_path):
-    from logra.analysis.report import time_ledger
+    from logra.analysis.tables import time_ledger
     files = [_bench(tmp_path, "data/data/a.tsv", 1.5),
              _bench(tmp_path, "train/train/a/m/seed0.tsv", 6.0),
              _bench(tmp_path, "train/train/a/m/seed1.tsv", 2.0),
@@ -32,7 +32,8 @@ def test_time_ledger_sums_each_stage_and_shares_add_up(tmp_path):
 def test_report_formats_every_number_from_the_tables_and_leaves_out_what_did_not_run(tmp_path):
     import pandas as pd
 
-    from logra.analysis.report import ReportInputs, report_markdown, time_ledger
+    from logra.analysis.report import ReportInputs, report_markdown
+    from logra.analysis.tables import time_ledger
     summary = pd.DataFrame({
         "status": ["ok", "ok", "oom"], "task": "a", "method": ["dense_adam", "logra", "logra"],
         "seed": [0, 0, 1], "device": "cpu", "n_params": 1_360_000, "model": "tiny", "steps": 80,
@@ -144,7 +145,7 @@ def test_paper_setting_table_sets_each_prediction_beside_its_published_reduction
     phase uses its next largest phase."""
     import pandas as pd
 
-    from logra.analysis.report import paper_setting_table
+    from logra.analysis.tables import paper_setting_table
     gib = 2**30
     rows = []
     for setting, published in (("s1", {}), ("s2", {"dense": 40.0, "logra": 30.0})):
@@ -176,7 +177,7 @@ def test_the_paper_setting_curve_finds_the_length_that_gives_the_published_reduc
     the curve does not reach it."""
     import pandas as pd
 
-    from logra.analysis.report import paper_setting_curve
+    from logra.analysis.tables import paper_setting_curve
     rows = [{"setting": s, "logits": "full", "method": m, "longest_len": n,
              "total": total, "published_gib": None, "published_reduction": 0.45}
             for s, scale in (("s1", 1.0), ("s2", 0.5))
@@ -208,7 +209,8 @@ def test_sync_table_and_ratio_equal_a_direct_computation():
 
     import pandas as pd
 
-    from logra.analysis.report import low_rank_sentence, low_rank_vs_delta, sync_table
+    from logra.analysis.report import low_rank_sentence
+    from logra.analysis.tables import low_rank_vs_delta, sync_table
     runs = [  # (status, task, method, seed, transport, full, delta, low_rank, seconds, mismatch)
         ("ok", "a", "dense", 0, "delta", 800, 300, None, 0.1, 0.0),
         ("ok", "a", "dense", 1, "delta", 800, 500, None, 0.3, 0.0),
@@ -271,7 +273,8 @@ def test_sync_bytes_figure_draws_measured_and_predicted_panels(tmp_path):
 def test_sync_regime_table_and_its_report_section(tmp_path):
     import pandas as pd
 
-    from logra.analysis.report import ReportInputs, report_markdown, sync_regime_table, time_ledger
+    from logra.analysis.report import ReportInputs, report_markdown
+    from logra.analysis.tables import sync_regime_table, time_ledger
     paths = []
     for method, (knob, size), transport, low in (("d", ("lr", 1e-6), "delta", None),
                                                  ("l", ("update_ratio", 6e-5), "low_rank", 50)):
@@ -340,7 +343,8 @@ def test_reward_curves_give_each_method_its_own_colour_and_bands_only_when_few(
 def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_verdict(tmp_path):
     import pandas as pd
 
-    from logra.analysis.report import ReportInputs, report_markdown, time_ledger
+    from logra.analysis.report import ReportInputs, report_markdown
+    from logra.analysis.tables import time_ledger
     from logra.analysis.verdict import analysis_plan
     summary = pd.DataFrame({"status": ["ok"], "task": "a", "method": ["d"], "seed": [0],
                             "device": "cpu", "n_params": 1000, "model": "tiny", "steps": 80,
@@ -440,7 +444,8 @@ def test_the_accuracy_memory_table_sets_the_planners_prediction_beside_each_meas
     """Per task and method: accuracy with its t-interval, the measured peak and its ratio to the
     reference's, and the planner's GB per GPU at each of its models for that method (its own
     row, not its +offload one), labelled a prediction in the report."""
-    from logra.analysis.report import _accuracy_memory_section, accuracy_memory_table
+    from logra.analysis.report import _accuracy_memory_section
+    from logra.analysis.tables import accuracy_memory_table
     accuracy = pd.DataFrame({"task": ["a", "a"], "method": ["d", "l"], "metric": "sampled",
                              "accuracy_mean": [0.4, 0.38], "accuracy_sd": [0.02, 0.01],
                              "n_seeds": [3, 3], "peak_mem_bytes_mean": [100.0, 40.0]})
@@ -462,7 +467,8 @@ def test_the_memory_real_section_sets_each_measured_phase_beside_its_prediction(
     planned GiB, their error and the measured peak phase, taken from the points."""
     import dataclasses
 
-    from logra.analysis.report import ReportInputs, _memory_real, memory_sweep_table
+    from logra.analysis.report import ReportInputs, _memory_real
+    from logra.analysis.tables import memory_sweep_table
     from logra.harness.config import grpo_settings
     from logra.harness.memory_point import measure
     grpo = dataclasses.asdict(grpo_settings({"temperature": 1.0, "aggregation": "dapo",

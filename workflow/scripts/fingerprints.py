@@ -1,7 +1,7 @@
 """results/fingerprints.csv: the digests of every stage's results (logra/repro.py)."""
 from contextlib import redirect_stderr, redirect_stdout
 
-from logra.analysis.report import write_csv
+from logra.files import write_csv
 from logra.harness.fingerprints import fingerprint_table
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):

@@ -4,9 +4,8 @@ validation accuracy per task and method is `chosen` (logra.analysis.tuning). Wit
 output, the choices for the config to adopt (results/tuned.yaml)."""
 from contextlib import redirect_stderr, redirect_stdout
 
-from logra.analysis.report import write_csv
 from logra.analysis.tuning import lr_sweep_table, tuned_file
-from logra.files import atomic_path
+from logra.files import atomic_path, write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     table = lr_sweep_table(snakemake.input.runs, snakemake.input.evals, snakemake.params.sweep,

@@ -2,8 +2,8 @@
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from logra.analysis.report import write_csv
 from logra.analysis.verdict import margin_table
+from logra.files import write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     def key(path):  # results/lr_sweep/{task}/.../seed{seed}.json or .../base_seed{seed}.json

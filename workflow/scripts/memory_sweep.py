@@ -3,7 +3,8 @@ import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from logra.analysis.report import memory_sweep_table, write_csv
+from logra.analysis.tables import memory_sweep_table
+from logra.files import write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     points = {(Path(p).parent.name, Path(p).stem): json.loads(Path(p).read_text())

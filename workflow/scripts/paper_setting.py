@@ -12,7 +12,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import pandas as pd
 from transformers import AutoConfig
 
-from logra.analysis.report import write_csv
+from logra.files import write_csv
 from logra.measure.planner import LOGITS, geometry, mean_over_updates, predict
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):

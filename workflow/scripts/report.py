@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from logra.analysis.report import (STABILITY_OPT_IN, ReportInputs, current_opt_in,
-                                   report_markdown, time_ledger)
+                                   report_markdown)
+from logra.analysis.tables import time_ledger
 from logra.files import atomic_path, progress
 
 

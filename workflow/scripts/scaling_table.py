@@ -7,8 +7,8 @@ from contextlib import redirect_stderr, redirect_stdout
 import pandas as pd
 from transformers import AutoConfig
 
-from logra.analysis.report import write_csv
 from logra.analysis.scaling import cost_row, predicted_ratios, scaling_table, validation_rows
+from logra.files import write_csv
 from logra.measure.planner import geometry, node_setting, predict
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):

@@ -1,8 +1,8 @@
 """results/stability*.csv: each stability run against stability.criterion."""
 from contextlib import redirect_stderr, redirect_stdout
 
-from logra.analysis.report import write_csv
 from logra.analysis.stability import stability_table
+from logra.files import write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     i = snakemake.input

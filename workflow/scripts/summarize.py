@@ -1,7 +1,8 @@
 """results/summary.csv (one row per run) and results/accuracy.csv (base vs GRPO)."""
 from contextlib import redirect_stderr, redirect_stdout
 
-from logra.analysis.report import accuracy_table, base_evals, summary_table, write_csv
+from logra.analysis.tables import accuracy_table, base_evals, summary_table
+from logra.files import write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     summary = summary_table(snakemake.input.runs, snakemake.input.evals,

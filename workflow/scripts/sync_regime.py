@@ -2,7 +2,8 @@
 (logra.analysis.report.sync_regime_table)."""
 from contextlib import redirect_stderr, redirect_stdout
 
-from logra.analysis.report import sync_regime_table, write_csv
+from logra.analysis.tables import sync_regime_table
+from logra.files import write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     table = sync_regime_table(snakemake.input.runs, snakemake.params.regimes)

@@ -4,8 +4,9 @@ import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from logra.analysis.report import base_evals, write_csv
+from logra.analysis.tables import base_evals
 from logra.analysis.verdict import verdicts
+from logra.files import write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     evals = {}
