@@ -82,6 +82,23 @@ class Plan:
     def resources(self, stage: str) -> dict:
         return job_resources(self.config, stage)
 
+    def memory_point(self, size: str, method: str) -> dict:
+        """A memory point's tiny-model options, batch shape, steps and run config: a size of
+        the memory sweep's (default and opt-in) or `real`, memory_real's architecture, whose
+        methods run with memory_real's options over their own."""
+        cfg = self.run_config(self.tasks[0], method, 0)
+        if size == "real":
+            real = self.config["memory_real"]
+            spec = cfg["method"]
+            return {"size": real["model"], "shape": real["shape"], "steps": real["steps"],
+                    "method": cfg | {"method": spec | {
+                        "options": spec["options"] | real["methods"][method]}}}
+        sweep = self.config["memory_sweep"]
+        point = (sweep["sizes"] | sweep.get("opt_in_sizes", {}))[size]
+        return {"size": {k: v for k, v in point.items() if k != "shape"},
+                "shape": sweep.get("shape", {}) | point.get("shape", {}),
+                "steps": sweep.get("steps"), "method": cfg}
+
     def start_model(self, method: str | None = None) -> str | None:
         return start_model(self.config, method)
 

@@ -2,32 +2,17 @@ MEMORY = config.get("memory_sweep", {"sizes": {}, "methods": []})
 # results/memory/sweep.csv: the default target's points; sweep_large.csv: every point
 SWEEP_POINTS = {"sweep": MEMORY["sizes"], "sweep_large": MEMORY["sizes"]
                 | MEMORY.get("opt_in_sizes", {})}
-# results/memory/real.csv: memory_real's points, in the folder `real`
+# results/memory/real.csv: memory_real's points, in the folder `real` (PLAN.memory_point)
 MEMORY_REAL = config.get("memory_real")
 PLANNER = config.get("planner")
 PAPER_SETTING = config.get("paper_setting")
-
-
-def memory_point(size: str, method: str) -> dict:
-    """A memory point's tiny-model options, batch shape, steps and run config (memory_real's
-    methods with its options over their own)."""
-    cfg = PLAN.run_config(PLAN.tasks[0], method, 0)
-    if size == "real":
-        spec = cfg["method"]
-        return {"size": MEMORY_REAL["model"], "shape": MEMORY_REAL["shape"],
-                "steps": MEMORY_REAL["steps"], "method": cfg | {"method": spec | {
-                    "options": spec["options"] | MEMORY_REAL["methods"][method]}}}
-    point = SWEEP_POINTS["sweep_large"][size]
-    return {"size": {k: v for k, v in point.items() if k != "shape"},
-            "shape": MEMORY.get("shape", {}) | point.get("shape", {}),
-            "steps": MEMORY.get("steps"), "method": cfg}
 
 
 rule memory_point:
     output:
         "results/memory/{size}/{method}.json",
     params:
-        point=lambda w: memory_point(w.size, w.method),
+        point=lambda w: PLAN.memory_point(w.size, w.method),
     threads: config["threads"]
     resources:
         **stage_resources("memory"),
