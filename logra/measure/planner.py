@@ -19,7 +19,7 @@ casts before it gathers) and the forwards' transients.
 - optimizer: the rule's state as it keeps it (fp32, 8-bit codes, ...);
 - grads: gradients alive at the end of backward, fp32 (FSDP reduces in fp32);
 - activations: saved for backward by one micro-batch
-  (`logra.measure.memory.activation_bytes_estimate`, derived for Llama/Qwen2 decoders; for other
+  (`logra.measure.activations.activation_bytes_estimate`, derived for Llama/Qwen2 decoders; for other
   architectures, e.g. Gemma-3, an approximation; under a narrower compute dtype on one device,
   autocast's cast of every weight, which backward keeps for the input's gradient; the loss's
   log-probs are chunked,
@@ -93,7 +93,7 @@ import torch
 
 from logra import rules
 from logra.common import POLICIES, delta_bytes
-from logra.measure.memory import activation_bytes_estimate
+from logra.measure.activations import activation_bytes_estimate
 from logra.optim.chunked import CHUNK_TOKENS
 from logra.optim.rule import DEFAULT_MODULES, Geometry, low_rank_linears
 

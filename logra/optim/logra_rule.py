@@ -551,7 +551,7 @@ class LoGRA(UpdateRule):
         (after apply); 256 rows of D·A formed at a time (transient). Every weight in float32 (the
         authors require float32 storage: no separate master copy), no gradient of any weight,
         the base frozen: no activation is kept for a weight's gradient, each target keeps
-        X·Aᵀ (tokens x r) instead (`sketch_rank`, logra.measure.memory.activation_breakdown)."""
+        X·Aᵀ (tokens x r) instead (`sketch_rank`, logra.measure.activations.activation_breakdown)."""
         f, r = 4, options.get("rank", 256)
         outs = sum(m for m, _ in geo.low_rank)
         widest = max(n for _, n in geo.low_rank)

@@ -77,12 +77,8 @@ import torch
 from logra import repro, rules
 from logra.common import SYNC_METRICS, warmup_cosine
 from logra.files import atomic_path, save_pretrained, ticker, write_json
-from logra.measure.memory import (
-    MemoryMeter,
-    MemoryReport,
-    activation_bytes_estimate,
-    analytic_breakdown,
-)
+from logra.measure.activations import activation_bytes_estimate, analytic_breakdown
+from logra.measure.memory import MemoryMeter, MemoryReport
 from logra.optim import collectives
 from logra.optim.collectives import local
 from logra.optim.kl_control import KLControl

@@ -1,4 +1,5 @@
-"""Tests for logra.measure.memory: measured peak memory vs. analytic breakdown (CPU, tiny Qwen2)."""
+"""logra.measure.memory and .activations: the measured peak vs. the analytic breakdown (CPU,
+tiny Qwen2)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,15 @@ transformers = pytest.importorskip("transformers")
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
 from logra.harness.config import grpo_settings
-from logra.measure import memory as M
-from logra.measure.memory import (
-    MemoryMeter,
-    MemoryProfilerAPIError,
-    MemoryReport,
+from logra.measure.activations import (
     activation_breakdown,
     activation_bytes_estimate,
     analytic_breakdown,
-    optimizer_state_bytes,
     saved_tensor_bytes,
 )
+from logra.measure.memory import (MemoryMeter, MemoryProfilerAPIError, MemoryReport,
+                                  optimizer_state_bytes)
+from logra.measure.timeline import CATEGORY_KEYS
 from logra.optim.rule import tensor_bytes
 
 VOCAB = 100
@@ -183,7 +182,7 @@ def test_adamw_step_peak_matches_known_sizes_and_analytic(adamw_b4):
     r, s = adamw_b4
     print(_fmt(r, s))
     assert r.method.startswith("cpu:")
-    assert set(r.by_category) == set(M.CATEGORY_KEYS)
+    assert set(r.by_category) == set(CATEGORY_KEYS)
     assert sum(r.by_category.values()) == r.peak_bytes
 
     # The peak is absolute: it contains weights + optimizer state that pre-existed the step,

@@ -10,7 +10,7 @@ from logra import rules
 from logra.common import PHASES
 from logra.harness.config import grpo_settings
 from logra.harness.memory_point import measure
-from logra.measure.memory import activation_breakdown
+from logra.measure.activations import activation_breakdown
 from logra.measure.memory import MemoryMeter
 from logra.measure.planner import (authors_probe_transient, mean_over_updates, plan, predict,
                                    sync_bytes, sync_columns)
