@@ -34,11 +34,12 @@ def worker(config_path: str, method: str, steps: int, out: str) -> None:
     import torch
 
     from logra import repro
+    from logra.files import write_jsonl
     from logra.harness import fingerprints
     from logra.harness.config import run_config, validate_file
     from logra.rl.loop import train
     from logra.rl.models import build_tiny
-    from logra.rl.tasks import get_task, write_jsonl
+    from logra.rl.tasks import get_task
 
     config = validate_file(config_path)
     task = next(iter(config["tasks"]))

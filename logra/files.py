@@ -23,7 +23,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 
 def _remove(path: Path) -> None:
@@ -133,3 +133,48 @@ def write_csv(df, path: str | Path) -> None:
     """Atomic CSV write of a pandas DataFrame (temp file + rename), without its index."""
     with atomic_path(path) as tmp:
         df.to_csv(tmp, index=False)
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """Yield (1-based line number, object) for each non-blank line."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path}:{lineno}: not UTF-8 (byte 0x{raw[error.start]:02x} at "
+                                 f"column {error.start + 1}); JSONL files are UTF-8") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{lineno}: invalid JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            yield lineno, row
+
+
+def read_jsonl(path: str | os.PathLike, required: Iterable[str] = ()) -> list[dict]:
+    """Read a JSONL file of objects (blank lines skipped).
+
+    Raises ValueError naming the file and 1-based line number for a malformed
+    line, a non-object or a row without one of the `required` fields, and
+    naming the file when it holds no rows.
+    """
+    rows = []
+    for lineno, row in iter_jsonl(path):
+        missing = [f for f in required if f not in row]
+        if missing:
+            raise ValueError(f"{path}:{lineno}: missing field {missing[0]!r}")
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: empty JSONL file (no rows)")
+    return rows
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    """Atomically write `rows` as JSONL (see logra/files.py)."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")

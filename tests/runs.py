@@ -9,8 +9,9 @@ import yaml
 from conftest import ROOT
 from safetensors.torch import load_file
 
+from logra.files import write_jsonl
 from logra.harness.config import run_config, validate_file
-from logra.rl.tasks import TASKS, ArithmeticTask, register_task, write_jsonl
+from logra.rl.tasks import TASKS, ArithmeticTask, register_task
 
 
 class CoinFlip(ArithmeticTask):

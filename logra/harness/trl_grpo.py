@@ -69,7 +69,7 @@ TRL_REWARD_KWARGS = ("completion_ids", "trainer_state", "log_extra", "log_metric
 
 
 def prompt_dataset(rows: list[dict]) -> datasets.Dataset:
-    """A task's examples (each with its `prompt`, logra/rl/tasks.py) as TRL's prompt dataset."""
+    """A task's examples (each with its `prompt`, logra/rl/tasks/) as TRL's prompt dataset."""
     return datasets.Dataset.from_list(rows)
 
 

@@ -76,13 +76,12 @@ import torch
 
 from logra import repro, rules
 from logra.common import SYNC_METRICS, warmup_cosine
-from logra.files import atomic_path, save_pretrained, ticker, write_json
+from logra.files import atomic_path, read_jsonl, save_pretrained, ticker, write_json
 from logra.measure.activations import activation_bytes_estimate, analytic_breakdown
 from logra.measure.memory import MemoryMeter, MemoryReport
 from logra.optim import collectives
 from logra.optim.collectives import local
-from logra.optim.kl_control import KLControl
-from logra.optim.kl_control import calibration as kl_calibration
+from logra.optim.kl_control import KLControl, calibration as kl_calibration
 from logra.optim.rule import tensor_bytes
 from logra.rl import checkpoint, fsdp
 from logra.rl.loss import estimator
@@ -90,7 +89,7 @@ from logra.rl.models import load, median_abs_weight, n_params
 from logra.rl.rollout import EngineError, make_engine
 from logra.rl.settings import Grpo, RunSettings
 from logra.rl.step import batch_kl, cap_cuda_memory, compute_context, cuda_oom, update_step
-from logra.rl.tasks import get_task, read_jsonl
+from logra.rl.tasks import get_task
 from logra.rl.weight_sync import EngineSync, payload_bytes
 
 # Measured peak vs analytic breakdown: the analytic side leaves out gradients of activations

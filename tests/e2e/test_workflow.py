@@ -15,9 +15,10 @@ from dag import counts, dry_run, needed
 
 from logra import repro
 from logra.analysis.verdict import CALLS
+from logra.files import read_jsonl
 from logra.harness import fingerprints
 from logra.harness.config import job_resources, validate_file
-from logra.rl.tasks import get_task, read_jsonl
+from logra.rl.tasks import get_task
 
 pytestmark = pytest.mark.e2e  # README: `pytest -m "not e2e"` leaves these out
 

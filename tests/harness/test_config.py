@@ -706,7 +706,7 @@ def test_a_derived_run_is_checked_like_a_written_one(tmp_path):
     ("from logra.rl.tasks import ArithmeticTask, register_task\n\n\n@register_task\n"
      "class Mine(ArithmeticTask):\n    name = 'arithmetic'\n",
      r"task_files: importing .*exits.py raised ValueError: a task named 'arithmetic' is already "
-     r"registered \(logra.rl.tasks.ArithmeticTask\); Mine needs a name of its own"),
+     r"registered \(logra.rl.tasks.synthetic.ArithmeticTask\); Mine needs a name of its own"),
     (None, r"task_files: .*exits.py is not a file"),
 ])
 def test_a_task_file_that_fails_to_import_is_a_config_error_naming_it(tmp_path, monkeypatch,

@@ -12,9 +12,10 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from logra.files import read_jsonl, write_jsonl
 from logra.harness.evaluate import PROTOCOLS, evaluate, write_lmeval_task
 from logra.rl.models import build_tiny, load
-from logra.rl.tasks import get_task, read_jsonl, write_jsonl
+from logra.rl.tasks import get_task
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2)
 MAX_GEN = 16

@@ -4,11 +4,11 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import torch
 
-from logra.files import progress, save_pretrained, write_json
+from logra.files import progress, read_jsonl, save_pretrained, write_json
 from logra.repro import machine
 from logra.rl.models import build_tiny, char_tokenizer, check_context, context_needed, load
 from logra.rl.sft import sft
-from logra.rl.tasks import get_task, read_jsonl
+from logra.rl.tasks import get_task
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     torch.set_num_threads(snakemake.threads)

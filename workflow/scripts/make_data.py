@@ -4,8 +4,9 @@ from contextlib import redirect_stderr, redirect_stdout
 
 from transformers import AutoConfig, AutoTokenizer
 
+from logra.files import write_jsonl
 from logra.rl.models import check_context, context_needed
-from logra.rl.tasks import check_lengths, check_overlap, get_task, write_jsonl
+from logra.rl.tasks import check_lengths, check_overlap, get_task
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     spec, data, out = snakemake.params.task, snakemake.params.data, snakemake.output

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import torch
 
-from logra.files import progress, write_json
+from logra.files import progress, read_jsonl, write_json
 from logra.harness.evaluate import evaluate
 from logra.rl.drift import policy_drift
 from logra.rl.models import load
-from logra.rl.tasks import read_jsonl
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     torch.set_num_threads(snakemake.threads)

@@ -4,9 +4,9 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import torch
 
-from logra.files import progress, write_json
+from logra.files import progress, read_jsonl, write_json
 from logra.harness.trl_grpo import compare, config_options
-from logra.rl.tasks import get_task, read_jsonl
+from logra.rl.tasks import get_task
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
     torch.set_num_threads(snakemake.threads)
