@@ -138,7 +138,7 @@ def vllm_sync(size: str, syncs: int = 5) -> None:
 
     from logra.harness.memory_point import fixed_batch
     from logra.optim.logra_rule import LoGRA
-    from logra.rl.loop import sync_drift
+    from logra.rl.guards import sync_drift
     from logra.rl.models import build_tiny
     from logra.rl.rollout import VLLMRolloutEngine
     from logra.rl.settings import Grpo

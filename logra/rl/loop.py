@@ -3,105 +3,42 @@
 One run = one (task, method, seed). The loop knows nothing about the method: it asks the update
 rule (`logra/optim/rule.py`) to propose a step and applies it, then ships the rule's sync payload
 to the rollout engine, which holds its own copy of the weights in another process. `train` runs
-the phases below, each a function: `setup` (seeds, model, rule) and `restore` (a checkpoint);
-per step `sample` (rollouts, rewards, advantages), `update` (logra/rl/step.py), `stopped`
-(out of memory, divergence), `sync`, `record`, `save_snapshot`, `save_checkpoint`; then
-`save_model` and `summarise`.
-
-Per step it writes one row of `metrics.csv` (columns in `METRIC_COLUMNS`). Two steps are
-measured with `logra.measure.memory.MemoryMeter` around the whole update phase (forward, backward,
-propose, apply): step 1, where every rule builds its state and LoGRA and GaLore refresh their
-bases (LoGRA holds its range finder's sketches then), and `grpo.profile_step`, a steady step
-(none with `grpo.measure_memory: false`: the weights are the same, the memory fields null).
-The larger peak is the run's `peak_mem_bytes`, stored with its step's breakdown and the
-analytic one beside it; `peak_mem_bytes_by_step` keeps both. Rollout memory lives in the
-engine's process and is not part of the trainer's peak on CPU.
-
-Sync (logra/rl/weight_sync.py `EngineSync`): after each step the run's transport (`rollout.sync` or
-the method's `sync`) is applied and every applicable transport's serialized bytes are logged
-(`sync_bytes_full`, `sync_bytes_delta`, `sync_bytes_low_rank`: empty where it does not apply),
-with `sync_seconds` (the applied one: pack + hand-over + apply; here the hand-over is a local
-pipe to the engine's process) and `sync_changed_fraction` (trained words whose engine-dtype
-value changed). `logp_mismatch_mean` / `_max`: |log π_trainer − log π_engine| over the step's
-completion tokens, the engine's log-probs returned with its samples, the trainer's from the
-update's own forward (the old log-probs; no extra pass). `token_entropy`: −mean log π_trainer
-over the same tokens, sampled from the policy itself (an estimate of its per-token entropy;
-logra/rl/step.py `accumulate_gradients`); `response_tokens_mean`: completion tokens per
-response; `kl_batch`: KL(π_old ‖ π_new) per completion token over the whole step batch (one
-forward after the update; logra/rl/step.py `batch_kl`), where `kl_real` is the probe's.
-
-One update per rollout batch (TRL's default `num_iterations=1`): the old log-probs are the
-current ones detached, so the importance ratio is exactly 1 and clipping is inactive, as in
-TRL; the clipped loss is kept so that the objective is GRPO's and rollouts may be reused later.
-
-Reliability: every `grpo.checkpoint_every` steps the run's full state is checkpointed
-(logra/rl/checkpoint.py) into `checkpoint_dir`; a rerun after a crash or `kill -9` resumes from it
-and ends with the same weights and metrics. A checkpoint that fails verification is set aside
-and the run starts from its base, or the run stops (`grpo.on_bad_checkpoint`). After each step
-`divergence` decides whether the run has diverged (non-finite values, a realized KL or weight
-norm past its bound, a gradient stuck at zero while rewards vary); such a run stops with
-`status: diverged`, `diverged_at_step` and `diverged_because`, the saved model is the last good
-checkpoint's (or the base model; `model_step` says which) and the checkpoint is kept. A rollout
-engine that fails or stops answering (logra/rl/rollout.py, `EngineError`) stops the run naming the
-step; the checkpoint stays for the rerun. A finished run removes its checkpoint and the folders
-left empty. Every output is written atomically (logra/files.py).
-
-FSDP (`grpo.nproc_per_node` > 1, started by torchrun; logra/rl/fsdp.py): rank 0 owns the rollout
-engine and broadcasts the rollouts; each global micro-batch of micro_batch_size x world sequences
-is split between the ranks; rank 0 writes metrics, summary and the gathered model. Checkpoints
-(resume) are single-process only for now. `grpo.compute_dtype: bfloat16` computes forwards and
-backwards in bf16 on float32 master weights (FSDP's mixed precision, else autocast);
-`grpo.param_dtype: bfloat16` stores the weights in bf16 (one process, no float32 copy), and the
-engine starts from them as stored.
-
-Out-of-memory is a result: with `memory_budget_gb` set, a run that needs more stops with
-`status: oom` and `oom_needed_bytes` (kept like a divergence). On CUDA the allocator is capped
-at the budget and `torch.OutOfMemoryError` is caught; on CPU, where exceeding memory kills the
-process, the larger measured peak of the profiled steps is compared with the budget after the
-last of them (`oom_check` says which).
+the phases, each a function: `setup` (seeds, model, rule) and `restore` (a checkpoint); per step
+`sample` (rollouts, rewards, advantages), `update` (logra/rl/step.py), `stopped` (out of memory,
+divergence: logra/rl/guards.py), `sync`, `record`, `save_snapshot`, `save_checkpoint`; then
+`save_model` and `summarise` (metrics.csv and summary.json: logra/rl/summary.py). Under FSDP
+(`grpo.nproc_per_node` > 1) torchrun starts `main` on every rank. docs/loop.md says what each
+step measures and logs, how a run resumes, diverges or runs out of memory.
 """
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import math
 import random
 import shutil
-import statistics
 import time
 from pathlib import Path
 
 import torch
 
 from logra import repro, rules
-from logra.common import SYNC_METRICS, warmup_cosine
-from logra.files import atomic_path, read_jsonl, save_pretrained, ticker, write_json
-from logra.measure.activations import activation_bytes_estimate, analytic_breakdown
+from logra.common import warmup_cosine
+from logra.files import read_jsonl, save_pretrained, ticker, write_json
 from logra.measure.memory import MemoryMeter, MemoryReport
 from logra.optim import collectives
-from logra.optim.collectives import local
-from logra.optim.kl_control import KLControl, calibration as kl_calibration
+from logra.optim.kl_control import KLControl
 from logra.optim.rule import tensor_bytes
 from logra.rl import checkpoint, fsdp
+from logra.rl.guards import divergence, diverged, sync_drift, weight_norm
 from logra.rl.loss import estimator
-from logra.rl.models import load, median_abs_weight, n_params
+from logra.rl.models import load, median_abs_weight
 from logra.rl.rollout import EngineError, make_engine
 from logra.rl.settings import Grpo, RunSettings
 from logra.rl.step import batch_kl, cap_cuda_memory, compute_context, cuda_oom, update_step
+from logra.rl.summary import summarise, write_metrics
 from logra.rl.tasks import get_task
 from logra.rl.weight_sync import EngineSync, payload_bytes
-
-# Measured peak vs analytic breakdown: the analytic side leaves out gradients of activations
-# and allocator slack during backward (a few percent, see logra/measure/memory.py).
-MEM_TOLERANCE = 0.15
-
-METRIC_COLUMNS = ["step", "reward_mean", "reward_std", "loss", "kl_pred", "kl_real",
-                  "step_scale", "grad_norm", "step_time_s", "sync_bytes", "peak_mem_bytes",
-                  "sync_drift", *SYNC_METRICS[1:], "logp_mismatch_mean", "logp_mismatch_max",
-                  "logp_mismatch_signed", "kl_budget", "mismatch_ema", "control_seconds",
-                  "token_entropy", "response_tokens_mean", "kl_batch"]
-
 
 def pad_batch(rollouts, pad_id: int):
     """Left-pad prompts and right-pad completions into (input_ids, attention_mask, loss_mask,
@@ -250,9 +187,22 @@ class Progress:
 
 def restore(run: Run) -> tuple[dict, dict | None, list[str]]:
     """(progress, the engine's weights or None, checkpoints set aside) from this run's
-    checkpoint, the model, rule and generators restored from it; a fresh start without one."""
-    state = resume(run.ckpt_path, run.cfg.to_dict(), run.model, run.rule,
-                   run.grpo.on_bad_checkpoint)
+    checkpoint, verified (logra/rl/checkpoint.py), the model, rule and generators restored from
+    it; a fresh start without one. A corrupt one is set aside and the run starts from its base
+    (`grpo.on_bad_checkpoint: set_aside`), else the error stops the run, naming the file and
+    what to do."""
+    ckpt = run.ckpt_path
+    state = None
+    if ckpt is not None and ckpt.exists():
+        try:
+            state = checkpoint.load(ckpt, run.cfg.to_dict(), run.model, run.rule.checkpoint_classes)
+        except checkpoint.CorruptCheckpoint as e:
+            if run.grpo.on_bad_checkpoint == "stop":
+                raise checkpoint.CorruptCheckpoint(
+                    f"{e}. Move it aside (or delete it) to start the run from its base, or set "
+                    "grpo.on_bad_checkpoint: set_aside") from None
+            state = checkpoint.set_aside(ckpt)
+            print(f"{e}; set aside as {state}: the run starts from its base")
     if not isinstance(state, dict) and run.rank == 0:  # from the base: no earlier snapshot holds
         shutil.rmtree(run.out_dir / "snapshots", ignore_errors=True)
     if isinstance(state, Path):  # corrupt, set aside: the run starts from its base
@@ -264,7 +214,7 @@ def restore(run: Run) -> tuple[dict, dict | None, list[str]]:
     checkpoint.set_rng_states(state["rng"], run.rng, run.shuffle_gen)
     progress = Progress.from_state(state["run"])
     progress.resumed_from.append(progress.step)
-    print(f"resumed from {run.ckpt_path} at step {progress.step}")
+    print(f"resumed from {ckpt} at step {progress.step}")
     return progress, state["engine"], []
 
 
@@ -309,9 +259,9 @@ def update(run: Run, batch: Batch, step: int, progress: Progress) -> tuple:
     """The step's update (logra.rl.step.update_step), measured by the MemoryMeter on the
     profiled steps (the report kept in `progress`), then the batch KL of what it changed
     (logra.rl.step.batch_kl, one forward outside the measured window, its seconds left out of
-    the step's time: `progress.diagnostic_s`): (loss, η, predicted KL,
-    realized KL, mismatch metrics and "kl_batch"). Raises FloatingPointError (a control's prediction was not finite) and
-    torch.OutOfMemoryError."""
+    the step's time: `progress.diagnostic_s`): (loss, η, predicted KL, realized KL, mismatch
+    metrics and "kl_batch"). Raises FloatingPointError (a control's prediction was not
+    finite) and torch.OutOfMemoryError."""
     grpo, rule = run.grpo, run.rule
     ids, attn, mask, _ = batch.tensors
     old_logp = torch.zeros(ids.shape[0], ids.shape[1] - 1, device=ids.device)
@@ -368,11 +318,6 @@ def stopped(run: Run, batch: Batch, step: int, progress: Progress, loss: float,
     why = divergence(loss, run.rule.grad_norm, kl_real, ratio, progress.zero_grad_steps,
                      run.grpo)
     return diverged(step, why) if why else None
-
-
-def diverged(step: int, why: str) -> dict:
-    print(f"diverged at step {step}: {why}")
-    return {"status": "diverged", "diverged_at_step": step, "diverged_because": why}
 
 
 def sync(run: Run, syncer: EngineSync, engine, step: int, progress: Progress) -> dict:
@@ -532,201 +477,13 @@ def save_model(run: Run, status: str, metrics: list[dict]) -> tuple[int, dict | 
         del state
     fingerprint = None
     if run.rank == 0:
-        _write_metrics(run.out_dir / "metrics.csv", metrics)
+        write_metrics(run.out_dir / "metrics.csv", metrics)
         save_pretrained(saved, run.tokenizer, run.out_dir / "model")
         fingerprint = {"weights": repro.model_digest(run.out_dir / "model"),
                        "metrics": repro.metrics_digest(metrics)}
     if run.ckpt_path and status == "ok":  # and <task>/<method>/seed<k>/<hash>/ when empty
         checkpoint.remove(run.ckpt_path)
     return model_step, fingerprint
-
-
-def memory_summary(run: Run, progress: Progress) -> dict:
-    """The run's memory: the profiled step with the larger peak (step 1 or grpo.profile_step),
-    its breakdown, and the analytic breakdown beside it (single-process runs; under FSDP the
-    planner models the sharded categories)."""
-    memory = progress.memory
-    step = max(memory, key=lambda s: memory[s].peak_bytes, default=None)
-    report = memory.get(step)
-    analytic = check = None
-    if report and not run.sharded:
-        grpo, config = run.grpo, run.model.config
-        analytic = analytic_breakdown(
-            param_bytes=run.param_bytes, grad_bytes_at_peak=run.rule.peak_grad_bytes(),
-            optimizer_bytes=run.rule.state_bytes(),
-            activation_bytes=activation_bytes_estimate(
-                config, batch=grpo.micro_batch_size, seq_len=progress.memory_seq_len[step],
-                checkpointing=grpo.gradient_checkpointing, attention_mask=True,
-                attn_implementation=config._attn_implementation, loss="chunked"))
-        ratio = report.peak_bytes / analytic["total"]
-        check = {"measured_over_analytic": ratio, "tolerance": MEM_TOLERANCE,
-                 "agree": abs(ratio - 1) <= MEM_TOLERANCE}
-    return {
-        "peak_mem_bytes": report.peak_bytes if report else None,
-        "peak_mem_step": step,
-        "peak_mem_bytes_by_step": {str(s): r.peak_bytes for s, r in sorted(memory.items())},
-        "mem_breakdown": report.by_category if report else None,
-        "mem_measure": (report.method if report else None if run.profiled else
-                        "not measured (FSDP on CPU)" if run.sharded else
-                        "not measured (grpo.measure_memory: false)"),
-        "mem_rss_peak_bytes": report.rss_peak_bytes if report else None,
-        "mem_analytic": analytic, "mem_check": check}
-
-
-def _mean(values):
-    """The mean of the values that are there (None, nan: not measured), or None."""
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    return sum(values) / len(values) if values else None
-
-
-def summarise(run: Run, progress: Progress, end: dict, syncer: EngineSync, model_step: int,
-              fingerprint: dict | None, set_aside: list[str], wall_s: float) -> dict:
-    """summary.json: how the run ended, what it is, its memory, time, sync, rewards, KL, step
-    control and step size, the machine and the fingerprint."""
-    cfg, grpo, rule, model = run.cfg, run.grpo, run.rule, run.model
-    metrics, ckpt = progress.metrics, run.ckpt_path
-    timed = [m for m in metrics if m["step"] not in (1, grpo.profile_step)]  # unprofiled
-    kl_real = [m["kl_real"] for m in metrics]
-    kl_batch = [m["kl_batch"] for m in metrics  # finite ones: older checkpoints lack it
-                if math.isfinite(m.get("kl_batch", math.nan))]
-    control = rule.control or run.kl_control
-    return {
-        "status": end["status"], "diverged_at_step": end["diverged_at_step"],
-        "diverged_because": end["diverged_because"],
-        # what the divergence bounds watch (grpo.max_*): the largest weight norm over the base's
-        "weight_norm_ratio_max": progress.weight_ratio_max,
-        "memory_budget_bytes": cfg.memory_budget_bytes,
-        **{k: v for k, v in end.items() if k.startswith("oom_")},
-        # corrupt checkpoints found at the start, set aside (grpo.on_bad_checkpoint)
-        "checkpoints_set_aside": set_aside,
-        "model_step": model_step,  # the step whose weights were saved (0 = the base model)
-        "checkpoint": str(ckpt) if ckpt and ckpt.exists() else None,
-        "resumed_from_steps": progress.resumed_from,
-        "task": cfg.task_name, "method": cfg.method_name, "seed": cfg.seed,
-        "model": cfg.model_name, "n_params": n_params(model), "device": str(run.device),
-        "nproc_per_node": collectives.world_size(), "compute_dtype": grpo.compute_dtype,
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-        "steps": len(metrics), "wall_s": wall_s,
-        **memory_summary(run, progress),
-        # the profiled steps run under the profiler (several times slower): left out
-        "mean_step_time_s": _mean(m["step_time_s"] for m in timed),
-        "sync_bytes_per_step": _mean(m["sync_bytes"] for m in metrics),
-        # per-step means of the sync metrics (logra/rl/weight_sync.py): the applied transport
-        # and the bytes of each that applies; the engine's dtype; trainer-vs-engine mismatch
-        "sync_transport": syncer.transport, "rollout_dtype": cfg.rollout.dtype,
-        "base_median_abs_weight": run.base_median_w,
-        **{f"{k}_per_step": _mean(m[k] for m in metrics) for k in SYNC_METRICS[1:]},
-        **{k: _mean(m[k] for m in metrics) for k in ("logp_mismatch_mean", "logp_mismatch_max")},
-        # the whole model's bytes (a sharded parameter's numel is its full size); parameters()
-        # lists a tied weight once
-        "sync_full_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-        "sync_lowrank_fraction": (progress.lowrank_bytes / progress.lowrank_full
-                                  if progress.lowrank_full else None),
-        "optimizer_state_bytes": rule.state_bytes(),  # on one rank under FSDP
-        "final_reward": _mean(m["reward_mean"] for m in metrics[-10:]),
-        # the policy's per-token entropy on its own samples, mean over the steps (an estimate:
-        # logra/rl/step.py `accumulate_gradients`)
-        "token_entropy_mean": _mean(m["token_entropy"] for m in metrics),
-        # per step: on the probe's held-out half (kl_real), on the whole batch (kl_batch)
-        "kl": {"median_real": statistics.median(kl_real) if kl_real else None,
-               "max_real": max(kl_real, default=None),
-               "median_batch": statistics.median(kl_batch) if kl_batch else None,
-               "max_batch": max(kl_batch, default=None),
-               "calibration": kl_calibration(metrics)},
-        # the step's control (the rule's own, else the config's kl_control): the share of steps
-        # at its cap (LoGRA: alpha_max) and its mean seconds per step
-        "control": None if control is None else {
-            "kind": type(control).__name__,
-            "steps_at_cap_share": progress.steps_at_cap / len(metrics) if metrics else None,
-            "mean_seconds": _mean(m["control_seconds"] for m in timed)},
-        # cos(applied step, −dense gradient of its batch) at grpo.cosine_step (nan: the rule
-        # cannot keep the gradient), or None
-        "update_cosine": progress.update_cosine,
-        # the rule's step size: its option (lr; LoGRA's update_ratio) and value
-        "step_size": {"option": rule.step_size_option,
-                      "value": rules.step_size(type(rule), cfg.method.options)},
-        "eval_accuracy": None, "config": cfg.to_dict(),
-        # what the bits depend on, and the bits: weights and metrics without machine columns
-        "machine": repro.machine(), "fingerprint": fingerprint}
-
-
-def resume(ckpt_path: Path | None, cfg: dict, model, rule, on_bad: str) -> dict | Path | None:
-    """The checkpoint of this run at `ckpt_path`, verified (logra/rl/checkpoint.py); None when
-    there is none. A corrupt one is set aside (its new path is returned) with `on_bad`
-    "set_aside", else the error stops the run, naming the file and what to do."""
-    if ckpt_path is None or not ckpt_path.exists():
-        return None
-    try:
-        return checkpoint.load(ckpt_path, cfg, model, rule.checkpoint_classes)
-    except checkpoint.CorruptCheckpoint as e:
-        if on_bad == "stop":
-            raise checkpoint.CorruptCheckpoint(
-                f"{e}. Move it aside (or delete it) to start the run from its base, or set "
-                "grpo.on_bad_checkpoint: set_aside") from None
-        bad = checkpoint.set_aside(ckpt_path)
-        print(f"{e}; set aside as {bad}: the run starts from its base")
-        return bad
-
-
-def weight_norm(model) -> float:
-    """‖θ‖ over every parameter (sharded ones over all ranks), in float64."""
-    sq = sum(torch.linalg.vector_norm(local(p.detach()), dtype=torch.float64) ** 2
-             for p in model.parameters())
-    return math.sqrt(collectives.all_reduce(torch.as_tensor(sq, dtype=torch.float64)).item())
-
-
-def divergence(loss: float, grad_norm: float, kl_real: float, weight_ratio: float,
-               zero_grad_steps: int, grpo: Grpo) -> str | None:
-    """Why a run has diverged after this step, or None: a non-finite loss, gradient norm
-    (LoGRA: sketch norm) or realized KL; a realized KL on the probe above
-    `grpo.max_kl_per_step`; ‖θ‖ / ‖θ_base‖ above `grpo.max_weight_norm_ratio`; or
-    `grpo.max_zero_grad_steps` steps in a row with a zero gradient while some group's rewards
-    varied (a step whose groups all have equal rewards has no gradient, rightly)."""
-    if not all(map(math.isfinite, (loss, grad_norm, kl_real, weight_ratio))):
-        return (f"non-finite loss {loss}, gradient norm {grad_norm}, realized KL {kl_real} or "
-                f"weight norm ratio {weight_ratio}")
-    if kl_real > grpo.max_kl_per_step:
-        return (f"realized KL {kl_real:.3g} nats on the probe > grpo.max_kl_per_step "
-                f"{grpo.max_kl_per_step:g}")
-    if weight_ratio > grpo.max_weight_norm_ratio:
-        return (f"weight norm {weight_ratio:.3g}x the base's > grpo.max_weight_norm_ratio "
-                f"{grpo.max_weight_norm_ratio:g}")
-    if grpo.max_zero_grad_steps and zero_grad_steps >= grpo.max_zero_grad_steps:
-        return (f"zero gradient for {zero_grad_steps} steps in a row while rewards varied "
-                f"within groups (grpo.max_zero_grad_steps {grpo.max_zero_grad_steps})")
-    return None
-
-
-def sync_drift(remote: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> float:
-    """max |W_engine - W_trainer| / max |W_trainer| over all weights (0 = in sync), compared
-    on the engine's device."""
-    with torch.no_grad():
-        diff = max((remote[n].float() - p.float().to(remote[n].device)).abs().max().item()
-                   for n, p in params.items())
-        return diff / max(p.abs().max().item() for p in params.values())
-
-
-def _write_metrics(path: Path, rows: list[dict]) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-
-
-def oom_result(cfg: RunSettings | dict, base_dir, out_dir, oom: dict) -> dict:
-    """Outputs of a sharded run stopped by a rank's out-of-memory error (it raises, so torchrun
-    stops every rank; the rank leaves `oom.rank{r}.json`): the base model saved as the run's
-    model, a metrics.csv header (the steps before it are not kept) and the summary."""
-    out_dir = Path(out_dir)
-    cfg = cfg if isinstance(cfg, RunSettings) else RunSettings.from_dict(cfg)
-    model, tokenizer = load(base_dir)
-    _write_metrics(out_dir / "metrics.csv", [])
-    save_pretrained(model, tokenizer, out_dir / "model")
-    return {"status": "oom", **oom, "model_step": 0, "task": cfg.task_name,
-            "method": cfg.method_name, "seed": cfg.seed, "model": cfg.model_name,
-            "n_params": n_params(model), "nproc_per_node": cfg.grpo.nproc_per_node,
-            "steps": 0, "peak_mem_bytes": None, "final_reward": None, "eval_accuracy": None,
-            "config": cfg.to_dict()}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -186,7 +186,7 @@ def test_sharded_oom_is_recorded_with_the_base_model(tmp_path, tiny_dir):
     """What workflow/scripts/train.py records when a rank of a sharded run ran out of memory
     (it raised, torchrun stopped every rank): status oom with the rank's numbers, the base
     model as the run's model, an empty metrics table."""
-    from logra.rl.loop import METRIC_COLUMNS, oom_result
+    from logra.rl.summary import METRIC_COLUMNS, oom_result
     cfg, _ = make_run(tmp_path, "dense_adam")
     cfg["grpo"]["nproc_per_node"] = 2
     oom = {"oom_at_step": 3, "oom_needed_bytes": 123, "oom_check": "CUDA allocator capped"}

@@ -19,9 +19,10 @@ from safetensors.torch import load_file
 
 from logra.rl import checkpoint
 from logra.rl.checkpoint import CheckpointError
-from logra.rl.loop import METRIC_COLUMNS, train
+from logra.rl.loop import train
 from logra.rl.models import build_tiny, load
 from logra.rl.rollout import EngineError
+from logra.rl.summary import METRIC_COLUMNS
 from logra.rules import RULES
 from runs import METHODS, CoinFlip, DigitFraction, engine_pids, make_run, weights
 

@@ -10,9 +10,10 @@ from runs import CoinFlip, make_run
 
 from logra.common import warmup_cosine
 from logra.harness.config import grpo_settings
-from logra.rl import checkpoint, loop
+from logra.rl import checkpoint, guards, loop
 from logra.rl.models import load
 from logra.rl.rollout import make_engine
+from logra.rl.summary import METRIC_COLUMNS, memory_summary, summarise
 
 
 def engine_for(run):
@@ -96,7 +97,7 @@ def test_update_measures_only_the_profiled_steps(measured):
             run, loop.sample(run, engine, step, progress), step, progress)
         assert math.isfinite(loss) and math.isfinite(kl_real) and "step_at_cap" in mismatch
     assert set(progress.memory) == {1} and progress.memory[1].peak_bytes > 0
-    summary = loop.memory_summary(run, progress)
+    summary = memory_summary(run, progress)
     assert summary["peak_mem_step"] == 1 and summary["peak_mem_bytes_by_step"] == {
         "1": progress.memory[1].peak_bytes}
 
@@ -121,7 +122,7 @@ def test_stopped_names_a_divergence_and_counts_zero_gradients(started):
     assert too_far["status"] == "diverged" and "max_kl_per_step" in too_far["diverged_because"]
     assert "non-finite" in loop.stopped(run, batch, 2, progress, math.nan, 0.01)[
         "diverged_because"]
-    ratio = loop.weight_norm(run.model) / run.base_norm
+    ratio = guards.weight_norm(run.model) / run.base_norm
     assert progress.weight_ratio_max == max(1.0, ratio) and progress.zero_grad_steps == 0
 
 
@@ -142,12 +143,12 @@ def test_sync_and_record_leave_the_engine_at_the_trainers_weights(started):
     batch = steps(run, engine, syncer, progress, 2)
     rows = progress.metrics
     assert [r["step"] for r in rows] == [1, 2] and progress.step == 2
-    assert set(rows[-1]) == set(loop.METRIC_COLUMNS)  # step_at_cap went to the summary's count
+    assert set(rows[-1]) == set(METRIC_COLUMNS)  # step_at_cap went to the summary's count
     lengths = batch.tensors[2].sum(dim=1)  # tests/rl/test_sync.py: a completion's tokens
     assert rows[-1]["response_tokens_mean"] == lengths.double().mean().item() > 0
     assert rows[-1]["token_entropy"] > 0
     assert math.isnan(rows[0]["sync_drift"]) and rows[1]["sync_drift"] == 0.0
-    assert loop.sync_drift(engine.state_dict(), run.rule.engine_weights()) == 0.0
+    assert guards.sync_drift(engine.state_dict(), run.rule.engine_weights()) == 0.0
     assert rows[0]["sync_bytes_low_rank"] == rows[0]["sync_bytes"]  # LoGRA's own transport
 
 
@@ -209,7 +210,7 @@ def test_save_model_of_a_finished_run_removes_its_checkpoint(started):
     model_step, _ = loop.save_model(run, "ok", progress.metrics)
     assert model_step == 2 and not run.ckpt_path.exists()
     end = {"status": "ok", "diverged_at_step": None, "diverged_because": None}
-    summary = loop.summarise(run, progress, end, syncer, model_step, None, [], 1.0)
+    summary = summarise(run, progress, end, syncer, model_step, None, [], 1.0)
     assert summary["steps"] == 2 and summary["status"] == "ok" and summary["checkpoint"] is None
     assert summary["control"]["kind"] == "BudgetControl"
     assert summary["peak_mem_bytes"] is None and "measure_memory" in summary["mem_measure"]

@@ -7,7 +7,8 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from logra.files import mib, progress, write_json
-from logra.rl.loop import oom_result, train
+from logra.rl.loop import train
+from logra.rl.summary import oom_result
 
 nproc = snakemake.params.run["grpo"]["nproc_per_node"]
 # the job's threads are shared by its ranks
