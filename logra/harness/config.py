@@ -1,22 +1,22 @@
-"""Configuration: how config files combine, the checks a JSON schema cannot express, and one
-run's resolved config.
+"""Configuration: how config files combine into the config the workflow runs (`resolve`).
 
-`resolve` is what the Snakefile calls. It reads `config/config.yaml`, then every
-`--configfile` in order, then `--config key=value`: each merged over what came before as
-Snakemake merges configs (nested maps merge key by key; any other value, a list too,
-replaces), except that a file with `complete: true` replaces everything before it (the
-default included): a config written whole, such as `config/paper.yaml`. Files are read
-strictly (a key given twice is an error naming the file and line). The merged config is then
-validated by the schema (`workflow/schemas/config.schema.yaml`, which fills defaults) and by
-`check`, so a bad key or value stops the workflow before any job starts, naming the key and the
-file that set it. `validate_file` does the same for one complete file, outside Snakemake.
+`resolve`, what the Snakefile calls, reads `config/config.yaml`, then every `--configfile` in
+order, then `--config key=value`: each merged over what came before as Snakemake merges configs
+(nested maps merge key by key; any other value, a list too, replaces), except that a file with
+`complete: true` replaces everything before it (the default included): a config written whole,
+such as `config/paper.yaml`. Files are read strictly (a key given twice is an error naming the
+file and line); `config/tuned.yaml`, the adopted sweep choices, is read after the default. The
+merged config is then validated by the schema (logra/harness/schema.py, which fills defaults)
+and by the cross-key checks (logra/harness/checks.py), so a bad key or value stops the workflow
+before any job starts, naming the key and the file that set it. `validate_file` does the same
+for one complete file. What runs derive from a config is logra/harness/runs.py; all of it is
+importable from here.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
 import difflib
-import functools
 import inspect
 import math
 import re
@@ -27,22 +27,17 @@ from pathlib import Path
 import yaml
 
 from logra import rules
-from logra.rl import weight_sync
-from logra.rl.settings import Grpo
-from logra.rl.tasks import TASKS, HubTask, SyntheticTask, get_task, load_task_files
-
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
-
-
+# the config's API, one import for its users: the checks and what runs derive from a config
+from logra.harness.checks import check, check_method, trained_methods  # noqa: F401
+from logra.harness.runs import (  # noqa: F401
+    DEVICE_STAGES, generation_room, gpus_per_run, grpo_settings, hub_models, job_resources,
+    margin_seeds, method_grpo, run_config, run_tasks, sync_transport, task_options)
+from logra.harness.schema import SCHEMA, ConfigError, config_schema, number_hint, validator
 
 DEFAULT = SCHEMA.parents[2] / "config" / "config.yaml"
 # values (scalars, lists, maps) a merged config may hold, YAML aliases expanded: config.yaml
 # holds about 800 as written; a few nested aliases can expand to millions
 MAX_VALUES = 100_000
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot work; the message names the key."""
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -149,7 +144,7 @@ def _grpo_not_reaching(config: dict, sources: dict, default: str) -> list[str]:
         if source in (None, default):
             continue
         beaten = [f"{name} ({config['methods'][name]['grpo'][key]})" for name in sorted(
-                      _trained(config) & set(config["methods"]))
+                      trained_methods(config) & set(config["methods"]))
                   if key in config["methods"][name].get("grpo", {})
                   and _set_by(sources, ("methods", name, "grpo", key)) != f" (set by {source})"]
         if beaten:
@@ -276,43 +271,6 @@ def apply_tuned(config: dict, sources: dict) -> None:
                 methods[target]["options"] = new
 
 
-def _number_hint(value) -> str:
-    """For a string YAML 1.1 reads where a number was meant (`1e-3`), how to write it."""
-    hit = (re.fullmatch(r"([+-]?)(\d+)(?:\.(\d*))?[eE]([+-]?)(\d+)", value.strip())
-           if isinstance(value, str) else None)
-    if not hit:
-        return ""
-    sign, whole, frac, exp_sign, exp = hit.groups()
-    return (f" ({value!r} was read as a string: YAML 1.1 reads an exponent only after a dot "
-            f"and with a sign; write {sign}{whole}.{frac or '0'}e{exp_sign or '+'}{exp})")
-
-
-@functools.cache
-def _schema() -> dict:
-    """workflow/schemas/config.schema.yaml, read once (callers do not modify it)."""
-    return yaml.safe_load(SCHEMA.read_text())
-
-
-@functools.cache
-def _validator():
-    """Draft 2020-12 with `integer` meaning a Python int: JSON Schema counts 2.0 as one, which
-    then fails as a step count or a seed inside a job (bool is refused as well)."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.validators import extend
-
-    return extend(Draft202012Validator, type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)))
-
-
-@functools.cache
-def _grpo_validator():
-    """The grpo section's schema without defaults: a method's own grpo values are checked
-    against it (once built, for every method, derived ones too)."""
-    from jsonschema import Draft202012Validator
-    schema = _schema()
-    return Draft202012Validator({"$defs": schema["$defs"], **schema["properties"]["grpo"]})
-
-
 def validate(config: dict, sources: dict | None = None, how: str = "") -> None:
     """Validate `config` against the schema, filling defaults in place, then refuse any
     non-finite number. An error names the key, the value, the file that set it and `how` the
@@ -321,7 +279,7 @@ def validate(config: dict, sources: dict | None = None, how: str = "") -> None:
     from snakemake.utils import validate as fill_defaults
 
     sources = sources or {}
-    error = best_match(_validator()(_schema()).iter_errors(config))
+    error = best_match(validator()(config_schema()).iter_errors(config))
     if error is not None:
         path = tuple(error.absolute_path)
         by = _set_by(sources, path)
@@ -340,7 +298,7 @@ def validate(config: dict, sources: dict | None = None, how: str = "") -> None:
                               f"; {hint}{_set_by(sources, (*path, unknown[0]))}"
                               f"{'; ' + how if how else ''}")
         raise ConfigError(f"config: {'.'.join(map(str, path)) or '(top level)'}: "
-                          f"{error.message}{_number_hint(error.instance)}{by}"
+                          f"{error.message}{number_hint(error.instance)}{by}"
                           f"{'; ' + how if how else ''}")
     fill_defaults(config, str(SCHEMA))
     for path, value in _numbers(config):
@@ -361,674 +319,8 @@ def _numbers(value, path=()):
         yield path, value
 
 
-def check(config: dict, fit_rules: bool = True) -> None:
-    """Cross-key checks: references between sections, options accepted by the code, data
-    sizes against batch sizes; with `fit_rules`, each rule built on each model it will train
-    (`_check_rule_fits`: the costly part, which imports transformers and the rules' packages).
-    The `task_files` are imported first, so the tasks they register are checked like the
-    others."""
-    try:
-        load_task_files(config.get("task_files", []))
-    except (OSError, ValueError) as e:  # each message starts "task_files: <the file>"
-        raise ConfigError(str(e)) from None
-    paper = config.get("paper_setting") or {}
-    for name, m in paper.get("methods", {}).items():
-        _check_options(f"paper_setting.methods.{name}", m)  # predicted only: no runs
-    for setting, s in paper.get("settings", {}).items():
-        for name, options in s.get("method_options", {}).items():
-            where = f"paper_setting.settings.{setting}.method_options.{name}"
-            if name not in paper["methods"]:
-                raise ConfigError(f"{where}: not one of paper_setting.methods "
-                                  f"({sorted(paper['methods'])})")
-            m = paper["methods"][name]
-            _check_options(where, m | {"options": m.get("options", {}) | options})
-    for name, options in ((config.get("memory_real") or {}).get("methods") or {}).items():
-        if name in config["methods"]:  # else named by _check_references
-            m = config["methods"][name]
-            _check_options(f"memory_real.methods.{name}",
-                           m | {"options": m.get("options", {}) | options})
-    for name in config["methods"]:
-        _check_method_options(config, name)
-    _check_data_sizes(config)
-    if config["device"] == "cpu" and config["reproducible"] and config["threads"] != 1:
-        raise ConfigError(f"threads: {config['threads']}; reproducible CPU runs use one thread "
-                          "per job (set threads: 1, or reproducible: false)")
-    _check_references(config)
-    _check_per_task_values(config)
-    trained = _trained(config)
-    for name in config["methods"]:  # before the rules are built in each method's param_dtype
-        _check_method_grpo(config, name, name in trained)
-    _check_stability(config)
-    _check_tiny_models(config)
-    _check_model_files(config)
-    _check_scaling(config, fit_rules)
-    for name in config["methods"] if fit_rules else []:
-        _check_rule_fits(config, name)
-    _check_memory_sweep(config, fit_rules)
-    _check_tasks(config)
-
-
-def _tiny_models(config: dict) -> list[tuple[str, dict]]:
-    """(key, options) of every tiny model the config builds: the configured one, each memory
-    sweep point's, memory_real's, each scaling size's."""
-    sweep = config.get("memory_sweep") or {}
-    return ([("model.tiny", config["model"]["tiny"])] if config["model"]["name"] == "tiny"
-            else []) + [
-        (f"memory_sweep.{part}.{name}", {k: v for k, v in point.items() if k != "shape"})
-        for part in ("sizes", "opt_in_sizes") for name, point in sweep.get(part, {}).items()] + [
-        ("memory_real.model", real["model"]) for real in [config.get("memory_real")] if real] + [
-        (f"scaling.sizes.{name}.model", size["model"])
-        for name, size in ((config.get("scaling") or {}).get("sizes") or {}).items()]
-
-
-def _check_tiny_models(config: dict) -> None:
-    """Every tiny model's options build a config (its heads divide its width, its architecture
-    is known), before any job builds it."""
-    from logra.rl.models import tiny_config
-    for key, options in _tiny_models(config):
-        try:
-            tiny_config(**options)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"{key}: {e}") from None
-
-
-def _check_model_files(config: dict) -> None:
-    """Every model config file the planner, the paper setting and the scaling predictions read
-    exists (paths relative to the repository)."""
-    root = SCHEMA.parents[2]
-    files = [*[(f"planner.models.{n}", p)
-               for n, p in ((config.get("planner") or {}).get("models") or {}).items()],
-             *[(f"paper_setting.settings.{n}.model", s["model"]) for n, s in
-               ((config.get("paper_setting") or {}).get("settings") or {}).items()],
-             *[(f"scaling.predict_models.{n}", p) for n, p in
-               ((config.get("scaling") or {}).get("predict_models") or {}).items()]]
-    for key, path in files:
-        if not (root / path).is_file():
-            raise ConfigError(f"{key}: {path} is not a file (paths are relative to the "
-                              f"repository, {root})")
-
-
-def _check_memory_sweep(config: dict, fit_rules: bool) -> None:
-    """With `fit_rules`, each rule the default sizes of the memory sweep measure fits each of
-    their models (`methods` and `ablation_methods`: a rank above a point's width stops here,
-    not inside its job). The opt-in sizes are not built here (every rule on every point of
-    config.yaml took 6 s on this project's 2-core CPU, against under a second for the default
-    points): a rule that does not fit one stops its job with an error naming the point."""
-    sweep = config.get("memory_sweep") or {}
-    for part in ("sizes", "opt_in_sizes"):
-        if "real" in sweep.get(part, {}):
-            raise ConfigError(f"memory_sweep.{part}.real: `real` is memory_real's folder "
-                              "(results/memory/real/); name the size otherwise")
-    methods = dict.fromkeys([*sweep.get("methods", []), *sweep.get("ablation_methods", [])])
-    for name, point in (sweep.get("sizes", {}) if fit_rules else {}).items():
-        options = {k: v for k, v in point.items() if k != "shape"}
-        for method in methods:
-            _check_rule_fits(config, method, on=(f"memory_sweep.sizes.{name}", options))
-
-
-def check_method(config: dict, name: str, trained: bool = True, fit_rules: bool = True) -> None:
-    """The checks of `check` that concern one method (`name`, under `methods`): its rule's
-    options and sync, its grpo keys (`trained`: it runs, so the sharding checks apply), its
-    batch against the train split and, with `fit_rules`, its rule built on the model it trains.
-    `logra.harness.plan.build_plan` runs them on every method it derives."""
-    _check_method_options(config, name)
-    _check_method_grpo(config, name, trained)
-    _check_prompts(config, name)
-    if fit_rules:
-        _check_rule_fits(config, name)
-
-
-def method_grpo(config: dict, name: str) -> dict:
-    """Method `name`'s grpo keys: its own `grpo` over the grpo section's."""
-    return config["grpo"] | config["methods"][name].get("grpo", {})
-
-
-def grpo_settings(values: dict | None = None) -> Grpo:
-    """Grpo settings from `values` over the schema's defaults (what a config that sets only
-    these grpo keys resolves to): an update step outside a run (the canary, a memory point)."""
-    props = _schema()["properties"]["grpo"]["properties"]
-    return Grpo.from_dict({k: p["default"] for k, p in props.items() if "default" in p}
-                          | (values or {}))
-
-
-def _check_references(config: dict) -> None:
-    """Every method and task a section names is defined; sync regimes differ."""
-    sweep = config.get("lr_sweep") or {"anchors": {}}
-    for key, names in [("run_methods", config["run_methods"]),
-                       ("ablation_methods", config.get("ablation_methods", [])),
-                       ("reinforce_methods", config.get("reinforce_methods", [])),
-                       ("lr_sweep.anchors", list(sweep["anchors"])),
-                       *[(f"{k}.methods", config[k]["methods"])
-                         for k in ("memory_sweep", "planner", "stability") if k in config],
-                       ("memory_sweep.ablation_methods",
-                        (config.get("memory_sweep") or {}).get("ablation_methods", [])),
-                       ("memory_real.methods",
-                        list((config.get("memory_real") or {}).get("methods", {}))),
-                       ("planner.offload", (config.get("planner") or {}).get("offload", [])),
-                       ("sync_regime.methods",
-                        (config.get("sync_regime") or {}).get("methods", []))]:
-        for i, name in enumerate(names):
-            if name not in config["methods"]:
-                raise ConfigError(f"{key}[{i}]: {name!r} is not defined under methods "
-                                  f"(defined: {sorted(config['methods'])})")
-    for i, name in enumerate(sweep.get("methods", [])):
-        if name not in sweep["anchors"]:
-            raise ConfigError(f"lr_sweep.methods[{i}]: {name!r} has no grid: it is not one of "
-                              f"lr_sweep.anchors ({sorted(sweep['anchors'])})")
-    # verdicts compare run_methods with the reference: a name that matches no method is a typo
-    if len(config["run_methods"]) > 1 and config["verdict"]["reference"] not in config["methods"]:
-        raise ConfigError(f"verdict.reference: {config['verdict']['reference']!r} is not "
-                          f"defined under methods (defined: {sorted(config['methods'])})")
-    for i, pair in enumerate(config["verdict"]["contrasts"]):
-        for name in pair:
-            if name not in config["methods"]:
-                raise ConfigError(f"verdict.contrasts[{i}]: {name!r} is not defined under "
-                                  f"methods (defined: {sorted(config['methods'])})")
-        if pair[0] == pair[1]:
-            raise ConfigError(f"verdict.contrasts[{i}]: {pair[0]!r} against itself")
-    _check_eval_and_margin(config)
-    for key, tasks in [("run_tasks", config.get("run_tasks") or []),
-                       ("stability.task", [(config.get("stability") or {}).get("task")]),
-                       ("sync_regime.task", [(config.get("sync_regime") or {}).get("task")]),
-                       ("lr_sweep.tasks", sweep.get("tasks", []))]:
-        for task in tasks:
-            if task is not None and task not in config["tasks"]:
-                raise ConfigError(f"{key}: {task!r} is not defined under tasks "
-                                  f"(defined: {sorted(config['tasks'])})")
-    unscaled = [r for r, scale in (config.get("sync_regime") or {}).get("lr_scales", {}).items()
-                if scale == 1]
-    if len(unscaled) > 1:
-        raise ConfigError(f"sync_regime.lr_scales: regimes {unscaled} all run the methods as "
-                          "they are (scale 1), the same runs; keep one")
-
-
-def _check_stability(config: dict) -> None:
-    """Every stability run has a held-out point between its base and its last step: a
-    snapshot (grpo.snapshot_every below its steps), where the criterion finds the curve's best
-    and checks the entropy."""
-    st = config.get("stability")
-    if not st:
-        return
-    spikes = st["criterion"]["spikes"]
-    if spikes["min_history"] > spikes["window"]:
-        raise ConfigError(f"stability.criterion.spikes.min_history: {spikes['min_history']} "
-                          f"steps of history, but the window holds {spikes['window']}")
-    names = {*st["methods"], *st.get("opt_in_methods", []),
-             *([st["controller_ablation"]["method"]] if st.get("controller_ablation") else [])}
-    for name in sorted(names & set(config["methods"])):  # the plan names an undefined one
-        g = method_grpo(config, name)
-        if not g["snapshot_every"] or g["snapshot_every"] >= g["steps"]:
-            raise ConfigError(
-                f"methods.{name}.grpo.snapshot_every: {g['snapshot_every']}, but a stability "
-                f"run needs a snapshot before its last step (steps {g['steps']})")
-
-
-def _check_scaling(config: dict, fit_rules: bool = True) -> None:
-    """`scaling` compares tiny models of its own sizes, tuned by the lr sweep's rule on a task
-    it validates on: its methods are defined, start with verdict.reference, each has a sweep
-    anchor and a transfer rule; a rank-fraction method has a rank; the check's size is one of
-    its sizes; with `fit_rules`, every rule fits every size (a rank above a size's hidden size
-    stops here)."""
-    sc = config.get("scaling")
-    if not sc:
-        return
-    if config["model"]["name"] != "tiny":
-        raise ConfigError("scaling: its sizes are tiny models built here; model.name is "
-                          f"{config['model']['name']!r}")
-    if sc["task"] not in (config.get("lr_sweep") or {}).get("tasks", []):
-        raise ConfigError(f"scaling.task: {sc['task']!r} is not one of lr_sweep.tasks (its "
-                          "validation split, sized with theirs, tunes and checks the methods)")
-    if sc["methods"][0] != config["verdict"]["reference"]:
-        raise ConfigError(f"scaling.methods: the first is the reference every other is "
-                          f"compared with, verdict.reference {config['verdict']['reference']!r}"
-                          f" (given: {sc['methods'][0]!r})")
-    anchors = (config.get("lr_sweep") or {}).get("anchors", {})
-    for i, m in enumerate(sc["methods"]):
-        for key, there in [("is not defined under methods", config["methods"]),
-                           ("has no lr_sweep.anchors entry (its sweep at the first size)",
-                            anchors),
-                           ("has no scaling.transfer rule", sc["transfer"])]:
-            if m not in there:
-                raise ConfigError(f"scaling.methods[{i}]: {m!r} {key}")
-    for m in sc["rank_fraction"]:
-        if m not in sc["methods"] or "rank" not in config["methods"][m].get("options", {}):
-            raise ConfigError(f"scaling.rank_fraction: {m!r} is not one of scaling.methods "
-                              "with a `rank` option")
-    for name in sc.get("tuned") or {}:
-        if name not in sc["methods"]:
-            raise ConfigError(f"scaling.tuned.{name}: not one of scaling.methods "
-                              f"({', '.join(sc['methods'])})")
-    if sc["check"]["size"] not in sc["sizes"]:
-        raise ConfigError(f"scaling.check.size: {sc['check']['size']!r} is not one of "
-                          f"scaling.sizes ({', '.join(sc['sizes'])})")
-    if sc["predict_models"] and not config.get("planner"):
-        raise ConfigError("scaling.predict_models: the predictions are made in the planner's "
-                          "setting (`planner:`), which this config does not have")
-    lo, hi = sc["base_band"]
-    if lo > hi:
-        raise ConfigError(f"scaling.base_band: [{lo}, {hi}] is empty (low above high)")
-    for size in (sc["sizes"] if fit_rules else {}):
-        for m in sc["methods"]:
-            _check_rule_fits(config, m, size)
-
-
-def run_tasks(config: dict) -> list[str]:
-    """The tasks the grid runs on: `run_tasks`, else every task."""
-    return list(config.get("run_tasks") or config["tasks"])
-
-
-def _check_per_task_values(config: dict) -> None:
-    """A value given per task names only known tasks (those under `tasks`, the registered task
-    types, or `default`: a misspelt task would be dropped silently), and names every task, or
-    has a `default`; every value that falls short is listed in one error."""
-    per_task = [(f"methods.{name}.options.{key}", value)
-                for name, m in config["methods"].items()
-                for key, value in m.get("options", {}).items()]
-    known = {*config["tasks"], *TASKS, "default"}
-    missing = {}
-    for key, value in [*per_task, ("sft.steps", config["sft"]["steps"])]:
-        for task in (value if isinstance(value, dict) else {}):
-            if task not in known:
-                close = difflib.get_close_matches(task, known, n=1)
-                raise ConfigError(f"{key}.{task}: not a task of this config "
-                                  f"({', '.join(config['tasks'])}), a registered task type or "
-                                  f"`default`{f'; did you mean {close[0]!r}?' if close else ''}")
-        if isinstance(value, dict) and "default" not in value and set(config["tasks"]) - set(value):
-            missing[key] = (sorted(set(config["tasks"]) - set(value)), sorted(value))
-    if missing:
-        raise ConfigError(f"per-task values: {len(missing)} name no value for a task of this "
-                          "config; give each that task, or a `default`:\n" + "\n".join(
-                              f"  {key}: no value for {', '.join(map(repr, tasks))} (given for: "
-                              f"{given})" for key, (tasks, given) in missing.items()))
-
-
-def _check_tasks(config: dict) -> None:
-    """Every task's type is registered and takes its options; a dataset task swept for its lr
-    has a validation split."""
-    sweep = config.get("lr_sweep") or {"anchors": {}}
-    for name, t in config["tasks"].items():
-        if t["type"] not in TASKS:
-            raise ConfigError(f"tasks.{name}.type: {t['type']!r} is not a registered task "
-                              f"(registered: {sorted(TASKS)}; see logra.rl.tasks.register_task)")
-        try:
-            task = get_task(t["type"], **t.get("options", {}))
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"tasks.{name}.options: {e}") from None
-        if (name in sweep.get("tasks", []) and isinstance(task, HubTask)
-                and config.get("data", {}).get("n_train") is None):
-            raise ConfigError(f"lr_sweep.n_val: the validation split of dataset task {name!r} is "
-                              "the train rows after the first data.n_train; set data.n_train "
-                              "(it is null: every row trains)")
-        _check_task_data(config, name, task, sweep)
-
-
-def _check_task_data(config: dict, name: str, task, sweep: dict) -> None:
-    """Task `name`'s splits, drawn as the data job will (a synthetic task's, a dataset task's
-    from local files; a fraction of a second for thousands): a synthetic task has the distinct
-    questions data.n_train + data.n_test (+ lr_sweep.n_val) need, and on the tiny model, whose
-    tokens are characters, grpo.max_new_tokens and eval.max_gen_toks each hold at least half
-    of the train split's targets (with <eos>): else no completion could reach the answer. The
-    stability task's test split holds the collapse clause's prompts."""
-    data = config.get("data") or {}
-    local = isinstance(task, HubTask) and all(task.paths.values())
-    if not (isinstance(task, SyntheticTask) or local) or data.get("n_train") is None:
-        return
-    n_val = sweep.get("n_val", 0) if name in sweep.get("tasks", []) else 0
-    try:
-        splits = task.splits(data["seed"], data["n_train"], data["n_test"], n_val)
-    except OSError as e:  # a local file that is missing or unreadable
-        raise ConfigError(f"tasks.{name}.options: {e}") from None
-    except ValueError as e:
-        if not isinstance(task, SyntheticTask):
-            return  # the data job names the file and line
-        raise ConfigError(
-            f"data.n_train: task {name!r} cannot fill data.n_train {data['n_train']} + "
-            f"data.n_test {data['n_test']}{f' + lr_sweep.n_val {n_val}' if n_val else ''}"
-            f" distinct questions ({e}); lower them, or widen tasks.{name}.options") from None
-    st, train = config.get("stability") or {}, splits["train"]
-    prompts = st.get("criterion", {}).get("collapse", {}).get("prompts", 0)
-    if st.get("task") == name and len(splits["test"]) < prompts:
-        raise ConfigError(f"stability.criterion.collapse.prompts: {prompts}, but task {name!r}'s "
-                          f"test split has {len(splits['test'])} problems")
-    if config["model"]["name"] != "tiny" or not train:
-        return
-    lengths = sorted(len(task.target(e)) + 1 for e in train)
-    for key, room in (("grpo.max_new_tokens", config["grpo"]["max_new_tokens"]),
-                      ("eval.max_gen_toks", config["eval"]["max_gen_toks"])):
-        held = sum(n <= room for n in lengths) / len(lengths)
-        if held < 0.5:
-            raise ConfigError(
-                f"{key}: {room} tokens hold {held:.0%} of the train targets of task {name!r} (on "
-                f"the tiny model a token is a character: median {lengths[len(lengths) // 2]}, 90th "
-                f"percentile {lengths[int(0.9 * len(lengths))]}, with <eos>), so its "
-                f"completions cannot reach their answers; raise {key}")
-
-
-def _trained(config: dict) -> set[str]:
-    """The written methods that run GRPO (those only predicted or measured do not)."""
-    sweep = config.get("lr_sweep") or {"anchors": {}}
-    return {*config["run_methods"], *config.get("ablation_methods", []), *sweep["anchors"],
-            *config.get("reinforce_methods", []),
-            *(config.get("stability") or {}).get("methods", []),
-            *(config.get("stability") or {}).get("opt_in_methods", []),
-            *(config.get("sync_regime") or {}).get("methods", [])}
-
-
-def _check_method_grpo(config: dict, name: str, trained: bool) -> None:
-    """Method `name`'s grpo keys (merged over grpo) exist, take the grpo section's values and
-    fit together: the cosine diagnostic off the profiled steps, the estimator's own keys
-    (`logra.rl.loss.estimator`), a decay that ends after the warmup, bf16 storage in one
-    process, and, for a method that is `trained`, sharded runs (grpo.nproc_per_node > 1)
-    with a rule that shards, a batch that splits over the ranks and no checkpoints."""
-    from jsonschema.exceptions import best_match
-
-    from logra.rl.loss import ESTIMATORS, estimator
-    m = config["methods"][name]
-    unknown = sorted(set(m.get("grpo", {})) - set(config["grpo"]))
-    if unknown:
-        raise ConfigError(f"methods.{name}.grpo: unknown key {unknown[0]!r} "
-                          f"(grpo keys: {sorted(config['grpo'])})")
-    error = best_match(_grpo_validator().iter_errors(m.get("grpo", {})))
-    if error is not None:  # a method's grpo values as the grpo section's (no defaults)
-        raise ConfigError(f"methods.{name}.grpo."
-                          f"{'.'.join(map(str, error.absolute_path))}: {error.message}")
-    merged = method_grpo(config, name)
-
-    def key(k: str) -> str:  # the method's own grpo key, else the global one
-        return f"methods.{name}.grpo.{k}" if k in m.get("grpo", {}) else f"grpo.{k}"
-    if merged["cosine_step"] in (1, min(merged["profile_step"], merged["steps"])):
-        raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']} is a memory-profiled "
-                          f"step (step 1 and grpo.profile_step, method {name}): the "
-                          "diagnostic's copies would count in the measured peak")
-    settings = Grpo.from_dict(merged)
-    try:
-        estimator(settings).check(settings)
-    except ValueError as e:  # "grpo.<key>...": the method's own key where it sets it
-        k = re.match(r"grpo\.(\w+)", str(e)).group(1)
-        raise ConfigError(f"{key(k)}{str(e)[len('grpo.' + k):]} ({name})") from None
-    own = estimator(settings).keys
-    for k in m.get("grpo", {}):  # the method's own keys: the global section serves them all
-        readers = [n for n, e in ESTIMATORS.items() if k in e.keys and k not in own]
-        if readers:
-            raise ConfigError(f"methods.{name}.grpo.{k}: does nothing under grpo.estimator "
-                              f"{merged['estimator']} (read by {', '.join(readers)}); drop it")
-    if merged["decay_steps"] and merged["decay_steps"] <= merged["warmup_steps"]:
-        raise ConfigError(f"{key('decay_steps')}={merged['decay_steps']}: the decay ends "
-                          f"after the warmup ({key('warmup_steps')}="
-                          f"{merged['warmup_steps']}; method {name})")
-    if merged["param_dtype"] != "float32" and merged["nproc_per_node"] > 1:
-        raise ConfigError(f"{key('param_dtype')}={merged['param_dtype']}: weights stored "
-                          "in bf16 run in one process; under FSDP set compute_dtype "
-                          f"instead ({key('nproc_per_node')}={merged['nproc_per_node']}, "
-                          f"method {name})")
-    world = merged["nproc_per_node"]
-    if not trained or world == 1:
-        return
-    if merged["cosine_step"]:
-        raise ConfigError(f"{key('cosine_step')}={merged['cosine_step']}: the diagnostic "
-                          f"runs in one process only; set 0 with grpo.nproc_per_node > 1 ({name})")
-    if not rules.rule_class(m["rule"]).shardable:
-        can = [r for r in rules.RULES if rules.rule_class(r).shardable]
-        raise ConfigError(f"methods.{name}.rule: {m['rule']!r} cannot run sharded "
-                          f"(grpo.nproc_per_node={world}); rules that can: {can}")
-    batch = merged["prompts_per_step"] * merged["group_size"]
-    if batch % (merged["micro_batch_size"] * world):
-        raise ConfigError(
-            f"grpo: a batch of prompts_per_step x group_size = {batch} sequences does "
-            f"not split into global micro-batches of micro_batch_size x nproc_per_node "
-            f"= {merged['micro_batch_size']} x {world} (method {name})")
-    if merged["checkpoint_every"]:
-        raise ConfigError(f"grpo.checkpoint_every={merged['checkpoint_every']}: resume "
-                          "checkpoints are single-process; set 0 when "
-                          f"grpo.nproc_per_node={world} (method {name})")
-
-
-def _check_options(where: str, m: dict) -> None:
-    """A method's `rule` names a rule and its `options` are those the rule declares
-    (`UpdateRule.options`, validated as JSON schema); `where` names the method's key."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import best_match
-    try:
-        rule = rules.rule_class(m["rule"])
-    except ValueError as e:
-        raise ConfigError(f"{where}.rule: {e}") from None
-    schema = {"$defs": _schema()["$defs"], "type": "object", "additionalProperties": False,
-              "properties": rule.options}
-    error = best_match(Draft202012Validator(schema).iter_errors(m.get("options", {})))
-    if error is not None:
-        key = ".".join(map(str, error.absolute_path))
-        raise ConfigError(f"{where}.options{'.' + key if key else ''}: "
-                          f"{error.message}{_number_hint(error.instance)} (rule "
-                          f"{m['rule']!r} takes {sorted(rule.options)})")
-
-
-def _check_method_options(config: dict, name: str) -> None:
-    """`_check_options` for method `name`, whose sync transport (`sync`, else `rollout.sync`)
-    applies to its rule and whose KL control asks for a rule whose step can be scaled."""
-    m = config["methods"][name]
-    _check_options(f"methods.{name}", m)
-    rule = rules.rule_class(m["rule"])
-    key = f"methods.{name}.sync" if "sync" in m else "rollout.sync"
-    try:
-        weight_sync.transport(m.get("sync", (config.get("rollout") or {}).get("sync", "auto")),
-                              rule)
-    except ValueError as e:
-        raise ConfigError(f"{key}: {e} (method {name})") from None
-    if m.get("kl_control") and not rule.scalable:
-        raise ConfigError(f"methods.{name}.kl_control: rule {m['rule']!r} cannot scale its "
-                          "step (it applies the update inside propose)")
-    _check_rollout_options(config, name)
-
-
-def _check_rollout_options(config: dict, name: str) -> None:
-    """Method `name`'s `rollout.options` (its own over the rollout section's) are keyword
-    arguments its engine takes, besides those the run sets from the rollout section (dtype,
-    threads, timeouts)."""
-    from logra.rl.rollout import ENGINES
-    m = config["methods"][name]
-    rollout = dict(config["rollout"]) | m.get("rollout", {})
-    taken = inspect.signature(ENGINES[rollout["engine"]].__init__).parameters
-    known = set(taken) - {"self", "model_dir", "dtype", "threads", "timeout_s", "timeout_factor"}
-    for k in rollout.get("options", {}):
-        if k not in known:
-            key = "rollout.options" if "options" not in m.get("rollout", {}) else \
-                f"methods.{name}.rollout.options"
-            raise ConfigError(f"{key}.{k}: not an option of rollout.engine "
-                              f"{rollout['engine']!r} (its options: {sorted(known)}; method "
-                              f"{name})")
-
-
-def _check_rule_fits(config: dict, name: str, size: str | None = None,
-                     on: tuple[str, dict] | None = None) -> None:
-    """Build method `name`'s update rule on the model it trains (meta tensors: no memory, no
-    weights): `on` (where, a tiny model's options), else `scaling.sizes[size]`'s, else its
-    method's `size`'s, else its own `model`, else the configured one; so options that cannot
-    work on that model, e.g. a rank above a weight's smaller side, stop the workflow here with
-    the rule's own message naming the module (a hub name offline is checked when the run
-    starts)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from logra.rl.models import model_config
-    m = config["methods"][name]
-    size = size or m.get("size")
-    spec = ({"name": "tiny", "tiny": on[1]} if on else
-            {"name": "tiny", "tiny": config["scaling"]["sizes"][size]["model"]} if size
-            else m.get("model") or config["model"])
-    try:
-        hf_config = model_config(spec)
-    except OSError:  # a hub name while offline: the rule is checked when the run starts
-        return
-    task = next(iter(config["tasks"]))  # only lrs differ per task: they fit any model
-    grpo = method_grpo(config, name)
-    with torch.device("meta"):  # a fresh model each: a rule may change it (LoRA adapters)
-        model = AutoModelForCausalLM.from_config(hf_config, dtype=getattr(torch,
-                                                                          grpo["param_dtype"]))
-    where = f" (on {on[0]})" if on else f" (on scaling.sizes.{size})" if size else ""
-    try:
-        rule = rules.build(m["rule"], model, task_options(m.get("options", {}), task))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"methods.{name}.options{where}: {e}") from None
-    if rule.control is not None and m.get("kl_control"):
-        raise ConfigError(f"methods.{name}.kl_control: rule {m['rule']!r} controls its own "
-                          "step (its options); remove kl_control, or switch its own off")
-    half = grpo["probe_size"] // 2
-    if getattr(rule.control, "probe_responses", 0) > half:
-        raise ConfigError(f"methods.{name}.options.probe_responses: "
-                          f"{rule.control.probe_responses} sequences exceed the probe's "
-                          f"prediction half (grpo.probe_size // 2 = {half}; the other half "
-                          "measures the realized KL)")
-
-
-def generation_room(config: dict) -> int:
-    """Tokens a model must have room to generate after a prompt: the longest of lm-eval's
-    `eval.max_gen_toks` and every method's `grpo.max_new_tokens`."""
-    return max(config["eval"]["max_gen_toks"], config["grpo"]["max_new_tokens"],
-               *(m.get("grpo", {}).get("max_new_tokens", 0) for m in config["methods"].values()))
-
-
-def hub_models(config: dict) -> list[str]:
-    """The hub models (names or directories) runs of this config load: `model.name` unless it
-    is `tiny`, and every method's own `model`."""
-    names = [config["model"]["name"]] + [m["model"]["name"] for m in config["methods"].values()
-                                         if m.get("model")]
-    return [n for n in dict.fromkeys(names) if n != "tiny"]
-
-
-def task_options(options: dict, task: str) -> dict:
-    """A method's (or SFT's) options on one task: a value given per task ({task: value}, e.g.
-    the lr `lr_sweep` chose on each task's validation split, or SFT's steps) takes that task's
-    value, or its `default` for a task it does not name."""
-    return {k: v.get(task, v.get("default")) if isinstance(v, dict) else v
-            for k, v in options.items()}
-
-
-def _check_eval_and_margin(config: dict) -> None:
-    """eval.primary names a protocol, a greedy protocol draws one sample, and the margin's
-    seeds are neither the grid's nor the lr sweep's."""
-    protocols = config["eval"]["protocols"]
-    if config["eval"]["primary"] not in protocols:
-        raise ConfigError(f"eval.primary: {config['eval']['primary']!r} is not one of "
-                          f"eval.protocols ({', '.join(protocols)})")
-    for name, p in protocols.items():
-        if p["temperature"] == 0 and p["samples"] != 1:
-            raise ConfigError(f"eval.protocols.{name}: greedy decoding (temperature 0) gives "
-                              f"one answer per problem, not samples: {p['samples']}")
-    taken = set(config["seeds"]) | set((config.get("lr_sweep") or {}).get("seeds", [0]))
-    clash = sorted(set(margin_seeds(config)) & taken)
-    if clash:
-        raise ConfigError(f"verdict.margin.seeds: {clash} are seeds of the grid or of the lr "
-                          "sweep: the margin's validation runs take part in neither the lr's "
-                          "choice nor the test comparison")
-
-
-def margin_seeds(config: dict) -> list[int]:
-    """The seeds of the validation runs that set the margins: `verdict.margin.seeds`, else the
-    three after every seed of the grid and the lr sweep (a mean gain over three seeds, not one
-    seed's)."""
-    seeds = config["verdict"]["margin"].get("seeds")
-    if seeds is not None:
-        return list(seeds)
-    last = max([*config["seeds"], *(config.get("lr_sweep") or {}).get("seeds", [0])])
-    return [last + 1, last + 2, last + 3]
-
-
 def validate_file(path: str | Path) -> dict:
     """One complete config file, read, validated (filling defaults) and checked (`resolve`
     without the default config under it)."""
     return resolve([path], default=None)
 
-
-def _check_data_sizes(config: dict) -> None:
-    """The train split must fill SFT's held-out slice plus one batch, and every method's GRPO
-    step (`_check_prompts`)."""
-    n = (config.get("data") or {}).get("n_train")
-    if n is None:  # every row of a dataset: its size is known to the data job
-        return
-    sft = config["sft"]
-    steps = sft["steps"].values() if isinstance(sft["steps"], dict) else [sft["steps"]]
-    if any(steps) and n < sft["eval_examples"] + sft["batch_size"]:
-        raise ConfigError(f"data.n_train: {n} train examples cannot hold SFT's held-out slice "
-                          f"(sft.eval_examples: {sft['eval_examples']}) plus one batch "
-                          f"(sft.batch_size: {sft['batch_size']})")
-    for name in config["methods"]:
-        _check_prompts(config, name)
-
-
-def _check_prompts(config: dict, name: str) -> None:
-    """Method `name`'s GRPO step draws its prompts from the train split without replacement:
-    data.n_train holds them."""
-    n = (config.get("data") or {}).get("n_train")
-    prompts = method_grpo(config, name)["prompts_per_step"]
-    if n is not None and prompts > n:
-        key = (f"methods.{name}.grpo.prompts_per_step" if "prompts_per_step" in
-               config["methods"][name].get("grpo", {}) else "grpo.prompts_per_step")
-        raise ConfigError(f"{key}: {prompts} prompts per step are drawn from the train "
-                          f"split without replacement, which holds data.n_train: {n}")
-
-
-DEVICE_STAGES = ("base", "train", "eval", "memory")
-
-
-def gpus_per_run(config: dict, method: str) -> int:
-    """GPUs one run of `method` needs: 0 on CPU."""
-    gpus = method_grpo(config, method)["nproc_per_node"]
-    return gpus if config["device"].startswith("cuda") else 0
-
-
-def job_resources(config: dict, stage: str) -> dict:
-    """Snakemake resources of one job of `stage` (its rule file), what a cluster scheduler is
-    asked for (workflow/profiles/slurm): `mem_mb` and `runtime` (minutes) from the config's
-    `cluster.mem_gb` and `cluster.runtime_min` (the stage's value, or `default`), and `gpu`,
-    which follows `device`: none on CPU; on CUDA one per job of a DEVICE_STAGES stage, and for
-    a GRPO run its method's grpo.nproc_per_node."""
-    cluster = {key: values.get(stage, values["default"])
-               for key, values in config["cluster"].items()}
-    resources = {"mem_mb": round(cluster["mem_gb"] * 1024),
-                 "runtime": round(cluster["runtime_min"])}
-    if stage == "train":
-        resources["gpu"] = lambda wildcards: gpus_per_run(config, wildcards.method)
-    elif stage in DEVICE_STAGES:
-        resources["gpu"] = int(config["device"].startswith("cuda"))
-    return resources
-
-
-def run_config(config: dict, task: str, method: str, seed: int) -> dict:
-    """Everything one (task, method, seed) run needs, as stored in its summary.json."""
-    return {
-        "run_id": f"{task}/{method}/seed{seed}", "task_name": task, "method_name": method,
-        "seed": int(seed), "device": config["device"], "threads": config["threads"],
-        "memory_budget_bytes": (int(config["memory_budget_gb"] * 2**30)
-                                if config.get("memory_budget_gb") else None),
-        "task": {"type": config["tasks"][task]["type"],
-                 "options": config["tasks"][task].get("options", {})},
-        "method": {"rule": config["methods"][method]["rule"],
-                   "options": _seeded(config["methods"][method], task, int(seed)),
-                   "kl_control": config["methods"][method].get("kl_control")},
-        "model_name": (config["methods"][method].get("model") or config["model"])["name"],
-        "grpo": _run_grpo(method_grpo(config, method)),
-        "rollout": (dict(config["rollout"]) | config["methods"][method].get("rollout", {})
-                    | {"sync": sync_transport(config, method)}),
-    }
-
-
-def _seeded(method: dict, task: str, seed: int) -> dict:
-    """A method's options on `task`; a rule with a `seed` option (LoGRA's projections) gets
-    the run's seed unless the method sets one, as the LoGRA authors' configs do."""
-    options = task_options(method.get("options", {}), task)
-    if "seed" in rules.rule_class(method["rule"]).options and "seed" not in options:
-        options["seed"] = seed
-    return options
-
-
-def _run_grpo(g: dict) -> dict:
-    """A run's grpo keys: a run shorter than `profile_step` profiles its last step."""
-    return g | {"profile_step": min(g["profile_step"], g["steps"])}
-
-
-def sync_transport(config: dict, method: str) -> str:
-    """The sync transport of `method`'s runs: its own `sync`, else `rollout.sync`, `auto`
-    resolved to the rule's own (`logra.rl.weight_sync.transport`)."""
-    m = config["methods"][method]
-    return weight_sync.transport(m.get("sync", config["rollout"].get("sync", "auto")),
-                          rules.rule_class(m["rule"]))
