@@ -141,7 +141,7 @@ def test_the_tuned_file_holds_each_choice_and_its_scores_and_the_config_adopts_i
     """results/tuned.yaml as the lr sweep writes it, copied beside a config, sets each method's
     knob on its task (LoGRA's update_ratio and final budget following, as its sweep point
     had them) and leaves the other tasks' values as they were."""
-    from logra.harness.config import resolve
+    from logra.harness.config import resolve, task_options
     table = pd.concat([_table("countdown", "dense_adam", {5e-5: 0.30, 1e-4: 0.35, 2e-4: 0.33}),
                        _table("countdown", "logra", {2e-4: 0.31, 8e-4: 0.34}).assign(
                            option="kl_budget")])
@@ -161,8 +161,9 @@ def test_the_tuned_file_holds_each_choice_and_its_scores_and_the_config_adopts_i
     assert logra["kl_budget"]["countdown"] == 8e-4
     assert logra["kl_budget_final"]["countdown"] == pytest.approx(8e-5)
     was = before["methods"]["logra"]["options"]
+    was_here = task_options(was, "countdown")
     assert logra["update_ratio"]["countdown"] == pytest.approx(
-        was["update_ratio"]["countdown"] * (8e-4 / was["kl_budget"]["countdown"]) ** 0.5)
+        was_here["update_ratio"] * (8e-4 / was_here["kl_budget"]) ** 0.5)
     # a variant (tuned_as) takes its method's choice, its own options kept
     for variant in ("logra_stable", "logra_nocontrol", "logra_r21"):
         options = after["methods"][variant]["options"]
@@ -170,18 +171,17 @@ def test_the_tuned_file_holds_each_choice_and_its_scores_and_the_config_adopts_i
                                                      "update_ratio")} \
             == {k: logra[k]["countdown"] for k in ("kl_budget", "kl_budget_final",
                                                    "update_ratio")}
-        assert {k: v for k, v in options.items() if not isinstance(v, dict)} == {
-            k: v for k, v in before["methods"][variant]["options"].items()
-            if not isinstance(v, dict)}
+        chosen = ("kl_budget", "kl_budget_final", "update_ratio")
+        assert {k: v for k, v in options.items() if k not in chosen} == {
+            k: v for k, v in before["methods"][variant]["options"].items() if k not in chosen}
     assert after["methods"]["dense_adam_stable"]["options"]["lr"]["countdown"] == 1e-4
     # a variant configured at another value than its method's takes the choice all the same
     assert before["methods"]["dense_adam_bf16"]["options"]["lr"] == 5e-5
     assert after["methods"]["dense_adam_bf16"]["options"]["lr"] == {"default": 5e-5,
                                                                     "countdown": 1e-4}
     for options, old in ((dense, before["methods"]["dense_adam"]["options"]), (logra, was)):
-        assert {k: {t: v for t, v in m.items() if t != "countdown"} for k, m in options.items()
-                if isinstance(m, dict)} == {k: {t: v for t, v in m.items() if t != "countdown"}
-                                            for k, m in old.items() if isinstance(m, dict)}
+        for task in set(after["tasks"]) - {"countdown"}:
+            assert task_options(options, task) == task_options(old, task)
 
 
 def test_a_tuned_value_for_another_knob_or_an_unknown_method_is_refused(tmp_path):

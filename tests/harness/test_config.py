@@ -551,16 +551,18 @@ def test_the_controller_ablation_switches_the_controller_at_each_step_size():
     for name, factor in zip(names[1:3], [4, 16]):
         options = config["methods"][name]["options"]
         assert options["controller"] is True
-        assert options["kl_budget"] == pytest.approx(own["kl_budget"][task] * factor)
-        assert options["kl_budget_final"] == pytest.approx(own["kl_budget_final"][task] * factor)
+        mine_here = task_options(own, task)
+        assert options["kl_budget"] == pytest.approx(mine_here["kl_budget"] * factor)
+        assert options["kl_budget_final"] == pytest.approx(mine_here["kl_budget_final"] * factor)
         mine = ("kl_budget", "update_", "controller")
         assert {k: v for k, v in options.items() if not k.startswith(mine)} \
             == {k: v for k, v in own.items() if not k.startswith(mine)}
     for name, scale in zip(names[3:], [1, 2, 4]):
         options = config["methods"][name]["options"]
         assert options["controller"] is False
-        assert options["update_ratio"] == {t: pytest.approx(v * scale) for t, v in
-                                           own["update_ratio"].items()}
+        for t in config["tasks"]:
+            assert task_options(options, t)["update_ratio"] == pytest.approx(
+                task_options(own, t)["update_ratio"] * scale)
         assert {k: v for k, v in options.items() if k not in ("controller", "update_ratio")} \
             == {k: v for k, v in own.items() if k != "update_ratio"}
     assert controller_runs(config)[:4] == [
