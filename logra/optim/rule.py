@@ -126,7 +126,7 @@ class UpdateRule:
     # the rule's own step control (between propose and apply), or None: then the config's
     # `kl_control`, if any (logra/optim/kl_control.py)
     control = None
-    # the option a regime scales (logra/harness/plan.py): the step size
+    # the option a regime scales (logra/harness/derived.py): the step size
     step_size_option: str = "lr"
 
     @classmethod
@@ -138,7 +138,7 @@ class UpdateRule:
     def tuning_power(cls, options: dict) -> int:
         """How the tuning option moves with the step size it makes: option ∝ step^power (an
         lr: 1). A tuning grid spaced by a factor in step size spaces its option by
-        factor^power (logra.harness.plan.Grid), so every method's grid spans the same range of
+        factor^power (logra.harness.derived.Grid), so every method's grid spans the same range of
         steps."""
         return 1
 

@@ -372,7 +372,7 @@ def test_a_tuning_point_sets_the_kl_budget_and_moves_the_step_by_its_root():
 
 
 def test_neighbouring_points_of_its_tuning_grid_are_a_factor_apart_in_step_size(llama_dir):
-    """The tuning grid's law (logra.harness.plan.grid_values): LoGRA's knob, the KL budget,
+    """The tuning grid's law (logra.harness.derived.grid_values): LoGRA's knob, the KL budget,
     moves as the step squared (`tuning_power` 2), so neighbouring points of its grid, budgets
     factor² apart with update_ratio following (`tuned`), get the same α from the controller
     (the α = 1 step's predicted KL grows as its size squared) and move the weights by steps a

@@ -1,6 +1,6 @@
 # `snakemake scaling_sweep`, then `snakemake scaling` (config `scaling`): tiny models of each
 # size with their own SFT bases, each method tuned at the first size on the validation split
-# and transferred (logra.harness.plan.add_scaling_methods), the transfer checked at one size,
+# and transferred (logra.harness.derived.add_scaling_methods), the transfer checked at one size,
 # every size's runs compared with the reference on the test split (logra/analysis/scaling.py)
 SIZES = (config.get("scaling") or {}).get("sizes", {})
 SCALING_SEEDS = (config.get("scaling") or {}).get("seeds") or PLAN.seeds
