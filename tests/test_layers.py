@@ -126,6 +126,7 @@ def test_inner_imports_count():
 
 def test_the_analysis_and_the_shared_modules_load_no_torch():
     code = ("import sys\nimport logra.analysis.report, logra.analysis.tables, "
+            "logra.analysis.markdown, logra.analysis.memory_report, logra.analysis.runs_report, "
             "logra.analysis.figures, logra.analysis.verdict, logra.common, logra.files, "
             "logra.repro\n"
             "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)")
