@@ -110,8 +110,8 @@ def test_a_planted_edge_is_caught():
     assert against_the_direction(g | {"logra.optim.sketch": {"logra.rl.loop"}}) == [
         "logra.optim.sketch (optim) imports logra.rl.loop (rl)"]
     assert against_the_direction(g | {"logra.analysis.figures": {"logra.measure.planner"}})
-    planted = g | {"logra.rl.step": g["logra.rl.step"] | {"logra.rl.loop"}}
-    assert [set(c) for c in cycles(planted)] == [{"logra.rl.loop", "logra.rl.step"}]
+    planted = g | {"logra.rl.guards": g["logra.rl.guards"] | {"logra.rl.loop"}}
+    assert [set(c) for c in cycles(planted)] == [{"logra.rl.loop", "logra.rl.guards"}]
 
 
 def test_inner_imports_count():

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from logra import repro, rules
+from logra import rules
 from logra.common import warmup_cosine
 from logra.files import read_jsonl, save_pretrained, ticker, write_json
 from logra.measure.memory import MemoryMeter, MemoryReport
@@ -36,7 +36,7 @@ from logra.rl.models import load, median_abs_weight
 from logra.rl.rollout import EngineError, make_engine
 from logra.rl.settings import Grpo, RunSettings
 from logra.rl.step import batch_kl, cap_cuda_memory, compute_context, cuda_oom, update_step
-from logra.rl.summary import summarise, write_metrics
+from logra.rl.summary import save_model, summarise
 from logra.rl.tasks import get_task
 from logra.rl.weight_sync import EngineSync, payload_bytes
 
@@ -445,45 +445,6 @@ def train(cfg: RunSettings | dict, base_dir: str | Path, train_jsonl: str | Path
     model_step, fingerprint = save_model(run, end["status"], progress.metrics)
     return summarise(run, progress, end, syncer, model_step, fingerprint, set_aside,
                      time.time() - t_start)
-
-
-def save_model(run: Run, status: str, metrics: list[dict]) -> tuple[int, dict | None]:
-    """Write metrics.csv and the model (rank 0), and remove the checkpoint of a finished run:
-    (the step whose weights were saved, the fingerprint). A diverged or out-of-memory run
-    keeps the last good weights (and the checkpoint holding them), else the base model."""
-    model, rule = run.model, run.rule
-    model_step = len(metrics)
-    if status != "ok":
-        model.zero_grad(set_to_none=True)
-        cap_cuda_memory(None, run.device)  # lift the budget cap: saving must not fail for it
-        model_step = 0
-        if run.ckpt_path and run.ckpt_path.exists():  # before unwrap: LoRA's names match then
-            state = checkpoint.load(run.ckpt_path, run.cfg.to_dict(), model,
-                                    rule.checkpoint_classes)
-            model.load_state_dict(state["model"])
-            model_step = state["run"]["step"]
-            del state
-    rule.unwrap()
-    saved = model
-    if model_step == 0 and status != "ok":  # the base model has the unwrapped names
-        saved = load(run.base_dir)[0] if run.rank == 0 else None
-    elif run.sharded:  # gathered on rank 0's CPU, into a plain model
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
-                                                                     cpu_offload=True))
-        if run.rank == 0:
-            saved = load(run.base_dir)[0]
-            saved.load_state_dict(state)
-        del state
-    fingerprint = None
-    if run.rank == 0:
-        write_metrics(run.out_dir / "metrics.csv", metrics)
-        save_pretrained(saved, run.tokenizer, run.out_dir / "model")
-        fingerprint = {"weights": repro.model_digest(run.out_dir / "model"),
-                       "metrics": repro.metrics_digest(metrics)}
-    if run.ckpt_path and status == "ok":  # and <task>/<method>/seed<k>/<hash>/ when empty
-        checkpoint.remove(run.ckpt_path)
-    return model_step, fingerprint
 
 
 def main(argv: list[str] | None = None) -> None:

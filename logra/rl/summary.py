@@ -1,7 +1,7 @@
-"""A run's outputs besides its weights: the columns of `metrics.csv` (`METRIC_COLUMNS`,
-`write_metrics`) and `summary.json` (`summarise`: how the run ended, what it is, its memory,
-time, sync, rewards, KL, step control and step size, the machine and the fingerprint; a
-sharded run stopped by out-of-memory: `oom_result`). `run` and `progress` are the loop's
+"""A run's outputs: its model and `metrics.csv` (`save_model`; columns `METRIC_COLUMNS`) and
+`summary.json` (`summarise`: how the run ended, what it is, its memory, time, sync, rewards,
+KL, step control and step size, the machine and the fingerprint; a sharded run stopped by
+out-of-memory: `oom_result`). `run` and `progress` are the loop's
 (logra.rl.loop `Run`, `Progress`)."""
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from logra.files import atomic_path, save_pretrained
 from logra.measure.activations import activation_bytes_estimate, analytic_breakdown
 from logra.optim import collectives
 from logra.optim.kl_control import calibration as kl_calibration
+from logra.rl import checkpoint
 from logra.rl.models import load, n_params
 from logra.rl.settings import RunSettings
+from logra.rl.step import cap_cuda_memory
 from logra.rl.weight_sync import EngineSync
 
 
@@ -31,6 +33,45 @@ METRIC_COLUMNS = ["step", "reward_mean", "reward_std", "loss", "kl_pred", "kl_re
                   "sync_drift", *SYNC_METRICS[1:], "logp_mismatch_mean", "logp_mismatch_max",
                   "logp_mismatch_signed", "kl_budget", "mismatch_ema", "control_seconds",
                   "token_entropy", "response_tokens_mean", "kl_batch"]
+
+
+def save_model(run, status: str, metrics: list[dict]) -> tuple[int, dict | None]:
+    """Write metrics.csv and the model (rank 0), and remove the checkpoint of a finished run:
+    (the step whose weights were saved, the fingerprint). A diverged or out-of-memory run
+    keeps the last good weights (and the checkpoint holding them), else the base model."""
+    model, rule = run.model, run.rule
+    model_step = len(metrics)
+    if status != "ok":
+        model.zero_grad(set_to_none=True)
+        cap_cuda_memory(None, run.device)  # lift the budget cap: saving must not fail for it
+        model_step = 0
+        if run.ckpt_path and run.ckpt_path.exists():  # before unwrap: LoRA's names match then
+            state = checkpoint.load(run.ckpt_path, run.cfg.to_dict(), model,
+                                    rule.checkpoint_classes)
+            model.load_state_dict(state["model"])
+            model_step = state["run"]["step"]
+            del state
+    rule.unwrap()
+    saved = model
+    if model_step == 0 and status != "ok":  # the base model has the unwrapped names
+        saved = load(run.base_dir)[0] if run.rank == 0 else None
+    elif run.sharded:  # gathered on rank 0's CPU, into a plain model
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                     cpu_offload=True))
+        if run.rank == 0:
+            saved = load(run.base_dir)[0]
+            saved.load_state_dict(state)
+        del state
+    fingerprint = None
+    if run.rank == 0:
+        write_metrics(run.out_dir / "metrics.csv", metrics)
+        save_pretrained(saved, run.tokenizer, run.out_dir / "model")
+        fingerprint = {"weights": repro.model_digest(run.out_dir / "model"),
+                       "metrics": repro.metrics_digest(metrics)}
+    if run.ckpt_path and status == "ok":  # and <task>/<method>/seed<k>/<hash>/ when empty
+        checkpoint.remove(run.ckpt_path)
+    return model_step, fingerprint
 
 
 def memory_summary(run, progress) -> dict:

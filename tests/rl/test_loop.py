@@ -13,7 +13,7 @@ from logra.harness.config import grpo_settings
 from logra.rl import checkpoint, guards, loop
 from logra.rl.models import load
 from logra.rl.rollout import make_engine
-from logra.rl.summary import METRIC_COLUMNS, memory_summary, summarise
+from logra.rl.summary import METRIC_COLUMNS, memory_summary, save_model, summarise
 
 
 def engine_for(run):
@@ -198,7 +198,7 @@ def test_save_model_keeps_the_last_good_weights_of_a_stopped_run(started):
     steps(run, engine, syncer, progress, 2)  # checkpointed at step 2
     at_two = {n: p.detach().clone() for n, p in run.model.named_parameters()}
     steps(run, engine, syncer, progress, 1)
-    model_step, fingerprint = loop.save_model(run, "diverged", progress.metrics)
+    model_step, fingerprint = save_model(run, "diverged", progress.metrics)
     assert model_step == 2 and run.ckpt_path.exists()  # kept for a look, and a rerun
     assert all(torch.equal(p, at_two[n]) for n, p in run.model.named_parameters())
     assert fingerprint["weights"] and (run.out_dir / "metrics.csv").exists()
@@ -207,7 +207,7 @@ def test_save_model_keeps_the_last_good_weights_of_a_stopped_run(started):
 def test_save_model_of_a_finished_run_removes_its_checkpoint(started):
     run, engine, syncer, progress = started
     steps(run, engine, syncer, progress, 2)
-    model_step, _ = loop.save_model(run, "ok", progress.metrics)
+    model_step, _ = save_model(run, "ok", progress.metrics)
     assert model_step == 2 and not run.ckpt_path.exists()
     end = {"status": "ok", "diverged_at_step": None, "diverged_because": None}
     summary = summarise(run, progress, end, syncer, model_step, None, [], 1.0)
