@@ -16,14 +16,16 @@ figures/stability_27b_seeds, figures/stability_controller), `trl`
 `reinforce` (reinforce_methods, the LoGRA authors' estimator, on every task and seed:
 results/reinforce/, figures/reinforce/; no verdict: the plan's margins are GRPO's reference's),
 `scaling_sweep` then `scaling` (each method against the reference over model sizes, tuned at
-the smallest and transferred: results/scaling/, results/scaling.csv, figures/scaling).
+the smallest and transferred: results/scaling/, results/scaling.csv, figures/scaling), `study`
+(the study's arms at the authors' 200 updates, each tuned there on validation, over the seeds
+its validation spread asks for: results/study/).
 """
 import os
 
 from snakemake.utils import min_version
 
 from logra.harness.config import resolve
-from logra.harness.plan import build_plan
+from logra.harness.plan import STUDY_TABLES, build_plan
 from logra.repro import pin_cpu
 
 min_version("9.0")
@@ -69,6 +71,7 @@ include: "workflow/rules/trl.smk"
 include: "workflow/rules/sync_regime.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/scaling.smk"
+include: "workflow/rules/study.smk"
 
 
 report: "workflow/report/workflow.rst"  # `snakemake --report report.html` after a run
@@ -136,6 +139,11 @@ rule sync_regime:
 rule lr_sweep:
     input:
         PLAN.stamps("lr_sweep"),
+
+
+rule study:
+    input:
+        PLAN.stamps("study") if config.get("study") else [],
 
 
 rule scaling_sweep:

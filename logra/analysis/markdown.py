@@ -151,10 +151,12 @@ def _cost_section(summary: pd.DataFrame, reference: str | None, title: str,
 
 
 def _accuracy_memory_section(accuracy: pd.DataFrame, reference: str | None,
-                             planner: pd.DataFrame | None) -> list[str]:
+                             planner: pd.DataFrame | None, title: str = "Accuracy and memory",
+                             source: str = "results/accuracy.csv, results/summary.csv"
+                             ) -> list[str]:
     t = accuracy_memory_table(accuracy, reference, planner)
     predicted = [c for c in t if c.startswith("predicted ")]
-    return _section("Accuracy and memory", "results/accuracy.csv, results/summary.csv" + (
+    return _section(title, source + (
         ", results/memory/planner.csv" if predicted else ""), "What a user choosing a method "
         "weighs: per task and method, the primary metric with its 95% t-interval over the "
         "seeds that finished, the update's peak memory as measured in these runs and its ratio "
@@ -202,8 +204,9 @@ class ReportInputs:
     frozen analysis plan (results/analysis_plan.json); `ablations` the
     tables of `snakemake ablations` (results/ablations/: summary, accuracy, verdicts, sweep). A
     table that is None (its stage is not in the config, or the lr sweep, `snakemake
-    sync_regime`, `snakemake ablations`, `snakemake scaling` or `snakemake memory_real` (its
-    points, `memory_real`) has not run, or ran under
+    sync_regime`, `snakemake ablations`, `snakemake scaling`, `snakemake memory_real` (its
+    points, `memory_real`) or `snakemake study` (`study`: its plan and tables, results/study/)
+    has not run, or ran under
     another config) is left out, or its section says so; `stale` lists the opt-in results
     made under another config than this one (`digest`): {result, config_digest, target}."""
     summary: pd.DataFrame
@@ -226,6 +229,7 @@ class ReportInputs:
     sft: list[dict] | None = None
     scaling: pd.DataFrame | None = None
     memory_real: pd.DataFrame | None = None
+    study: dict | None = None
     stale: list[dict] = dataclasses.field(default_factory=list)
     digest: str | None = None
 

@@ -15,8 +15,8 @@ from logra.analysis.markdown import (  # noqa: F401
     markdown_table)
 from logra.analysis.memory_report import _memory_real, _paper_setting, _planner, fit_sentences
 from logra.analysis.runs_report import (STABILITY_OPT_IN, _ablations, _kl_calibration, _lr_sweep,
-                                        _scaling, _stability, _step_control, _sync, _trl,
-                                        _update_cosine)
+                                        _scaling, _stability, _step_control, _study, _sync,
+                                        _trl, _update_cosine)
 # the table builders and write_csv, once here, are re-exported
 from logra.analysis.tables import (  # noqa: F401
     SCALARS, SYNC_FIELDS, accuracy_memory_table, accuracy_table, base_evals, cost_table,
@@ -156,7 +156,7 @@ def _time_ledger(inputs: ReportInputs) -> list[str]:
 # the report's sections, in order
 SECTIONS = (_title, _plan, _header, _bases, _results, _planner, _memory_real, _paper_setting,
             _kl_calibration, _step_control, _update_cosine, _stability, _sync, _lr_sweep,
-            _ablations, _trl, _scaling, _time_ledger)
+            _ablations, _trl, _scaling, _study, _time_ledger)
 
 
 def report_markdown(inputs: ReportInputs) -> str:

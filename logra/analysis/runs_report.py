@@ -1,14 +1,16 @@
 """The report's sections on how the runs behaved and on the opt-in targets: KL calibration, step
 control, update cosine, stability (the default target's and `snakemake stability`'s), sync,
-the lr sweep, scaling, the ablations and TRL."""
+the lr sweep, scaling, the ablations, TRL and the study."""
 from __future__ import annotations
 
 import pandas as pd
 
-from logra.analysis.markdown import (SYNC_INTRO, ReportInputs, _accuracy_section,
-                                     _cost_section, _fmt, _memory_sweep_section, _metric_name,
-                                     _pm, _section, _sync_section, _verdicts_section)
+from logra.analysis.markdown import (SYNC_INTRO, ReportInputs, _accuracy_memory_section,
+                                     _accuracy_section, _cost_section, _fmt,
+                                     _memory_sweep_section, _metric_name, _pm, _section,
+                                     _sync_section, _verdicts_section)
 from logra.analysis.stability import criterion_text
+from logra.analysis.tables import accuracy_table
 
 
 def _kl_calibration(inputs: ReportInputs) -> list[str]:
@@ -300,4 +302,53 @@ def _trl(inputs: ReportInputs) -> list[str]:
     else:
         out += ["", "LoGRA in TRL has not run (`snakemake trl` writes `results/trl/*.json`; the "
                 "next report includes them)."]
+    return out
+
+
+def _study(inputs: ReportInputs) -> list[str]:
+    study = inputs.study
+    if study is None:
+        return ["", "The study has not run (`snakemake study` writes `results/study/`; the next "
+                "report includes it)."]
+    plan, v, where = study["plan"], study["verdicts"], "results/study"
+    arms, rule = plan["arms"], plan["seeds_rule"]
+    last, needed = max(v["step"]), rule["needed"]
+    need = ("unknown (fewer than two validation seeds)" if needed != needed else
+            f"{needed:g}" + (f", above the cap of {rule['max']}" if rule["capped"] else ""))
+    out = _section("Study: the arms at the authors' horizon", f"{where}/analysis_plan.json, "
+                   f"{where}/lr_sweep.csv", f"{', '.join(arms)} on {plan['task']}, {last} "
+                   "updates each, every arm tuned at that horizon on the validation split "
+                   f"(seeds {', '.join(map(str, rule['validation_seeds']))}) by the lr sweep's "
+                   f"grid and bracket rule, then run on {rule['n']} test seeds (at least "
+                   f"{rule['min']}, at most {rule['max']}): the most any contrast needs for a "
+                   f"95% half-width of {rule['half_width']:g} at its validation spread is "
+                   f"{need}. The plan was frozen before any test run; margin "
+                   f"{plan['margins'][plan['task']]['margin']:.3f} (results/margin.csv).",
+                   {"arm": list(arms), "knob": [c["option"] for c in arms.values()],
+                    "chosen": [f"{c['value']:g}" for c in arms.values()],
+                    "bracketed": ["yes" if c["bracketed"] else "no (on an edge)"
+                                  for c in arms.values()],
+                    "validation accuracy": _fmt([c["val_accuracy"] for c in arms.values()])})
+    out += ["", "Validation spread per contrast (sd of the per-seed differences; the seeds it "
+            "asks for): " + "; ".join(f"{k}: {c['sd']:.4f}; {c['seeds_needed']}"
+                                     for k, c in rule["contrasts"].items()) + "."]
+    for step in sorted(set(v["step"]), reverse=True):
+        what = "primary" if step == last else "secondary"
+        out += _verdicts_section(v[v["step"] == step], f"Study: verdicts at update {step} "
+                                 f"({what})", f"{where}/verdicts.csv")
+    out += _accuracy_memory_section(accuracy_table(study["summary"]), plan["reference"], None,
+                                    "Study: accuracy and memory", f"{where}/summary.csv")
+    s = study["secondary"]
+    out += _section("Study: secondary endpoints", f"{where}/secondary.csv", "Per contrast, the "
+                    "mean of the per-seed paired differences of each secondary metric with its "
+                    "95% t-interval, not adjusted for multiplicity (descriptive): every other "
+                    "protocol's accuracy and pass@k at the last update (`eval_`) and at the "
+                    "snapshot (`step<N>_`), token entropy on the runs' own samples, the update "
+                    "cosine and the measured peak (bytes).",
+                    {"contrast": [f"{a} − {b}" for a, b in zip(s["method"], s["against"])],
+                     "metric": s["metric"], "first": _fmt(s["mean_a"], ".4g"),
+                     "second": _fmt(s["mean_b"], ".4g"),
+                     "difference [95%]": [f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
+                         *(_fmt(s[c], "+.4g") for c in ("diff_mean", "diff_lo", "diff_hi")))],
+                     "seeds": s["seeds"]})
     return out

@@ -54,6 +54,7 @@ def check(config: dict, fit_rules: bool = True) -> None:
     _check_tiny_models(config)
     _check_model_files(config)
     _check_scaling(config, fit_rules)
+    _check_study(config)
     for name in config["methods"] if fit_rules else []:
         check_rule_fits(config, name)
     _check_memory_sweep(config, fit_rules)
@@ -188,6 +189,37 @@ def _check_stability(config: dict) -> None:
             raise ConfigError(
                 f"methods.{name}.grpo.snapshot_every: {g['snapshot_every']}, but a stability "
                 f"run needs a snapshot before its last step (steps {g['steps']})")
+
+
+def _check_study(config: dict) -> None:
+    """`study`'s arms are tuned on one of lr_sweep's tasks and each saves the snapshot the
+    study scores; its reference is an arm; its seed bounds are ordered."""
+    st = config.get("study")
+    if not st:
+        return
+    if st["task"] not in (config.get("lr_sweep") or {}).get("tasks", []):
+        raise ConfigError(f"study.task: {st['task']!r} is not one of lr_sweep.tasks (its "
+                          "validation split tunes the arms)")
+    if st["reference"] not in st["arms"]:
+        raise ConfigError(f"study.reference: {st['reference']!r} is not one of study.arms "
+                          f"({', '.join(st['arms'])})")
+    if st["seeds"]["min"] > st["seeds"]["max"]:
+        raise ConfigError(f"study.seeds: min {st['seeds']['min']} > max {st['seeds']['max']}")
+    for arm in st["arms"]:
+        if arm not in config["methods"]:
+            raise ConfigError(f"study.arms.{arm}: not defined under methods (defined: "
+                              f"{sorted(config['methods'])})")
+    steps = {arm: method_grpo(config, arm)["steps"] for arm in st["arms"]}
+    if len(set(steps.values())) > 1:
+        raise ConfigError(f"study.arms: their grpo.steps differ ({steps}); the arms are compared "
+                          "at one last update")
+    for arm in st["arms"]:
+        g = method_grpo(config, arm)
+        every = g.get("snapshot_every") or 0
+        if not every or st["snapshot"] % every or st["snapshot"] >= g["steps"]:
+            raise ConfigError(f"methods.{arm}.grpo: snapshot_every {every} and steps "
+                              f"{g['steps']}, but study.snapshot ({st['snapshot']}) needs a "
+                              "snapshot at that update, before the last")
 
 
 def _check_scaling(config: dict, fit_rules: bool = True) -> None:

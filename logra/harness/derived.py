@@ -11,7 +11,7 @@ import inspect
 import math
 
 from logra import rules
-from logra.harness.config import ConfigError, task_options
+from logra.harness.config import ConfigError, margin_seeds, task_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,13 +45,13 @@ def grid_values(anchor: float, points: int, factor: float, power: int = 1,
     return {k: _round(anchor * step ** k if k >= 0 else anchor / step ** -k) for k in ks}
 
 
-def tuning_grid(config: dict, method: str, name) -> Grid:
-    """`method`'s grid under `lr_sweep` (points, factor, extend, its anchor), each point's
-    method named `name(value)`."""
+def tuning_grid(config: dict, method: str, name, anchor: float | None = None) -> Grid:
+    """`method`'s grid under `lr_sweep`'s rule (points, factor, extend) about `anchor`
+    (default: its `lr_sweep.anchors` entry), each point's method named `name(value)`."""
     spec, m = config["lr_sweep"], config["methods"][method]
     power = rules.rule_class(m["rule"]).tuning_power(m.get("options", {}))
-    values = grid_values(spec["anchors"][method], spec["points"], spec["factor"], power,
-                         spec["extend"])
+    values = grid_values(spec["anchors"][method] if anchor is None else anchor, spec["points"],
+                         spec["factor"], power, spec["extend"])
     lo = -((spec["points"] - 1) // 2)
     return Grid(method, {k: name(v) for k, v in values.items()}, values,
                 (lo, lo + spec["points"] - 1), spec["extend"])
@@ -100,10 +100,12 @@ def add_lr_sweep_methods(config: dict) -> dict[str, Grid]:
 
 
 def sweep_knobs(config: dict) -> dict[str, str]:
-    """{method: the option its lr sweep's points set} for each of `lr_sweep.anchors`."""
+    """{method: the option its grid's points set} for each of `lr_sweep.anchors` and
+    `study.arms`."""
     return {m: rules.rule_class(config["methods"][m]["rule"]).tuning_option(
         config["methods"][m].get("options", {}))
-        for m in (config.get("lr_sweep") or {}).get("anchors", {})}
+        for m in [*(config.get("lr_sweep") or {}).get("anchors", {}),
+                  *((config.get("study") or {}).get("arms") or {})]}
 
 
 def margin_runs(config: dict, sweep: dict[str, tuple[str, float]]) -> dict[str, str]:
@@ -215,6 +217,41 @@ def controller_runs(config: dict) -> list[str]:
     st = config.get("stability") or {}
     return [f"{st['task']}/{name}/seed{s}" for name, _, _ in controller_cells(config)
             for s in st.get("opt_in_seeds") or config["seeds"]]
+
+
+def add_study_methods(config: dict) -> dict[str, Grid]:
+    """Define `snakemake study`'s grids (`study.arms`: {arm: anchor}) in config["methods"]: per
+    arm, one method per point of its grid under `lr_sweep`'s rule about its anchor, a copy of
+    the arm at that point of its knob, named `<arm>_lr<value>`. The points keep the arm's
+    memory measurement: the chosen one's test runs report their measured peaks. Returns {arm:
+    its Grid}."""
+    grids = {}
+    for arm, anchor in ((config.get("study") or {}).get("arms") or {}).items():
+        base = config["methods"].get(arm)
+        if base is None:
+            raise ConfigError(f"study.arms.{arm}: not defined under methods")
+        cls = rules.rule_class(base["rule"])
+        grids[arm] = grid = tuning_grid(config, arm, lambda v, m=arm: f"{m}_lr{_point_name(v)}",
+                                        anchor)
+        for name, (_, value) in grid.points().items():
+            if name in config["methods"]:
+                raise ConfigError(f"study.arms.{arm}: the run name {name!r} for the point "
+                                  f"{value} is already a method")
+            config["methods"][name] = {**copy.deepcopy(base),
+                                       "options": cls.tuned(dict(base.get("options", {})), value)}
+    return grids
+
+
+def study_seeds(config: dict, n: int) -> list[int]:
+    """The study's n test seeds: the first n seeds that neither chose a value (`lr_sweep.seeds`)
+    nor set a margin (`margin_seeds`), so no test run is a validation run."""
+    taken = set(config["lr_sweep"]["seeds"]) | set(margin_seeds(config))
+    seeds, s = [], 0
+    while len(seeds) < n:
+        if s not in taken:
+            seeds.append(s)
+        s += 1
+    return seeds
 
 
 @dataclasses.dataclass

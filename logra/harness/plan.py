@@ -2,9 +2,9 @@
 every run the workflow's targets make, each derived run checked like a written one.
 
 `build_plan` expands a copy of the config: the lr sweep's points (`add_lr_sweep_methods`), the
-sync regimes' lr-scaled methods, the stability controller ablation's cells and the scaling
-study's sizes, rank fractions and transfer checks each become a method of their own under
-`methods`. Every derived method then passes the checks a written method passes
+sync regimes' lr-scaled methods, the stability controller ablation's cells, the scaling
+study's sizes, rank fractions and transfer checks and the study's grids (`add_study_methods`)
+each become a method of their own under `methods`. Every derived method then passes the checks a written method passes
 (`logra.harness.config.check_method`: its rule's options, its grpo keys, its data, its rule
 built on the model it trains, a scaling size's own), so a derived run that cannot work stops
 the workflow before any job, naming the config key that made it. The `Plan` holds the
@@ -26,11 +26,13 @@ from logra.harness.config import (ConfigError, check_method, generation_room, hu
 # the derived methods and their runs; importable from here as before
 from logra.harness.derived import (  # noqa: F401
     Grid, Scaling, add_controller_ablation_methods, add_lr_sweep_methods, add_scaling_methods,
-    add_sync_regime_methods, controller_cells, controller_runs, declared, grid_points,
-    grid_values, lr_scaled, margin_runs, scaling_grid, scaling_runs, stability_runs, sweep_knobs,
-    swept, sync_regime_methods, sync_regime_runs, sync_regimes, transfer_factor, tuning_grid)
+    add_study_methods, add_sync_regime_methods, controller_cells, controller_runs, declared,
+    grid_points, grid_values, lr_scaled, margin_runs, scaling_grid, scaling_runs,
+    stability_runs, study_seeds, sweep_knobs, swept, sync_regime_methods, sync_regime_runs,
+    sync_regimes, transfer_factor, tuning_grid)
 
 BENCH = "results/benchmarks"  # each job's benchmark: BENCH/<stage>/<rule>/<wildcards>.tsv
+STUDY_TABLES = ("verdicts", "summary", "secondary")  # results/study/<name>.csv
 
 
 def stamp(path: str) -> str:
@@ -50,15 +52,17 @@ class Plan:
     - `paper`: the config has the paper's memory sweep, planner and stability runs;
     - `sweep`: {name: (method, lr)}, every point of every anchor's grid; `grids`: {table:
       {method: its Grid}}, the tuning grids of results/lr_sweep.csv (`lr_sweep`: those of
-      `swept`) and of results/scaling/lr_sweep.csv (`scaling`); `regimes`: {sync regime: its
-      methods};
+      `swept`), of results/scaling/lr_sweep.csv (`scaling`) and of results/study/lr_sweep.csv
+      (`study`, its arms'); `regimes`: {sync regime: its methods};
       `scaling`: the scaling study's methods (`Scaling`);
     - `margin_runs`: {task: the lr sweep's run of the reference that sets its margin}, run at
       `margin_seeds`;
     - `runs`: every target's runs as "task/method/seedN": `grid` (run_methods), `ablations`
       (the grid and the ablation methods), `reinforce`, `long` (the default target's stability
       runs), `stability_seeds`, `controller`, `lr_sweep`, `sync_regime`, `scaling_sweep`,
-      `scaling_grid`, `scaling_check`, and `trained`: every GRPO run of the default target."""
+      `scaling_grid`, `scaling_check`, `study_sweep` (the study grids' declared points; its
+      test runs are known once its plan is frozen: workflow/rules/study.smk), and `trained`:
+      every GRPO run of the default target."""
     config: dict
     derived: dict[str, str]
     tasks: list[str]
@@ -101,6 +105,9 @@ class Plan:
         return {"size": {k: v for k, v in point.items() if k != "shape"},
                 "shape": sweep.get("shape", {}) | point.get("shape", {}),
                 "steps": sweep.get("steps"), "method": cfg}
+
+    def study_seeds(self, n: int) -> list[int]:
+        return study_seeds(self.config, n)
 
     def start_model(self, method: str | None = None) -> str | None:
         return start_model(self.config, method)
@@ -152,6 +159,9 @@ class Plan:
                 "trl": [f"results/trl/{task}.json" for task in self.tasks],
                 "sync_regime": ["results/sync_regime.csv"],
                 "scaling": ["results/scaling.csv"]} | (
+            {"study": ["results/study/analysis_plan.json"]
+                       + [f"results/study/{f}.csv" for f in STUDY_TABLES]}
+            if self.config.get("study") else {}) | (
             {"memory_real": ["results/memory/real.csv"]} if self.config.get("memory_real")
             else {})
 
@@ -188,7 +198,9 @@ def build_plan(config: dict, fit_rules: bool = True) -> Plan:
     regimes = add_sync_regime_methods(config)
     control = add_controller_ablation_methods(config)
     scaling = add_scaling_methods(config)
-    where = ({n: f"lr_sweep.anchors.{m}" for n, (m, _) in sweep.items()}
+    study = add_study_methods(config)
+    where = ({n: f"study.arms.{m}" for g in study.values() for n, (m, _) in g.points().items()}
+             | {n: f"lr_sweep.anchors.{m}" for n, (m, _) in sweep.items()}
              | {n: f"sync_regime.lr_scales.{r}" for r, names in regimes.items() for n in names}
              | dict.fromkeys(control, "stability.controller_ablation")
              | {n: f"scaling.sizes.{m['size']}" for n, m in config["methods"].items()
@@ -204,13 +216,13 @@ def build_plan(config: dict, fit_rules: bool = True) -> Plan:
     reference = config["verdict"]["reference"]
     verdicts = reference in methods and len(methods) > 1
     margin = margin_runs(config, sweep) if verdicts else {}
-    runs = _runs(config, tasks, methods, ablations, seeds, tuning, scaling)
+    runs = _runs(config, tasks, methods, ablations, seeds, tuning, scaling, study)
     runs["trained"] = list(dict.fromkeys(runs["grid"] + runs["long"] + [
         f"{task}/{run}/seed{seed}" for task, run in margin.items()
         for seed in margin_seeds(config)]))
     return Plan(config, derived, tasks, methods, ablations, seeds, reference, verdicts,
                 {"memory_sweep", "planner", "stability"} <= set(config), sweep,
-                {"lr_sweep": tuning, "scaling": scaling.grids},
+                {"lr_sweep": tuning, "scaling": scaling.grids, "study": study},
                 regimes, scaling, margin,
                 margin_seeds(config), runs)
 
@@ -219,7 +231,8 @@ def _cross(tasks, methods, seeds) -> list[str]:
     return [f"{t}/{m}/seed{s}" for t in tasks for m in methods for s in seeds]
 
 
-def _runs(config, tasks, methods, ablations, seeds, grids, scaling) -> dict[str, list[str]]:
+def _runs(config, tasks, methods, ablations, seeds, grids, scaling,
+          study) -> dict[str, list[str]]:
     """`Plan.runs` but `trained`; of a tuning grid, its declared points (those the bracket
     rule adds are known once the round before has run: workflow/rules/sweep.smk)."""
     grid = _cross(tasks, methods, seeds)
@@ -231,7 +244,9 @@ def _runs(config, tasks, methods, ablations, seeds, grids, scaling) -> dict[str,
             "controller": controller_runs(config),
             "lr_sweep": _cross(lr.get("tasks", []), declared(grids), lr.get("seeds", [0])),
             "sync_regime": sync_regime_runs(config), "scaling_sweep": sc["sweep"],
-            "scaling_grid": sc["grid"], "scaling_check": sc["check"]}
+            "scaling_grid": sc["grid"], "scaling_check": sc["check"],
+            "study_sweep": _cross([(config.get("study") or {}).get("task")] if study else [],
+                                  declared(study), lr.get("seeds", [0]))}
 
 
 def _default_benchmarks(plan: Plan) -> list[str]:

@@ -86,6 +86,11 @@ PLANNED = [
     ("scaling", {"scaling_base": 15, "train": 36 + 24 + 18 + 3, "eval_run": 24,
                  "lr_sweep_eval": 36 + 18 + 3, "scaling_eval_base": 9, "tuning_round": 2,
                  "scaling_validation": 2, "scaling_table": 1, "scaling_figure": 1}),
+    # opt-in: the study's 3 arms x 6 declared points x the sweep's 3 seeds at 200 updates, each
+    # grid's first round of the bracket rule, the margin's runs; then its plan (the test runs
+    # are known once it is frozen)
+    ("study", {"base": 6, "train": 54 + 3, "lr_sweep_eval": 57, "tuning_round": 3,
+               "study_plan": 1, "study_table": 1, "stamp": 4}),
 ]
 
 
@@ -306,6 +311,55 @@ def test_scaling_runs_every_size_from_its_own_bases(smoke_run, tmp_path):
     check = pd.read_csv(tmp_path / "results/scaling/transfer_check.csv")
     assert len(check) == 2 * 3 and check.groupby("method")["chosen"].sum().eq(1).all()
     assert (tmp_path / "figures/scaling.png").stat().st_size > 0
+
+
+STUDY_OVERLAY = """
+lr_sweep: {seeds: [0, 1]}
+methods:
+  dense_adam_study: {rule: dense_adam, options: {lr: 1.0e-4}, grpo: {steps: 4, snapshot_every: 2}}
+  logra_study: {rule: logra, options: {rank: 2, update_ratio: 3.0e-3, probe_responses: 4},
+                grpo: {steps: 4, snapshot_every: 2}}
+study: {task: arithmetic, arms: {dense_adam_study: 1.0e-4, logra_study: 2.0e-4},
+        reference: dense_adam_study, snapshot: 2, seeds: {min: 2, max: 3, half_width: 0.02}}
+"""
+
+
+@pytest.mark.slow(reason="the study target at its smallest design: ~40 jobs")
+def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path):
+    """`snakemake study` at smoke scale, beside a copy of the smoke run: each arm's grid on the
+    validation seeds under the bracket rule, the plan frozen (choices, test seeds from the
+    validation spread, none of them a validation or margin seed) before any test evaluation,
+    then every arm's chosen point on the test seeds scored at the snapshot and the last update,
+    the verdicts at both, and the report's Study section."""
+    shutil.copytree(smoke_run / "results", tmp_path / "results")
+    overlay = tmp_path / "study.yaml"
+    overlay.write_text(STUDY_OVERLAY)
+    out = subprocess.run(SNAKEMAKE + [str(overlay), "--cores", "2", "--directory",
+                                      str(tmp_path), "study", "all"],
+                         capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    plan = json.loads((tmp_path / "results/study/analysis_plan.json").read_text())
+    sweep = pd.read_csv(tmp_path / "results/study/lr_sweep.csv")
+    for arm, choice in plan["arms"].items():
+        best = sweep[(sweep["method"] == arm) & sweep["chosen"]].iloc[0]
+        assert choice["value"] == best["lr"] and choice["method"].startswith(f"{arm}_lr")
+    rule = plan["seeds_rule"]
+    assert 2 <= rule["n"] <= 3 and plan["seeds"] == [3, 4, 5][:rule["n"]]  # 0-1 chose, 2 margin
+    evals = list((tmp_path / "results/study/eval").rglob("*.json"))
+    assert len(evals) == 2 * 2 * rule["n"]  # arms x updates x seeds
+    assert (tmp_path / "results/study/analysis_plan.json").stat().st_mtime < min(
+        p.stat().st_mtime for p in evals)
+    v = pd.read_csv(tmp_path / "results/study/verdicts.csv")
+    assert sorted(v["step"]) == [2, 4] and set(v["method"]) == {"logra_study"}
+    assert set(v["call"]) <= set(CALLS) and (v["seeds"] == rule["n"]).all()
+    summary = pd.read_csv(tmp_path / "results/study/summary.csv")
+    assert (summary["steps"] == 4).all() and summary["step2_accuracy"].notna().all()
+    assert summary["peak_mem_bytes"].gt(0).all()  # the test runs measure their peaks
+    report = (tmp_path / "results/REPORT.md").read_text()
+    for section in ("## Study: the arms at the authors' horizon", "## Study: verdicts at update 4",
+                    "## Study: verdicts at update 2", "## Study: accuracy and memory",
+                    "## Study: secondary endpoints"):
+        assert section in report
 
 
 def test_smoke_run_end_to_end(smoke_run):

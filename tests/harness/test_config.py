@@ -681,6 +681,51 @@ def test_scaling_config_errors_name_the_key(tmp_path, edit, message):
         validate_file(_write(tmp_path, config))
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["study"].update(task="arithmetic"),
+     r"study.task: 'arithmetic' is not one of lr_sweep.tasks"),
+    (lambda c: c["study"].update(reference="logra"),
+     r"study.reference: 'logra' is not one of study.arms \(dense_adam_study, "),
+    (lambda c: c["study"]["arms"].update(bogus=1e-4), r"study.arms.bogus: not defined under methods"),
+    (lambda c: c["study"]["seeds"].update(min=30), r"study.seeds: min 30 > max 24"),
+    (lambda c: c["methods"]["logra_study"]["grpo"].update(steps=100),
+     r"study.arms: their grpo.steps differ"),
+    (lambda c: c["methods"]["logra_study"]["grpo"].update(snapshot_every=60),
+     r"methods.logra_study.grpo: snapshot_every 60 and steps 200, but study.snapshot \(80\)"),
+])
+def test_study_config_errors_name_the_key(tmp_path, edit, message):
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    edit(config)
+    with pytest.raises(ConfigError, match=message):
+        validate_file(_write(tmp_path, config))
+
+
+def test_the_study_grids_are_the_lr_sweeps_rule_about_each_arms_anchor():
+    """Each arm's grid has the lr sweep's points and spacing about its anchor (LoGRA's budget
+    by the square), each point the arm at that value of its knob (LoGRA's update_ratio
+    following), measuring its memory (the test runs report peaks); the test seeds skip every
+    seed that chose a value or set a margin."""
+    from logra.harness.plan import grid_values, study_seeds
+    plan = build_plan(validate_file(ROOT / "config/config.yaml"))
+    config, spec = plan.config, plan.config["lr_sweep"]
+    for arm, anchor in config["study"]["arms"].items():
+        grid = plan.grids["study"][arm]
+        power = 2 if arm.startswith("logra") else 1
+        assert grid.values == grid_values(anchor, spec["points"], spec["factor"], power,
+                                          spec["extend"])
+        for name, (_, value) in grid.points().items():
+            m = config["methods"][name]
+            assert plan.derived[name] == f"study.arms.{arm}"
+            assert m["grpo"] == config["methods"][arm]["grpo"]
+            assert m["options"][plan.sweep_knobs[arm]] == value
+    point = config["methods"]["logra_study_lr0p0032"]["options"]
+    assert point["update_ratio"] == pytest.approx(3e-3 * (0.0032 / 2e-4) ** 0.5)
+    assert len(plan.runs["study_sweep"]) == 3 * spec["points"] * len(spec["seeds"])
+    taken = set(spec["seeds"]) | set(plan.margin_seeds)
+    seeds = study_seeds(config, 24)
+    assert len(seeds) == 24 and not taken & set(seeds) and seeds == sorted(seeds)
+
+
 def test_a_derived_run_is_checked_like_a_written_one(tmp_path):
     """The plan checks every method it derives as a written one: a scaling size whose
     intermediate size holds LoGRA's configured rank (43) but not its rank fraction there

@@ -71,3 +71,25 @@ def tuning_inputs(table, tasks):
     runs, rounds = tuned_runs(table, tasks)
     return {"rounds": rounds, "runs": [f"results/runs/{run}/summary.json" for run in runs],
             "evals": [f"results/lr_sweep/{run}.json" for run in runs]}
+
+
+# the study's test runs (workflow/rules/study.smk): known once its plan is frozen (the
+# checkpoint `study_plan`: each arm's choice and the test seeds)
+def study_runs():
+    """{(arm, seed): "task/method/seedN"}: each arm's chosen point at every test seed."""
+    plan = json.loads(Path(checkpoints.study_plan.get().output.plan).read_text())
+    return {(arm, seed): f"{plan['task']}/{c['method']}/seed{seed}"
+            for arm, c in plan["arms"].items() for seed in plan["seeds"]}
+
+
+def study_inputs(w):
+    """The study table's input: every test run's summary, its evaluations at the snapshot and
+    the last update, the test seeds' SFT base evaluations, the plan."""
+    runs, st = study_runs(), config["study"]
+    steps = [st["snapshot"], PLAN.grpo(st["reference"])["steps"]]
+    return {"plan": "results/study/analysis_plan.json",
+            "runs": [f"results/runs/{run}/summary.json" for run in runs.values()],
+            "evals": [f"results/study/eval/{run}/step{step}.json" for run in runs.values()
+                      for step in steps],
+            "bases": sorted({f"results/eval/{st['task']}/base_seed{seed}.json"
+                             for _, seed in runs})}

@@ -44,7 +44,7 @@ checkpoint tuning_round:
     output:
         "results/tuning/{table}/{task}/{method}/round{round}.json",
     wildcard_constraints:
-        table="lr_sweep|scaling",
+        table="lr_sweep|scaling|study",
         round=r"\d+",
     params:
         grid=lambda w: PLAN.grids[w.table][w.method],

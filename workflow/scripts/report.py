@@ -10,6 +10,7 @@ from logra.analysis.report import (STABILITY_OPT_IN, ReportInputs, current_opt_i
                                    report_markdown)
 from logra.analysis.tables import time_ledger
 from logra.files import atomic_path, progress
+from logra.harness.plan import STUDY_TABLES
 
 
 def table(paths):
@@ -28,6 +29,16 @@ def ablation_tables(current: dict[str, Path]):
         ("summary", "summary.csv"), ("accuracy", "accuracy.csv"), ("verdicts", "verdicts.csv"),
         ("sweep", "memory_sweep.csv"))}
     return tables if tables["summary"] is not None and tables["accuracy"] is not None else None
+
+
+def study_tables(current: dict[str, Path]):
+    """The plan and tables `snakemake study` wrote under this config, or None."""
+    paths = {name: f"results/study/{name}.csv" for name in STUDY_TABLES}
+    plan = "results/study/analysis_plan.json"
+    if not all(p in current for p in [plan, *paths.values()]):
+        return None
+    return {"plan": json.loads(Path(plan).read_text())} | {
+        name: pd.read_csv(p) for name, p in paths.items()}
 
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
@@ -53,7 +64,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         ablations=ablation_tables(current),
         sft=[json.loads(Path(p).read_text()) for p in i.sft],
         scaling=read("results/scaling.csv", current),
-        memory_real=read("results/memory/real.csv", current), stale=stale, digest=snakemake.params.digest))
+        memory_real=read("results/memory/real.csv", current), study=study_tables(current),
+        stale=stale, digest=snakemake.params.digest))
     with atomic_path(snakemake.output[0]) as tmp:
         tmp.write_text(text)
     progress("report results/REPORT.md", jobs=int(ledger["jobs"].sum()),

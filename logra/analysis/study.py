@@ -1,0 +1,182 @@
+"""The study (`snakemake study`, config `study`): a few arms at the LoGRA authors' horizon, each
+tuned there on the validation split, then compared on the test split over enough seeds.
+
+1. `study_plan`, before any test run: each arm's choice from its grid (the lr sweep's table
+   and bracket rule, workflow/rules/sweep.smk); the test seeds, max(min, n) capped at max,
+   where n is the most any contrast needs for a 95% half-width ≤ `half_width` at the spread of
+   its per-seed differences on the validation seeds at the chosen points (`seeds_for`); and
+   the analysis, frozen as the default target's is (`logra.analysis.verdict.analysis_plan`):
+   the primary metric at the last update, the declared margin (results/margin.csv), the gate,
+   paired per-seed t-intervals and the three answers Holm-adjusted over the contrasts.
+2. `study_tables`, after: the verdicts at the last update (primary) and at the snapshot
+   (secondary), every run's row (`summary_table`, the arm as its method), and the secondary
+   endpoints' paired differences (`secondary_table`: every other protocol's accuracy and
+   pass@k, token entropy, update cosine, measured peak): descriptive, unadjusted.
+Contrasts (`contrasts`): every arm against the reference, then each later arm against each
+earlier one (dense AdamW, dense AdamW on LoGRA's weights, LoGRA: LoGRA against the second is
+the update rule on the same weights).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from logra.analysis.tables import eval_columns, summary_table
+from logra.analysis.verdict import (analysis_plan, paired_difference, per_problem, t_interval,
+                                    t_quantile, verdicts)
+
+
+def contrasts(arms: list[str], reference: str) -> list[tuple[str, str]]:
+    """(arm, against) pairs: every other arm against `reference`, then each later non-reference
+    arm against each earlier one."""
+    others = [a for a in arms if a != reference]
+    return [(a, reference) for a in others] + [
+        (b, a) for i, a in enumerate(others) for b in others[i + 1:]]
+
+
+def seeds_for(d, half_width: float, level: float = 0.95, most: int = 10_000) -> float:
+    """The fewest seeds n ≥ 2 whose `level` t-interval of a mean has half-width ≤ `half_width`
+    at the spread (sd, ddof 1) of the per-seed differences `d`: t_(1+level)/2, n−1 · sd / √n;
+    NaN with fewer than two differences, inf past `most`."""
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2:
+        return math.nan
+    sd = float(d.std(ddof=1))
+    for n in range(2, most + 1):
+        if t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n) <= half_width:
+            return n
+    return math.inf
+
+
+def choices(table: pd.DataFrame, points: dict[str, tuple[str, float]]) -> dict[str, dict]:
+    """{arm: its choice}: the chosen row of each arm's grid (`lr_sweep_table`), as the run
+    method of that point (`points`: {run method: (arm, value)}), its knob, value, validation
+    accuracy and whether the bracket rule bracketed it. An arm without a choice (no point whose
+    every seed finished) is an error that names it."""
+    names = {(arm, value): name for name, (arm, value) in points.items()}
+    out = {}
+    for arm in dict.fromkeys(a for a, _ in points.values()):
+        best = table[(table["method"] == arm) & table["chosen"]]
+        if not len(best):
+            raise ValueError(f"study.arms.{arm}: no point of its grid finished on every "
+                             "validation seed, so none can be chosen (results/study/lr_sweep.csv)")
+        r = best.iloc[0]
+        out[arm] = {"method": names[arm, float(r["lr"])], "option": str(r["option"]),
+                    "value": float(r["lr"]), "bracketed": bool(r["bracketed"]),
+                    "val_accuracy": float(r["val_accuracy_mean"])}
+    return out
+
+
+def study_plan(table: pd.DataFrame, points: dict[str, tuple[str, float]],
+               val_evals: dict[tuple[str, int], str | Path], study: dict, pool: list[int],
+               margins: pd.DataFrame, spec: dict) -> dict:
+    """results/study/analysis_plan.json (the module docstring, 1). `table`: the study grids'
+    lr sweep table; `val_evals`: (run method, validation seed) -> its validation evaluation;
+    `pool`: the candidate test seeds in order (at least `study.seeds.max`); `margins`:
+    results/margin.csv; `spec`: `analysis_plan`'s eval, verdict, n_test and steps (by arm),
+    and `configs`, every point's method config (the chosen ones' are frozen)."""
+    chosen = choices(table, points)
+    pairs = contrasts(list(study["arms"]), study["reference"])
+    val_seeds = sorted({s for m, s in val_evals if m == chosen[study["reference"]]["method"]})
+    need = {}
+    for a, b in pairs:
+        d = [float(paired_difference(per_problem(val_evals[chosen[a]["method"], s]),
+                                     per_problem(val_evals[chosen[b]["method"], s]),
+                                     f"{a} vs {b}, validation seed {s}").mean())
+             for s in val_seeds]
+        need[f"{a} - {b}"] = {"by_seed": d, "sd": float(np.std(d, ddof=1)),
+                              "seeds_needed": seeds_for(d, study["seeds"]["half_width"])}
+    bounds = study["seeds"]
+    wanted = max(n["seeds_needed"] for n in need.values())
+    n = int(min(bounds["max"], max(bounds["min"], wanted if math.isfinite(wanted) else
+                                   bounds["max"])))
+    plan = analysis_plan(spec | {
+        "reference": study["reference"], "methods": list(study["arms"]), "ablation_methods": [],
+        "tasks": [study["task"]], "seeds": pool[:n],
+        "method_config": {arm: spec["configs"][c["method"]] for arm, c in chosen.items()},
+        "verdict": spec["verdict"] | {"contrasts": [[a, b] for a, b in pairs
+                                                    if b != study["reference"]]},
+        "tuned": {study["task"]: {arm: c["value"] for arm, c in chosen.items()}}},
+        margins[margins["task"] == study["task"]])
+    return plan | {
+        "frozen": "before any test run of the study: every results/study/eval/ job waits for "
+                  "this file",
+        "task": study["task"], "arms": chosen,
+        "endpoints": {"primary": f"{plan['primary_metric']['protocol']} accuracy at the last "
+                                 "update", "snapshot": study["snapshot"],
+                      "secondary": "the same at the snapshot; every other protocol's accuracy "
+                                   "and pass@k, token entropy, update cosine and measured peak "
+                                   "at the last update (paired t-intervals, not adjusted)"},
+        "seeds_rule": {**bounds, "validation_seeds": val_seeds, "contrasts": need,
+                       "needed": wanted, "n": n, "capped": bool(wanted > bounds["max"]),
+                       "rule": "max(min, the most any contrast needs for a 95% half-width <= "
+                               "half_width at its validation seeds' sd), at most max"}}
+
+
+def _by_step(evals: dict, step: int) -> dict:
+    return {(t, arm, s): p for (t, arm, s, st), p in evals.items() if st == step}
+
+
+def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
+                 evals: dict[tuple[str, str, int, int], str | Path],
+                 bases: dict[tuple[str, int], str | Path]) -> dict[str, pd.DataFrame]:
+    """results/study/{verdicts,summary,secondary}.csv (the module docstring, 2). `runs`: (arm,
+    seed) -> summary.json; `evals`: (task, arm, seed, step) -> evaluation at that update (the
+    last: each arm's grpo steps); `bases`: (task, seed) -> its SFT base's test evaluation."""
+    last = {arm: plan["steps"][arm] for arm in plan["arms"]}
+    steps = sorted({st for *_, st in evals})
+    margins = {t: m["margin"] for t, m in plan["margins"].items()}
+    pairs = [tuple(p) for p in plan["contrasts"]]
+    tables = []
+    for step in steps:
+        v = verdicts(_by_step(evals, step), bases, plan["reference"], margins,
+                     plan["gate"]["alpha"], plan["gate"]["share"], pairs)
+        v.insert(0, "endpoint", "primary" if step == max(last.values()) else "secondary")
+        v.insert(1, "step", step)
+        tables.append(v)
+    keys = sorted(runs)
+    task = plan["task"]
+    summary = summary_table([runs[k] for k in keys],
+                            [evals[task, arm, s, last[arm]] for arm, s in keys], bases)
+    summary.insert(1, "arm", [arm for arm, _ in keys])
+    summary = summary.rename(columns={"method": "run_method"}).rename(columns={"arm": "method"})
+    snapshot = plan["endpoints"]["snapshot"]
+    snap = pd.DataFrame([eval_columns(evals[task, arm, s, snapshot], f"step{snapshot}")
+                         for arm, s in keys if (task, arm, s, snapshot) in evals])
+    if len(snap) == len(summary):
+        summary = pd.concat([summary, snap], axis=1)
+    return {"verdicts": pd.concat(tables, ignore_index=True), "summary": summary,
+            "secondary": secondary_table(summary, contrasts(plan["methods"], plan["reference"]),
+                                         ("eval", f"step{snapshot}"))}
+
+
+SECONDARY = ("token_entropy_mean", "update_cosine", "peak_mem_bytes")
+
+
+def secondary_table(summary: pd.DataFrame, pairs: list[tuple[str, str]],
+                    prefixes: tuple[str, ...]) -> pd.DataFrame:
+    """Per contrast and secondary metric (`eval_columns`' columns of each of `prefixes` but
+    the primary metric's, and `SECONDARY`): the mean of the per-seed paired differences with
+    its 95% t-interval, over the seeds both arms finished; not adjusted for multiplicity
+    (descriptive)."""
+    primary = summary["eval_metric"].iloc[0]
+    metrics = [c for p in prefixes for c in summary.columns
+               if c.startswith(p + "_") and c.removeprefix(p + "_") not in (
+                   "accuracy", "metric", primary)] + list(SECONDARY)
+    ok = summary[summary["status"] == "ok"]
+    rows = []
+    for a, b in pairs:
+        x, y = (ok[ok["method"] == m].set_index("seed") for m in (a, b))
+        seeds = sorted(set(x.index) & set(y.index))
+        for metric in metrics:
+            d = (x.loc[seeds, metric].astype(float) - y.loc[seeds, metric].astype(float)).dropna()
+            mean, lo, hi = t_interval(d) if len(d) else (math.nan,) * 3
+            rows.append({"method": a, "against": b, "metric": metric, "seeds": len(d),
+                         "mean_a": float(x.loc[seeds, metric].astype(float).mean()),
+                         "mean_b": float(y.loc[seeds, metric].astype(float).mean()),
+                         "diff_mean": mean, "diff_lo": lo, "diff_hi": hi})
+    return pd.DataFrame(rows)
+

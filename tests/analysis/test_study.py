@@ -1,0 +1,149 @@
+"""The study (logra/analysis/study.py), as stated invariants: its contrasts, the seed count a
+half-width asks for, each arm's choice and the frozen plan's seeds, and the tables its test
+evaluations make (verdicts per update, the secondary endpoints' paired differences)."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from logra.analysis.study import contrasts, seeds_for, study_plan, study_tables
+from logra.analysis.tuning import lr_sweep_table
+from logra.analysis.verdict import t_quantile
+from logra.files import write_json
+
+PROBLEMS = 40
+EVAL = {"primary": "sampled", "protocols": {"sampled": {"samples": 4, "temperature": 0.7},
+                                            "greedy": {"samples": 1, "temperature": 0}}}
+VERDICT = {"margin": {"fraction": 0.5, "floor": 0.01}, "gate": {"alpha": 0.05, "share": 1.0},
+           "contrasts": []}
+
+
+def _eval(path, acc, greedy=None, model_dir="m"):
+    """An evaluation JSON whose per-problem sampled scores average `acc` (a multiple of
+    1/PROBLEMS), greedy `greedy`."""
+    hits = round(acc * PROBLEMS)
+    g = round((acc if greedy is None else greedy) * PROBLEMS)
+    write_json(path, {"primary": "sampled", "accuracy": hits / PROBLEMS, "model_dir": model_dir,
+                      "problems": [{"doc_id": i, "sampled": {"acc": float(i < hits),
+                                                             "pass": float(i < hits)},
+                                    "greedy": {"acc": float(i < g), "pass": float(i < g)}}
+                                   for i in range(PROBLEMS)],
+                      "metrics": {"sampled": {"accuracy": hits / PROBLEMS,
+                                              "pass_at_k": hits / PROBLEMS, "samples": 4},
+                                  "greedy": {"accuracy": g / PROBLEMS, "pass_at_k": g / PROBLEMS,
+                                             "samples": 1}}})
+    return path
+
+
+def test_contrasts_put_the_reference_first_then_each_later_arm_against_each_earlier():
+    assert contrasts(["d", "t", "l"], "d") == [("t", "d"), ("l", "d"), ("l", "t")]
+    assert contrasts(["d", "t", "l"], "t") == [("d", "t"), ("l", "t"), ("l", "d")]
+
+
+@pytest.mark.parametrize("d", [[0.01, 0.03, -0.02], [0.1, -0.1, 0.05, 0.0], [0.002, 0.004]])
+def test_seeds_for_is_the_fewest_whose_half_width_meets_the_target(d):
+    sd = float(np.std(d, ddof=1))
+    half = lambda n: t_quantile(0.975, n - 1) * sd / math.sqrt(n)  # noqa: E731
+    n = seeds_for(d, 0.02)
+    assert half(n) <= 0.02 and (n == 2 or half(n - 1) > 0.02)
+    assert seeds_for(d, 0.01) >= n  # a narrower target never needs fewer
+    assert math.isnan(seeds_for([0.1], 0.02))
+
+
+def _study_sweep(tmp_path, val):
+    """Validation runs and evaluations of a 3-arm study, 2 points each, 3 seeds: `val`:
+    (arm, point index, seed) -> accuracy."""
+    points, runs, evals, by_run = {}, [], [], {}
+    for (arm, k, seed), acc in val.items():
+        name = f"{arm}_p{k}"
+        points[name] = (arm, [1e-4, 2e-4][k])
+        run = tmp_path / "runs" / name / f"seed{seed}"
+        write_json(run / "summary.json", {"task": "t", "method": name, "seed": seed,
+                                          "status": "ok", "final_reward": 0.0})
+        runs.append(run / "summary.json")
+        evals.append(_eval(tmp_path / "val" / name / f"seed{seed}.json", acc,
+                           model_dir=str(run / "model")))
+        by_run[name, seed] = evals[-1]
+    return points, runs, evals, by_run
+
+
+STUDY = {"task": "t", "arms": {"d": 5e-5, "x": 5e-5, "l": 2e-4}, "reference": "d",
+         "snapshot": 2, "seeds": {"min": 2, "max": 9, "half_width": 0.02}}
+
+
+def _plan(tmp_path, val, study=STUDY):
+    points, runs, evals, by_run = _study_sweep(tmp_path, val)
+    table = lr_sweep_table(runs, evals, points, dict.fromkeys(study["arms"], "lr"))
+    margins = pd.DataFrame([{"task": "t", "margin": 0.025, "source": "s", "val_gain_mean": 0.05,
+                             "val_gain_by_seed": "", "val_seeds": 3, "val_problems": PROBLEMS,
+                             "lr": 1e-4, "metric": "sampled"}])
+    spec = {"eval": EVAL, "verdict": VERDICT, "n_test": PROBLEMS,
+            "steps": dict.fromkeys(study["arms"], 4),
+            "configs": {name: {"rule": arm, "options": {"lr": v}}
+                        for name, (arm, v) in points.items()}}
+    return study_plan(table, points, by_run, study, list(range(20, 40)), margins, spec)
+
+
+def test_the_plan_freezes_each_arms_best_point_and_the_seeds_its_spread_asks_for(tmp_path):
+    # every arm's second point is best; x and l differ from d by seed, l by more
+    val = {}
+    for seed, (dx, dl) in enumerate([(0.0, 0.05), (0.025, 0.1), (0.05, 0.0)]):
+        for k in (0, 1):
+            base = 0.3 + 0.1 * k
+            val |= {("d", k, seed): base, ("x", k, seed): base + dx, ("l", k, seed): base + dl}
+    plan = _plan(tmp_path, val)
+    assert {arm: c["method"] for arm, c in plan["arms"].items()} == {
+        "d": "d_p1", "x": "x_p1", "l": "l_p1"}
+    assert plan["method_config"]["l"] == {"rule": "l", "options": {"lr": 2e-4}}
+    rule = plan["seeds_rule"]
+    assert rule["contrasts"]["l - x"]["by_seed"] == pytest.approx([0.05, 0.075, -0.05])
+    needed = max(seeds_for(c["by_seed"], 0.02) for c in rule["contrasts"].values())
+    assert rule["needed"] == needed and needed > STUDY["seeds"]["max"]
+    # capped at max, said so; the seeds are the pool's first
+    assert rule["capped"] and plan["seeds"] == list(range(20, 29))
+    assert plan["contrasts"] == [["l", "x"]] and plan["reference"] == "d"
+    assert plan["margins"]["t"]["margin"] == 0.025
+
+
+def test_a_small_spread_asks_for_the_minimum(tmp_path):
+    val = {(arm, k, seed): 0.3 + 0.1 * k + (0.025 if arm == "l" else 0.0)
+           for arm in "dxl" for k in (0, 1) for seed in range(3)}
+    plan = _plan(tmp_path, val)
+    assert plan["seeds_rule"]["needed"] == 2 and plan["seeds"] == [20, 21]
+    assert not plan["seeds_rule"]["capped"]
+
+
+def test_the_tables_compare_the_arms_at_each_update_by_seed(tmp_path):
+    plan = {"task": "t", "reference": "d", "methods": ["d", "l"], "contrasts": [],
+            "arms": {"d": {"method": "d_p1"}, "l": {"method": "l_p0"}}, "steps": {"d": 4, "l": 4},
+            "margins": {"t": {"margin": 0.025}}, "gate": {"alpha": 0.05, "share": 1.0},
+            "endpoints": {"snapshot": 2}}
+    acc = {("d", 0): 0.5, ("d", 1): 0.6, ("d", 2): 0.55, ("l", 0): 0.45, ("l", 1): 0.6,
+           ("l", 2): 0.5}
+    runs, evals, bases = {}, {}, {}
+    for (arm, seed), a in acc.items():
+        runs[arm, seed] = tmp_path / arm / f"seed{seed}.json"
+        write_json(runs[arm, seed], {"task": "t", "method": plan["arms"][arm]["method"],
+                                     "seed": seed, "status": "ok",
+                                     "token_entropy_mean": 0.1 * seed + (arm == "l"),
+                                     "peak_mem_bytes": 100 if arm == "d" else 60})
+        for step, shift in ((2, -0.1), (4, 0.0)):
+            evals["t", arm, seed, step] = _eval(tmp_path / arm / f"{seed}_{step}.json", a + shift,
+                                                greedy=a - 0.2)
+        bases["t", seed] = _eval(tmp_path / f"base{seed}.json", 0.3)
+    t = study_tables(plan, runs, evals, bases)
+    v = t["verdicts"].set_index("step")
+    assert list(t["verdicts"]["endpoint"]) == ["secondary", "primary"]
+    d = [acc["l", s] - acc["d", s] for s in range(3)]
+    assert v.loc[4, "diff_mean"] == pytest.approx(np.mean(d))
+    assert v.loc[2, "diff_mean"] == pytest.approx(np.mean(d))
+    assert v.loc[4, "gate_passed"] == "3/3"  # d gains 0.2-0.3 over 0.3 at 40 problems
+    s = t["summary"]
+    assert list(s["method"]) == ["d"] * 3 + ["l"] * 3 and set(s["run_method"]) == {"d_p1", "l_p0"}
+    assert s["step2_accuracy"].tolist() == pytest.approx(s["eval_accuracy"] - 0.1)
+    sec = t["secondary"].set_index("metric")
+    assert sec.loc["token_entropy_mean", "diff_mean"] == pytest.approx(1.0)
+    assert sec.loc["peak_mem_bytes", "diff_mean"] == pytest.approx(-40)
+    assert sec.loc["eval_greedy", "diff_mean"] == pytest.approx(np.mean(d))
+    assert "eval_sampled" not in sec.index and "step2_accuracy" not in sec.index

@@ -1,0 +1,73 @@
+# `snakemake study` (config `study`, logra/analysis/study.py): each arm's grid run on the
+# validation split under the bracket rule (workflow/rules/sweep.smk, table `study`), then the
+# plan frozen (the choices, the test seeds from the validation spread, the analysis), then the
+# chosen points' test runs, scored at the snapshot and the last update, compared by seed
+STUDY = config.get("study") or {}
+
+
+checkpoint study_plan:
+    input:
+        unpack(lambda w: tuning_inputs("study", [STUDY["task"]])),
+        margin="results/margin.csv",
+    output:
+        table="results/study/lr_sweep.csv",
+        plan="results/study/analysis_plan.json",
+    params:
+        sweep={name: point for grid in PLAN.grids["study"].values()
+               for name, point in grid.points().items()},
+        knobs=PLAN.sweep_knobs,
+        declared=PLAN.declared("study"),
+        study=STUDY,
+        pool=PLAN.study_seeds(STUDY["seeds"]["max"]) if STUDY else [],
+        spec={"eval": config["eval"], "verdict": config["verdict"],
+              "n_test": config["data"].get("n_test"),
+              "steps": {arm: PLAN.grpo(arm)["steps"] for arm in STUDY.get("arms", [])},
+              "configs": {name: config["methods"][name] for grid in PLAN.grids["study"].values()
+                          for name in grid.names.values()}},
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/study/study_plan.tsv",
+    log:
+        "results/logs/study/study_plan.log",
+    script:
+        "../scripts/study_plan.py"
+
+
+# a test run scored at update {step}: its snapshot there, or its saved model at the last update
+# (or where it stopped, if earlier); after the plan, as every test evaluation
+rule study_eval:
+    input:
+        run="results/runs/{task}/{method}/seed{seed}/summary.json",
+        lmeval="results/data/{task}/lmeval",
+        plan="results/study/analysis_plan.json",
+    output:
+        "results/study/eval/{task}/{method}/seed{seed}/step{step}.json",
+    params:
+        eval=config["eval"],
+    threads: config["threads"]
+    resources:
+        **stage_resources("eval"),
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/study/study_eval/{task}/{method}/seed{seed}/step{step}.tsv",
+    log:
+        "results/logs/study/eval/{task}/{method}/seed{seed}/step{step}.log",
+    script:
+        "../scripts/study_eval.py"
+
+
+rule study_table:
+    input:
+        unpack(study_inputs),
+    output:
+        **{name: f"results/study/{name}.csv" for name in STUDY_TABLES},
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/study/study_table.tsv",
+    log:
+        "results/logs/study/study_table.log",
+    script:
+        "../scripts/study_table.py"
