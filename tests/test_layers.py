@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# layer -> the layers its modules may import besides its own (README "Package map")
+# layer -> the layers its modules may import besides its own (docs/architecture.md)
 ALLOWED = {
     "shared": set(),        # logra.files, logra.common, logra.repro, logra.noise
     "optim": set(),                                    # the algorithm a user imports: torch only
