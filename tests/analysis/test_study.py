@@ -147,3 +147,35 @@ def test_the_tables_compare_the_arms_at_each_update_by_seed(tmp_path):
     assert sec.loc["peak_mem_bytes", "diff_mean"] == pytest.approx(-40)
     assert sec.loc["eval_greedy", "diff_mean"] == pytest.approx(np.mean(d))
     assert "eval_sampled" not in sec.index and "step2_accuracy" not in sec.index
+
+
+def test_the_report_section_states_the_plan_and_every_table(tmp_path):
+    """REPORT.md's Study section: the choices and the seed rule as frozen, the verdicts at each
+    update (primary first), the accuracy-memory table and the secondary endpoints."""
+    from types import SimpleNamespace
+
+    from logra.analysis.runs_report import _study
+    assert "has not run" in "\n".join(_study(SimpleNamespace(study=None)))
+    val = {(arm, k, seed): 0.3 + 0.1 * k + 0.01 * seed * (arm == "l")
+           for arm in "dxl" for k in (0, 1) for seed in range(3)}
+    plan = _plan(tmp_path / "val", val)
+    runs, evals, bases = {}, {}, {}
+    for arm in plan["arms"]:
+        for seed in plan["seeds"]:
+            runs[arm, seed] = tmp_path / arm / f"seed{seed}.json"
+            write_json(runs[arm, seed], {"task": "t", "method": plan["arms"][arm]["method"],
+                                         "seed": seed, "status": "ok", "peak_mem_bytes": 2**20})
+            for step in (2, 4):
+                evals["t", arm, seed, step] = _eval(tmp_path / arm / f"{seed}_{step}.json",
+                                                    0.5 + 0.025 * (seed % 2))
+    for seed in plan["seeds"]:
+        bases["t", seed] = _eval(tmp_path / f"base{seed}.json", 0.3)
+    text = "\n".join(_study(SimpleNamespace(study={"plan": plan} | study_tables(
+        plan, runs, evals, bases))))
+    rule = plan["seeds_rule"]
+    assert rule["n"] == max(rule["needed"], 2) and not rule["capped"]
+    assert ("the most any contrast needs for a 95% half-width of 0.02 at its validation spread "
+            f"is {rule['needed']}.") in text and f"run on {rule['n']} test seeds" in text
+    assert text.index("verdicts at update 4 (primary)") < text.index(
+        "verdicts at update 2 (secondary)") < text.index("Study: accuracy and memory")
+    assert "| l − d | eval_greedy |" in text and "| l − x |" in text
