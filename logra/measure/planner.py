@@ -7,82 +7,11 @@
 Everything here is a *prediction*, computed from tensor shapes; the memory sweep measures the
 same update (its peak and each phase's, `MemoryMeter.phase`) and reports the error, and
 `figures/stability_27b` shows the two side by side. The model is built on the meta device (no
-memory, any size), and the weights a rule treats as low rank are chosen by the same `modules`
-regex the rules use (`logra.optim.rule.low_rank_linears`).
+memory, any size). Bytes per GPU by category (weights, master, optimizer, grads, activations,
+probe, fsdp, rollout) and by phase (`PHASES`); `total` is the largest phase and `peak_phase`
+names it; what each category holds for a rule is the rule's own prediction (its `planned`).
 
-Categories (bytes per GPU; `/ gpus` under FSDP, ZeRO-3). The policy dtype stores the weights;
-the compute dtype (`compute`, default the policy's) sizes what the forward forms: activations,
-the loss's cast, the probe's hidden states, the all-gathered layers (FSDP's mixed precision
-casts before it gathers) and the forwards' transients.
-- weights: every weight in the policy dtype (fp32; or bf16 for `policy="bf16"`);
-- master: fp32 master copy of the trained weights (`policy="bf16"` only);
-- optimizer: the rule's state as it keeps it (fp32, 8-bit codes, ...);
-- grads: gradients alive at the end of backward, fp32 (FSDP reduces in fp32);
-- activations: saved for backward by one micro-batch
-  (`logra.measure.activations.activation_bytes_estimate`, derived for Llama/Qwen2 decoders; for other
-  architectures, e.g. Gemma-3, an approximation; under a narrower compute dtype on one device,
-  autocast's cast of every weight, which backward keeps for the input's gradient; the loss's
-  log-probs are chunked,
-  `logra.rl.loss.token_logprobs`, so nothing of vocabulary size is saved), plus the loss's chunk
-  in flight: one min(chunk_tokens, micro_batch·seq_len)·vocab fp32 tensor and, under a narrower
-  policy dtype, its cast; and, when the output layer trains, its weight's gradient as backward
-  forms it (vocab·hidden, policy dtype), before it is added to the one accumulated over the
-  earlier micro-batches;
-- probe (logra/optim/kl_control.py): the base kept across the update, the output layer's input per
-  probe token (base_seqs·completion_len·hidden; base_seqs = probe_size with KL control, else
-  the held-out half's ⌈probe_size/2⌉) and a copy of the output layer's weights when
-  trained (vocab·hidden, whole under FSDP too), plus the chunked KL's three
-  min(chunk_tokens, ⌈probe_size/2⌉·completion_len)·vocab fp32 tensors (probe_size 0: no
-  probe, as in a recipe that does not measure the realized KL);
-- fsdp: under FSDP, the all-gathered weights of two decoder layers (current + prefetched, compute
-  dtype), one layer's unsharded gradients before reduce-scatter, and the root group's
-  gathered weights (embeddings, final norm, output layer: FSDP2 does not reshard the root
-  after forward);
-- rollout: a colocated rollout engine's share of the GPU (vLLM's gpu_memory_utilization),
-  rollout_share·gpu_bytes, held through every phase.
-
-`offload=True` is FSDP2's `CPUOffloadPolicy` (torch.distributed.fsdp, `_fsdp_param.py`,
-`_fsdp_collectives.py`): each rank's shard of the weights (the policy dtype; fp32 for a bf16
-compute on fp32 storage), of their gradients and of the optimizer's state lives in host memory,
-and the optimizer steps there. The GPU keeps none of these categories (`host` is the node's
-bytes of them, all ranks); `fsdp` adds the shard copied to the GPU before each all-gather (two
-layers', policy dtype). Host-device traffic per GPU (`pcie`, per micro-batch): the weights'
-shard copied in for the forward's all-gather and again for backward's (the default reshards
-after forward; the root module, which it does not, is counted too: a few percent over), and
-the reduce-scattered gradient shard copied out (fp32, each micro-batch: gradients accumulate
-on the host); `pcie_probe`, per update: the probe's two no-grad forwards (base, realized KL)
-copy the weights' shard in once each. Planned for a rule that keeps nothing else on the GPU
-(dense Adam): another rule's step and transients stay in the GPU's phases as planned.
-
-Phases (`PHASES`, as `logra.rl.step.update_step` runs them; each alive with weights, master,
-optimizer, rollout and, but in rollout, fsdp):
-- rollout: nothing else (the engine's share is its whole cost);
-- forward_backward: grads + activations;
-- propose: grads + the base probe + the rule's step beyond the gradient buffers + the larger
-  of what the rule forms and frees inside propose and the base forward's largest transient (a
-  no-grad forward: one MLP's gate activation, up and product, 3·base_seqs·seq_len·intermediate);
-- kl_control (methods with KL control): propose's tensors + the saved copy that `perturbed`
-  restores, in fp32 + the larger of the probe forward's transient and the chunked KL; for a
-  rule that predicts by a forward-mode JVP (LoGRA's `jvp_control`): the dual forward of the
-  probe sequences that share one (their kept logits within chunk_tokens), the output layer's
-  dual forward (the kept logits, their tangent and the zero tangent forward-mode AD forms for
-  a weight without one, vocab·hidden), or the kept logits and tangents and the float64
-  work on 64 completion positions (4 (64, vocab) tensors), whichever is largest, without the
-  base (`probe="authors"`: `authors_probe_transient`);
-- apply: the larger of what is alive when it starts (propose's tensors) and what survives it
-  + the base probe + the realized KL's forward or chunks.
-`total` is the largest phase and `peak_phase` names it.
-
-`logits="full"` predicts the training forward as LoGRA's authors' code forms logits
-(skzhang1/RL, read, not run here): every position's logits in fp32 (FSDP's output dtype) and a
-full log_softmax (activations as `loss="hf"`, which saves N·V·f, plus the logits and, in
-backward, their gradient, 2·N·V·f). `probe="authors"` predicts LoGRA's JVP probe as their
-code runs it (`authors_probe_transient`) instead of as this project runs it.
-
-What each category holds for a given update rule (its weights, master copy, gradients, state,
-step, perturbed copy, what survives apply) is that rule's own prediction, `planned` in its
-module (`logra.optim.rule.UpdateRule.planned`); `sync_bytes` is its `planned_sync` for its own
-transport, and the generic `full` and `delta` transports from its trained words.
+Derivation and details (categories, phases, `offload`, `logits="full"`, `probe`): docs/planner.md.
 """
 from __future__ import annotations
 
