@@ -103,7 +103,7 @@ def _verdicts_section(v: pd.DataFrame, title: str, source: str) -> list[str]:
                     "more than the margin over its base (one-sided paired t-test on the test "
                     "problems), a comparison being informative when it passes; seeds needed: "
                     "for a call at 80% power at the observed mean and spread, a guide "
-                    "(logra/analysis/verdict.py says how each is computed).",
+                    "(docs/verdicts.md says how each is computed).",
                     {"task": mean["task"], "method": mean["method"],
                      "reference": mean["reference"],
                      "difference [95% interval]": [

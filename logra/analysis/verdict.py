@@ -1,63 +1,17 @@
 """Verdicts: does a method keep the reference's accuracy? Paired comparisons with intervals.
 
 Every accuracy here is the primary metric of the evaluations (`primary` in each evaluation JSON,
-logra/harness/evaluate.py; by default the mean over 4 samples per problem at temperature 0.7,
-top-p 0.7, the authors' validation protocol), per problem the mean over its samples.
-
-The design is paired twice: a method's run and the reference's run of the same (task, seed)
+logra/harness/evaluate.py). A method's run and the reference's run of the same (task, seed)
 share their prompts, seeds and evaluation problems, so each seed gives one paired difference
-d_s = acc(method, s) − acc(reference, s), computed over the problems both evaluated (matched by
-lm-eval's doc_id; a seed or problem missing on either side is an error that names it).
+d_s = acc(method, s) − acc(reference, s), computed over the problems both evaluated. Per task and
+method: `diff_mean` and its 95% t-interval over seeds; three answers at the task's margin δ
+(`superiority`, `non_inferior`, `equivalent`), Holm-adjusted over the table's contrasts, in words
+in `calls` and the non-inferiority answer as one word in `call`; the gate (did the reference gain
+more than δ over its SFT base?); `gain_mean`, `gain_share`; power (`half_width`, `seeds_needed`).
+Across tasks: the IQM of the paired differences, with a stratified bootstrap interval
+(descriptive).
 
-Per task and method:
-- `diff_mean`, its 95% interval `diff_lo`/`diff_hi`: a t-interval on the per-seed differences
-  (df = seeds − 1). The seed is the unit that is replicated, so the interval carries what
-  varies between seeds (the base, rollout sampling, the range finder's draws). Every seed is
-  scored on the same test problems, so the interval is conditional on that test set: it does
-  not carry the variance of drawing another one. It is the interval that covers at 3 seeds: a
-  percentile bootstrap over 3 seeds under-covers, since it can only rearrange three values
-  (`coverage` simulates the design; tests/analysis/test_verdict.py holds both to it).
-- Every run counts, whatever its status: a diverged or out-of-memory run is scored on the
-  model it saved (its last good checkpoint or its base), as that seed's outcome of the method
-  (intent to treat; `results/accuracy.csv` averages finished runs only).
-- `p_better`: the share of seed pairs where the method is ahead (ties count half).
-- Three answers at the task's margin δ (`margin_table`, fixed on validation runs before any test
-  evaluation), each a t-test on the per-seed differences (df = seeds − 1) whose p-value is
-  adjusted by Holm's step-down over the contrasts of the table (every task × method row;
-  `holm_contrasts` counts them), so that each answer's family-wise error stays at its level:
-  `superiority` ("better" or "worse" where the two-sided test of a zero difference rejects at
-  5%, else "not shown"; `p_diff`); `non_inferior` (the one-sided test of d ≤ −δ rejects at
-  2.5%; `p_non_inferior`); `equivalent` (both one-sided tests of TOST, d ≤ −δ and d ≥ δ, reject
-  at 2.5%; `p_equivalent`). At one contrast these are the 95% interval's answers: lower end
-  above 0 or upper end below 0; lower end above −δ; the interval inside (−δ, δ). `calls` says
-  all three in words, and `call` is the non-inferiority answer as one word: `non-inferior`,
-  `inferior` where the one-sided test of d ≥ −δ rejects at 2.5% (Holm-adjusted), else
-  `inconclusive`.
-- The gate (assay sensitivity): per seed, did the *reference* gain more than δ over its SFT
-  base? A one-sided paired t-test of (per-problem gain − δ) > 0 (`paired_test`; per-problem
-  means over samples are not binary, and a thousand problems make the t reference exact
-  enough: tests/analysis/test_verdict.py simulates its size), at level `gate_alpha`.
-  `ref_gain_by_seed` lists each seed's gain and p-value; `informative` is True when at least
-  `gate_share` of the seeds passed, to the nearest whole seed (1: every seed; 0.67 of 3: 2).
-  Where the reference gained less than δ, a method that learned nothing sits within δ of it
-  and would be called non-inferior; where it gained more, such a method is called inferior
-  or inconclusive.
-- `gain_mean` and its interval: the method's own accuracy minus its SFT base's, per seed
-  (descriptive). `gain_share`: the method's mean gain over its bases as a share of the
-  reference's, with Fieller's 95% interval for a ratio of paired means (`fieller`; unbounded,
-  NaN ends, where the reference's gain is not clear of 0).
-- Power, reported, not acted on: `half_width` of the interval, and `seeds_needed`, the seeds
-  for a call at the observed spread sd and mean m of the per-seed differences and the margin:
-  the smallest n ≥ 2 with n ≥ ((t₀.₉₇₅ + t₀.₈)·sd / |m + δ|)², t at df = n − 1 (a 95%
-  interval, 80% power). |m + δ| is the distance from the observed mean to −δ, the boundary a
-  call needs the interval to clear on either side; for a method behind the reference (m ≤ 0)
-  it is the δ − |m| of the equivalence design, for one ahead it is larger (non-inferiority is
-  one sided). Both sd and m are estimates from the seeds at hand (three by default: sd is
-  uncertain to a factor of about two), so the count is a guide for the next run, not a test.
-Across tasks (`task == "all"`, `statistic == "IQM"`): the interquartile mean of the
-per-(task, seed) paired differences, with a stratified bootstrap interval that resamples seeds
-within each task (rliable's convention; 2,000 resamples, seeded). Being a bootstrap over a few
-seeds per task, that interval is descriptive: no non-inferiority call is made from it.
+How each is computed, and why: docs/verdicts.md.
 """
 from __future__ import annotations
 

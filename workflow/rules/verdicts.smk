@@ -49,7 +49,7 @@ rule analysis_plan:
 
 
 # Each method against the reference (config `verdict`): paired differences with 95% intervals
-# and a non-inferiority call (logra/analysis/verdict.py), whatever they say.
+# and a non-inferiority call (docs/verdicts.md), whatever they say.
 rule verdicts:
     input:
         evals=expand("results/eval/{run}.json", run=PLAN.runs["grid"]),
