@@ -1,40 +1,16 @@
 """8-bit AdamW through the method interface: `torchao.optim.AdamW8bit`, on every weight.
 
 torchao's AdamW8bit keeps both moments block-wise quantized (Dettmers et al. 2022's dynamic
-tree code): per weight one uint8 code per moment, per block of `block_size` weights one fp32
-scale per moment, and per moment tensor its 256-entry fp32 code table. It runs on CPU and on
-GPUs alike (each parameter's update is one `torch.compile`d function; the first step of each
-parameter shape compiles: about 25 s for a tiny model's shapes on one CPU core, once per
-process). Chosen because the same code runs on the CPU here and on GPUs.
-
-Deviations from torchao's usage: the rule compiles every update before the first step
-(`compile_ahead`, in its constructor), by stepping a throwaway optimizer over one zero weight
-of each shape. On CPU, a run's step 1 is measured under torch's memory profiler, which records
-the compiler's own work too: a cold compile inside it grew a tiny model's process past 20 GB.
-A compiled graph is reused only under the global state it was compiled in, autocast included,
-so both the throwaway steps and the real ones run with autocast off (`_fp32`): the update is
-fp32 arithmetic either way, and a bf16 run's step 1 would otherwise compile every shape again.
-Weights on the meta device (the config check builds every rule on a meta model) compile
-nothing.
-
-torchao quantizes a tensor only when it has at least 4096 elements and a multiple of
-`block_size`; smaller ones (norms, odd shapes) keep fp32 moments. Both are counted as they
-are stored: `state_tensors` counts a quantized state by its codes, scales and code table
-(`baselines.torch_optimizer.stored`), never by the fp32 dtype the state tensor reports.
-
-bf16 weights without a float32 copy (`bf16_stochastic_round`, with `grpo.param_dtype:
-bfloat16`): torchao updates each weight in fp32 and, with the option, rounds the result to bf16
-stochastically (up with the probability of the dropped bits, torch's global generator), so an
-update smaller than half a bf16 step survives in expectation; round-to-nearest would drop it
-(a weight of 0.02 keeps 8 bits: steps below ~6e-5 vanish). The option asks for bf16 weights
-(on float32 ones torchao ignores it: refused here). The throwaway compile steps run under
-forked generators (the CPU's and each CUDA device's the weights are on), so the run's random
-stream is the same with or without them.
-
-Every trained weight is its, at one lr, as its users run it (it replaces dense Adam).
-weight_decay defaults to 0, as every rule here (torchao's own default is 0.01). As a torch
-optimizer that applies its update inside `step()`, it runs through
+tree code). It runs on CPU and on GPUs alike (each parameter's update is one `torch.compile`d
+function). Chosen because the same code runs on the CPU here and on GPUs. The rule compiles
+every update before the first step (`compile_ahead`, in its constructor): on CPU a run's step 1
+is measured under torch's memory profiler, which records the compiler's own work too.
+`state_tensors` counts a quantized state by its codes, scales and code table. With bf16 weights
+without a float32 copy, `bf16_stochastic_round` rounds each updated weight to bf16 stochastically.
+weight_decay defaults to 0, as every rule here (torchao's own default is 0.01); it runs through
 `baselines.torch_optimizer.TorchOptimizerRule`.
+
+Details (compiling ahead, which tensors are quantized, stochastic rounding): docs/adamw_8bit.md.
 """
 from __future__ import annotations
 

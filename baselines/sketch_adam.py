@@ -6,79 +6,12 @@ per-update random projections with RowAdam.
 
 For every sketched weight W (m x n; by default every nn.Linear inside the transformer blocks)
 the rule keeps a basis Q on the smaller side (logra/optim/sketch.py), an accumulator S for the
-gradient's sketch and Adam moments M, V of S's shape. Everything else (embeddings, lm_head,
-norms) is trained by dense AdamW (`logra.optim.dense_adam.DenseAdam` on those parameters).
+gradient's sketch and Adam moments M, V of S's shape; a post-accumulate-grad hook adds sketch(G)
+to S and frees G at once. Everything else (embeddings, lm_head, norms) is trained by dense AdamW
+(`logra.optim.dense_adam.DenseAdam` on those parameters).
 
-Gradients are sketched as they are produced: a post-accumulate-grad hook on each sketched
-weight adds sketch(G) to S and frees G at once, so full-size gradients of two sketched matrices
-never coexist, over micro-batches too (S = Σ sketch(G_i) is exact for a fixed Q) and at refresh
-steps too (the range finder's Y = Σ G_iΩ is accumulated in the same hook).
-
-Update (propose): M, V ← Adam moments of S; the step's coefficient is
-C = -lr · α · (√(1-β₂ᵗ) / (1-β₁ᵗ)) · M / (√V + ε), and apply(step, η) does W += η · lift(C)
-with one fused addmm. Between refreshes every change of W is exactly rank ≤ r.
-
-Deviations from the textbook / galore-torch, stated:
-- Adam is written in galore-torch's form (ε added to √V, bias correction folded into the step
-  size), so that `basis="svd", transfer="none"` reproduces GaLoreAdamW's update exactly. t is
-  counted per weight (the updates its moments have seen), as galore-torch's per-parameter
-  `step`; a weight gets its first update when it first has a basis.
-- Refresh (`basis="range"`, default): on steps T, 2T, ... (T = `refresh_every`) the hooks
-  accumulate the range finder's Y = Σ_i G_iΩ over every micro-batch alongside S (Ω drawn again
-  from a per-refresh seed, never stored), and propose() builds the basis once
-  (logra/optim/sketch.py, single pass) *after* forming the step from S in the old basis, then
-  rotates the moments into the new basis, which serves steps T + 1 ... 2T, and so on: the windows of
-  GaLore's bases, each built from the gradient of the step before its window. Why not the step in
-  the new basis through a co-range sketch ΨG (Tropp et al. 2017): on a GRPO batch of the default
-  config (random-init model, random advantages) its estimate of Q_newᵀG had a median relative error
-  of 1.2 at l = 2k + 1 (the error scales with the energy outside the basis, and GRPO
-  gradients have a flat spectrum), and it needs an l x max(m, n) accumulator per weight; S in
-  the old basis is the exact sketch of the step's gradient, one step staler, as every GaLore
-  step between refreshes is. The first step has no old basis: it uses a provisional one, from
-  Y after the first micro-batch with a non-zero gradient (built in the hook before that
-  gradient is sketched), and ends with a refresh from the whole batch's Y (serving steps 2 ...
-  T). So new bases reach the sync with steps 1, 2, T + 1, 2T + 1, ...
-  A step whose Y is all zero (every group had equal rewards) leaves the refresh pending.
-- No power iterations: they need G again, which a single pass over the micro-batches does not
-  keep (the option `power_iters` is gone). Oversampling p (`oversample`, 8) is the knob of the
-  basis's quality: on that GRPO batch the energy captured relative to the top-r SVD's was 0.68
-  (median over weights; 0.43 for the former basis from the first micro-batch with a power
-  iteration) at p = 8, 0.73 at 16, 0.77 at 24, 0.84 at 40, for d x (r + p) floats of Y per
-  weight (1.4x S at p = 8, 4.2x at 40) and O(mn(r + p)) flops per micro-batch of a refresh
-  step. Y is allocated once, as S, and zero between refreshes (a buffer that existed before a
-  profiled step and is freed inside it trips the CPU memory profiler's data-flow check).
-- `basis="svd"` (the GaLore-like ablation) needs a full gradient, and full gradients of all
-  weights cannot be accumulated over micro-batches without breaking the memory invariant: it
-  keeps the first micro-batch's basis, computed in the hook from the refresh step's first
-  non-zero gradient before it is sketched, and used for that step (with one micro-batch per
-  step that is the step's gradient, as in GaLore; the RL loop shuffles sequences, so it is a
-  random slice of the batch).
-- Moment transfer on refresh (`transfer="rotate"`, default): with R = Q_newᵀ Q_old (r x r),
-  M ← R M (left) / M Rᵀ (right), the first moment expressed in the new basis. The second
-  moment, a per-coordinate variance, is carried as (R∘R) V (exact when coordinates are
-  independent) plus the mass R lost: new direction i has only rowsum_i(R∘R) of its norm in
-  the old span (0.25-0.45 on average per refresh on GRPO-like streams), so it also gets
-  (1 - rowsum_i(R∘R)) · mean(V) (mean over the r coordinates, per row/column of the other
-  side). Without it new directions start with V ≈ 0 while the bias correction treats them as
-  t steps old, and the step grows refresh after refresh (3.3-3.5x from updates 21-80 to
-  701-1000 of a stationary stream, tests/baselines/test_sketch_adam.py). `transfer="none"` reuses M, V
-  silently, as GaLore does.
-- A non-finite gradient never reaches the moments, the basis or t: propose() then returns a
-  NaN step (KL control's K₁ is then NaN and η = 0), and apply(step, 0) changes nothing. A step
-  skipped for a non-finite K₁ with finite gradients has already been counted in the moments.
-- No weight decay on sketched weights: decay would make each update full rank and break both
-  the rank-r step and the sketch-based sync. Dense parameters use `weight_decay`.
-- `grad_norm` is the norm of the sketches plus dense gradients (full gradients are never kept).
-- `seed` seeds the range finder's Ω. Unset, it is drawn from torch's global generator; the
-  harness passes the run's seed (logra.harness.config.run_config), so every run seed draws
-  its own Ω.
-- FSDP (logra/rl/fsdp.py): each rank holds a row block of W and of its gradient. The basis
-  then goes on the column side (`side="right"` whatever the shape): the sketch G_i Q, the moments
-  and the step C_i Qᵀ are local to the block, and only the basis needs the other ranks: each
-  rank sketches its block with its rows of the same Ω, and Y (n x k) is all-reduced once
-  (logra/optim/sketch.py); every rank gets the same Q, no gradient is gathered. Per rank the state
-  is Q (replicated) plus 1/world of S, M, V. The probe's side branches and the sync payload
-  gather C (m x r), never W.
+The update, the basis refresh, the moment transfer, the seed, FSDP and each deviation from the
+textbook / galore-torch, with the numbers behind them: docs/sketch_adam.md.
 """
 from __future__ import annotations
 
