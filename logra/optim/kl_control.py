@@ -2,42 +2,16 @@
 
 Two controllers, called by the loop between propose() and apply() with the same signature,
 `scale(model, rule, step, probe, base, max_scale, temperature, mismatch) -> (η, predicted KL at
-η, diagnostics)`:
-- `KLControl` (config `methods.<name>.kl_control`), this project's: η from the KL measured at
-  θ + step (below); any rule that can evaluate the model at θ + η·step
-  (`rule.perturbed(step, eta)`), e.g. dense Adam and Sketch-Adam.
-- `BudgetControl`, the LoGRA authors' (`skzhang1/RL`, `nemo_rl/models/automodel/
-  logra_probe.py`), which a rule brings as its own (`UpdateRule.control`, LoGRA's): α from a
-  second-order KL prediction by one forward-mode JVP along the step, against a scheduled
-  budget less the engine/trainer mismatch (see the class).
+η, diagnostics)`: `KLControl` (config `methods.<name>.kl_control`), this project's, η from the
+KL measured at θ + step, for any rule that can evaluate the model at θ + η·step
+(`rule.perturbed(step, eta)`); and `BudgetControl`, the LoGRA authors' (`skzhang1/RL`), which a
+rule brings as its own (`UpdateRule.control`, LoGRA's): α from a second-order KL prediction by
+one forward-mode JVP along the step, against a scheduled budget. The probe is a few sequences of
+the current rollout batch, split in two halves (`split_probe`): the prediction is made on the
+first, the realized KL is measured on the second (for every method, so `kl_real` is always
+logged), each KL in chunks of tokens.
 
-The probe is a few sequences of the current rollout batch, split in two halves (`split_probe`):
-the prediction is made on the first, the realized KL is measured on the second, so that the
-calibration (realized / predicted) is measured on sequences the prediction did not see. Per
-update, on their completion tokens:
-1. base: π_θ on each half (`probe_base`: one no-grad forward);
-2. K₁ = mean over the first half's tokens of KL(π_θ ‖ π_{θ+Δ}), from one forward with the step
-   added (LoGRA: low-rank side branches on the Linear outputs, no weight copy);
-3. η = min(η_max, √(δ / K₁)); the prediction for the applied step is η²·K₁ (KL is quadratic in
-   η for small steps);
-4. after `apply(step, η)`, the realized KL(π_θ ‖ π_new) on the second half.
-Steps 1 (second half) and 4 run for every method, with or without control, so `kl_real` is
-always logged.
-
-KL in chunks of tokens: no (sequences, positions, vocabulary) tensor of the probe is ever
-whole. The base keeps, per probe token, the input of the output layer (hidden size, not
-vocabulary size) and a copy of the output layer's weights if they are trained (they change in
-the update; one vocab x hidden matrix, gathered in full under FSDP); each KL forward replaces
-the output layer's forward for its duration, so that inside the model's forward (where FSDP
-has the weights unsharded) the logits of `chunk_tokens` tokens at a time are formed for both
-policies and reduced to their KL, with at most three (chunk, vocabulary) float32 tensors alive.
-The output layer must be a plain Linear (no hooks of an update rule on it; LoGRA's default
-modules leave it dense).
-
-Option `refine` (off by default): when η < η_max, KL is not exactly quadratic out to η = 1, so
-the curvature is re-measured once at the chosen η (η₂ = √(δ·η² / KL(η)), prediction
-η₂²·KL(η)/η²). One more probe forward per step; whether the single-shot rule is calibrated is
-measured by every run (its summary's `kl.calibration`).
+Derivation and details (the steps per update, the chunked KL, `refine`): docs/kl_control.md.
 """
 from __future__ import annotations
 

@@ -6,55 +6,12 @@
 `LoGRAOptimizer(model, **options)` is the update rule of logra/optim/logra_rule.py (`LoGRA`, the
 object the harness's GRPO loop drives) behind torch's optimizer API. Building it freezes the model
 (LoGRA trains only its target weights, and never through `.grad`) and installs the hooks that
-sketch each target's gradient during backward. `param_groups` holds the target weights (its
-`lr` is not used: LoGRA's step size is `update_ratio`).
+sketch each target's gradient during backward. `prepare_update()` forms the RowAdam directions
+from the sketches, `step(alpha=...)` applies them at α; `step()` without `alpha` sets α, by
+default by the authors' predicted-KL controller on the sequences given by `set_probe`.
+`clip_grad_norm_` returns ‖S‖ and clips nothing. `LoGRATrainerMixin` fits it to a Trainer.
 
-Two phases, as the authors' optimizer (`skzhang1/RL`, `nemo_rl/models/automodel/logra.py`):
-`prepare_update()` forms the RowAdam directions from the sketches (and returns ‖S‖),
-`step(alpha=...)` applies them at α. Stated deviations from their `step(alpha=...)`:
-- `step()` without `alpha` sets α by the authors' predicted-KL controller
-  (`logra.optim.kl_control.BudgetControl`, option `controller`, on by default: one
-  forward-mode JVP over the first `probe_responses` sequences, the budget's cosine schedule,
-  the mismatch EMA), on the sequences given by `set_probe(input_ids, attention_mask,
-  loss_mask, temperature=..., mismatch=...)` before the step (`LoGRATrainerMixin` gives the
-  step's first micro-batch, at the trainer's temperature); without a probe it raises.
-  `controller=False` applies α = 1; a function attached as `optimizer.controller = f` is
-  called as `f(optimizer)` after `prepare_update` and returns α instead. `step()` prepares
-  first when `prepare_update()` was not called. `last_control` holds the last step's α, its
-  predicted KL, the budget and the mismatch EMA;
-- the mismatch (the signed mean of log π_engine − log π_trainer over the tokens of responses
-  that ended with eos) is an input of `set_probe`, nan by default: a trainer that samples
-  with the policy itself has none, and the EMA then stays where it is;
-- `normalization_tokens` (T: the sketch is divided by it before RowAdam; the authors pass
-  their batch's valid-token count) is an input: the number of completion tokens of the batch
-  the backward passes saw, set before `step()` (`optimizer.normalization_tokens = T`, or
-  `prepare_update(T)`), or counted with `count_tokens(n)` per micro-batch, as
-  `LoGRATrainerMixin` does in a transformers/TRL Trainer from each micro-batch's
-  `completion_mask`. `step()` without it raises (naming the mixin), then starts it over.
-
-What a generic trainer does with `.grad` sees nothing: no parameter has a gradient.
-`clip_grad_norm_(max_norm)` returns ‖S‖ over all targets (the authors' logged grad norm) and
-clips nothing: the step's size is set by `update_ratio` whatever S's norm, and the authors
-clip nothing. In a Trainer, `LoGRATrainerMixin` routes `max_grad_norm` and the logged
-`grad_norm` through it. fp16 with a GradScaler is refused (its inf check sees no gradient);
-bf16 autocast needs no scaler and works.
-
-`state_dict()` holds the options, the update count, the row second moments and the
-controller's mismatch EMA (the projections are redrawn from the seed and the count; an
-attached function `controller` keeps its own state); loading a state saved with other options
-or for another model is refused before anything changes, and so is saving between
-`prepare_update()` and `step()`. Not here: the low-rank sync to a separate rollout engine (the
-harness's loop). One process only: under DDP the sketches would need the all-reduce the
-harness's FSDP loop does.
-
-Guards for a trainer of one's own, each refusing before the model changes: the options are
-checked (types, finite ranges; `update_ratio` in (0, 1]) and the model's structure before it
-is frozen or hooked; `step()` needs a backward pass since the last step (one whose gradient is
-zero, e.g. equal rewards, steps), refuses a step whose relative size α·update_ratio (‖ΔW‖/‖W‖
-over the targets) exceeds `max_step_ratio` (0.1 by default; None: no bound), and refuses
-factors that could write a non-finite weight, naming the layer. Parameter groups are fixed at
-construction (`add_param_group` is refused), and the optimizer is not picklable (it holds its
-model's hooks): save `state_dict()`.
+Each deviation from the authors' optimizer, the step's inputs, state and guards: docs/optimizer.md.
 """
 from __future__ import annotations
 

@@ -3,42 +3,15 @@
 A rule is one module that declares everything about itself: its class subclasses `UpdateRule`,
 states its `options` (JSON-schema fragments; the config check validates `methods.*.options`
 against them), whether it can run sharded, whether its step can be scaled, its analytic memory for
-the planner (`planned`, `planned_sync`), and implements
+the planner (`planned`, `planned_sync`), and implements `propose() -> step`, `apply(step, scale)`
+(W += scale · step), `perturbed(step, eta)` (forwards see θ + eta · step), `state_tensors()`,
+`state_dict()`, `load_state_dict(state)` and, where the defaults do not hold for it,
+`sync_payload()`, `engine_weights()`, `unwrap()`, `dense_gradients()`, `grad_buffers()`,
+`state_bytes()`, `peak_grad_bytes()`, `grad_norm`. The RL loop, the config check, the planner,
+the report and the figures call only these, so nothing outside a rule's module branches on its
+name. A rule is named in the config by its entry in `RULES` or by its import path.
 
-    propose() -> step        candidate step from the gradients (or sketches) of this batch;
-                             advances the optimizer's moments; gradients are consumed
-    apply(step, scale)       W += scale * step, for every parameter the rule owns
-    perturbed(step, eta)     context in which forwards see θ + eta * step (KL prediction);
-                             θ is restored exactly on exit
-    state_tensors() -> list  the optimizer state tensors (labelled "optimizer" when measured)
-    state_dict() -> dict     everything the rule needs to resume (logra/rl/checkpoint.py):
-                             tensors, numbers, strings and containers, which a weights-only
-                             load reads, or objects of the classes in `checkpoint_classes`
-    load_state_dict(state)   restore it on the same model
-
-and, where the defaults below do not hold for it,
-
-    sync_payload() -> dict   what the rollout engine needs to match the trainer after the
-                             last apply (see logra/rl/weight_sync.py); default: every trained
-                             weight; a rule whose payload is low-rank lists "low_rank" first in
-                             `transports`, and it is called once after every apply
-    engine_weights() -> dict every trained weight in full, as the rollout engine names it
-                             (full resync, drift check, resume)
-    unwrap()                 leave the model as the plain architecture with the training
-                             merged in (LoRA merges its adapters); called once, at the end
-    dense_gradients()        context in which backward leaves every trained weight's whole
-                             gradient in .grad (a diagnostic: the update's cosine with it);
-                             default: it does already
-    grad_buffers() -> list   gradient buffers the rule owns besides .grad (labelled "grads")
-    state_bytes() -> int     bytes of the state tensors
-    peak_grad_bytes() -> int analytic bytes of gradients alive at the peak
-    grad_norm: float         norm of the gradient consumed by the last propose()
-
-Rules install whatever hooks they need on the model in their constructor. The RL loop, the
-config check, the planner, the report and the figures call only these, so nothing outside a
-rule's module branches on its name. A rule is named in the config by its entry in `RULES` or
-by its import path, `package.module:Class` (the module importable in every job, e.g. on
-PYTHONPATH); README "Add an update rule" walks through one.
+Each method in full: docs/rules.md; README "Add an update rule" walks through one.
 """
 from __future__ import annotations
 
