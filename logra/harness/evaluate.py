@@ -1,37 +1,17 @@
 """Held-out evaluation of checkpoints with lm-evaluation-harness, under several sampling protocols.
 
 Evaluation and the RL reward are one piece of code: `write_lmeval_task` writes one lm-eval task
-per protocol (YAML + a shared small `process_results` module) whose metrics are the project's
-own `logra.rl.tasks.get_task(name, **options).reward(completion, example)`: `acc`, the mean
-reward over the protocol's samples of a problem, and `pass`, the best of them (pass@k at k =
-samples); each of the task's `extra_scores` (GSM8K's `math_verify`) adds `acc_<name>` and
-`pass_<name>` the same way from `task.scores`. lm-eval supplies the rest: data loading from
-our JSONL (the test split, or the lr sweep's validation split), generation stopped at the
-task's stop strings or `<eos>` (`HFLM.generate_until`), `repeats` samples per problem kept by
-its `take_first_k` filter, batching, seeding and aggregation.
-
-A protocol (config `eval.protocols`) is a number of samples and a sampling temperature and top-p:
-temperature 0 is greedy decoding; every sampled protocol turns HF's default top-k of 50 off
-(`top_k: 0`), as vLLM samples. The protocols of one call share lm-eval's batches and random
-stream, so a protocol's samples depend on which others ran beside it (the validation runs
-evaluate the primary one alone). The primary one (config `eval.primary`, the authors' validation:
-4 samples at temperature 0.7, top-p 0.7, `skzhang1/RL` research/logra/configs/logra-s1.yaml) is
-the accuracy every table, choice and verdict uses; the others are reported beside it.
-
-`evaluate` loads a checkpoint with `logra.rl.models.load` (the one loading path; the model and
-tokenizer objects, not a path, are handed to `HFLM`), runs every protocol in one
-`lm_eval.simple_evaluate` call seeded by `seed` (its Python, numpy and torch seeds; the
-workflow passes the run's seed, so a run and the base of its seed are sampled from one seed,
-though not one random stream: how many draws a batch takes depends on the model), and writes
-a JSON summary atomically at a fixed path: `accuracy` (the primary's), `metrics` (per
-protocol: accuracy, pass@k, samples, generation arguments, the extra scores' accuracy and
-pass@k) and per problem its prompt, answer and, per protocol, responses, acc and pass (and
-acc_<name>, pass_<name> per extra score).
-
-Typical use (e.g. from a Snakemake script)::
+per protocol whose metrics are the project's own `logra.rl.tasks.get_task(name,
+**options).reward(completion, example)`: `acc`, the mean reward over the protocol's samples of a
+problem, and `pass`, the best of them. `evaluate` loads a checkpoint, runs every protocol in one
+`lm_eval.simple_evaluate` call seeded by `seed` and writes a JSON summary atomically. The primary
+protocol (config `eval.primary`) is the accuracy every table, choice and verdict uses.
+Typical use (e.g. from a Snakemake script):
 
     write_lmeval_task("countdown", {}, split_jsonl, out / "lmeval_task", PROTOCOLS)
     evaluate(ckpt_dir, out / "lmeval_task", "countdown", out / "eval.json", PROTOCOLS, "sampled")
+
+The protocols, what lm-eval supplies and what the summary holds: docs/evaluation.md.
 """
 from __future__ import annotations
 

@@ -1,30 +1,13 @@
 """Resume checkpoints of a GRPO run: everything needed to continue it as if never stopped.
 
 One file, `<checkpoint dir>/<config hash>/state.pt` (`path`), written atomically (logra/files.py)
-every `grpo.checkpoint_every` steps: the trained weights, the update rule's state, the rollout
-engine's weights, the RNG states of the loop, the step, the metrics rows so far and the measured
-memory reports (as plain dicts). With a fixed seed on CPU a resumed run's weights and metrics
-equal an uninterrupted run's (tests/e2e/test_resume.py). The directory is keyed by a hash of the run
-config, so a run whose config was edited starts fresh and the old checkpoint stays where it was.
-A checkpoint holds the state the code of its day produced: after a code change, delete it to
-start over.
+every `grpo.checkpoint_every` steps, with its SHA-256 digest beside it (`state.pt.sha256`), read
+by `torch.load(weights_only=True)`: no load runs code. A file whose digest is not there, or that
+does not read, raises `CorruptCheckpoint`; `load` refuses, with `CheckpointError`, a checkpoint
+that belongs to another run. With a fixed seed on CPU a resumed run's weights and metrics equal
+an uninterrupted run's (tests/e2e/test_resume.py).
 
-Trusted only after verification:
-- **No load runs code.** `torch.load(weights_only=True)`: tensors, numbers, strings and
-  containers only, plus the classes the update rule declares (`UpdateRule.checkpoint_classes`,
-  e.g. galore-torch's projector, rebuilt from its attributes without calling any method).
-- **A digest beside it.** `state.pt.sha256` holds the SHA-256 of
-  `state.pt`, renamed into place just before it, with the digest of the file it replaces in a
-  second line: a kill between the two renames leaves a file that still verifies. A file
-  whose digest is not there, or that does not read, raises `CorruptCheckpoint` naming the path;
-  so does a digest file with any line other than a hex digest (either case) and a file name.
-  The digest guards against corruption (a flipped bit, a truncated copy), not against someone
-  who can rewrite the digest too: against them, the weights-only load.
-
-`load` refuses, with `CheckpointError`, a checkpoint that belongs to another run: different
-parameter names or shapes (another architecture, e.g. a rebuilt base model), or a different run
-config. The message names the difference; the file is left untouched, so nothing is lost.
-What a run does with a corrupt one is `grpo.on_bad_checkpoint`'s (`set_aside` or stop).
+What a checkpoint holds and how it is verified: docs/loop.md, "Resume checkpoints".
 """
 from __future__ import annotations
 

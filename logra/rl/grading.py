@@ -2,37 +2,14 @@
 
 `math_verify_score(gold, completion)` is 1.0 when math-verify (symbolic equivalence after
 LaTeX parsing) finds the completion's answer equal to `gold`, else 0.0. It calls math-verify as
-lm-eval's leaderboard MATH task and NeMo-RL's `hf_math_verify` reward do, with its defaults:
+lm-eval's leaderboard MATH task and NeMo-RL's `hf_math_verify` reward do, with its defaults. A
+gold answer from which math-verify extracts nothing raises `GoldError`; a completion it
+extracts nothing from scores 0. math-verify runs in a worker process of its own (`python -m
+logra.rl.grading`), in whose main thread its alarms work, and the caller waits at most
+`timeout_s` (TIMEOUT_S) for an answer, from any thread; past it the worker is killed and the
+completion scores 0.
 
-* the gold answer is read as `\\boxed{gold}` with `LatexExtractionConfig()` (NeMo-RL wraps its
-  ground truth the same way); the completion, the whole text, with math-verify's default
-  extraction (LaTeX, then plain expressions): an answer after "final answer is" first, else
-  the `\\boxed{}` ones (several boxes make one set: `\\boxed{2} or \\boxed{3}` is {2, 3}), else
-  the last expression of the text, so an answer needs no box to score;
-* `verify` compares them symbolically: `1/2`, `0.5` and `\\frac{2}{4}` are equal, sets and
-  `1, 2` ignore order, units, `^\\circ`, `\\$` and `\\text{}` wrappers are dropped, `25\\%`
-  is 0.25, an equation's right side matches a bare expression (`y = 2x+3` and `2x+3`).
-  Deviations from exact mathematics, math-verify's own: numbers are rounded to 6 decimal
-  places (`0.1` equals `0.10000001`); a repeating decimal (`0.\\overline{3}`) is no number to
-  it, only a string, equal to the same string alone; a period inside the box (`\\boxed{10.}`)
-  or a thin space between thousands (`1\\,000`) leaves nothing it can read.
-
-A gold answer from which math-verify extracts nothing raises `GoldError` (a ValueError that
-names it): such a gold would score every completion 0. A completion it extracts nothing from
-scores 0.
-
-Time. math-verify bounds each parse and comparison with `signal.alarm` (5 s, its default), which
-works only in a process's main thread (elsewhere it raises) and only between Python bytecodes.
-The rewards are called from main threads today (the RL loop, SFT's accuracy, lm-eval's
-`process_results`, TRL's synchronous reward functions), but grading must not depend on it:
-math-verify runs in a worker process of its own (`python -m logra.rl.grading`, not
-multiprocessing's spawn, which re-runs the caller's main script), in whose main thread its
-alarms work, and the caller waits at most `timeout_s` (TIMEOUT_S) for an answer, from any thread
-(besides, when it starts the worker, for the start); past it the worker is killed, the
-completion scores 0 (a line on stderr says so) and the next call starts a fresh worker.
-Deviation, stated: a completion whose grading runs out of time scores 0, so on a much slower
-machine a costly but correct answer could score differently. One worker per process, started at
-its first grading (about a second: sympy), serves its threads one at a time.
+What math-verify extracts and counts as equal, and the time bound: docs/evaluation.md.
 """
 from __future__ import annotations
 

@@ -3,30 +3,13 @@ token log-probs (in chunks of tokens).
 
 No loop code (that lives in `logra/rl/loop.py`).
 
-Conventions follow TRL's GRPOTrainer, with these choices stated:
-- Advantages: A_i = (r_i - mean(group)) / (std(group) + eps) with the unbiased std, as TRL;
-  `scale=False` gives the Dr.GRPO variant (no division).
-- Loss: per-token -min(ρA, clip(ρ, 1-ε_low, 1+ε_high)A) with ρ = exp(logp - old_logp).
-  Aggregation "dapo" (default) averages over every completion token of the *whole batch*, so
-  long and short completions weigh per token; "grpo" averages per sequence, then over sequences.
-  Under gradient accumulation pass `normalizer` (total tokens, or total sequences for "grpo")
-  so that the micro-batch losses add up to the full-batch loss exactly.
-- KL to a reference: the k3 estimator exp(ref-logp) - (ref-logp) - 1, used only when beta > 0.
+GRPO's conventions follow TRL's GRPOTrainer (group-normalised advantages, the clipped per-token
+loss, aggregation "dapo" by default, the k3 KL to a reference only when beta > 0).
+`grpo.estimator: reinforce_baseline` is the LoGRA authors' estimator and loss (`skzhang1/RL`),
+one response per prompt: binarised rewards against a running mean of previous batches, no PPO
+ratio, a truncated importance weight.
 
-`grpo.estimator: reinforce_baseline` is the LoGRA authors' estimator and loss (`skzhang1/RL`:
-`RunningBaselineAdvantageEstimator` in `nemo_rl/algorithms/advantage_estimator.py`, the
-`loss_fn` of `research/logra/configs/*.yaml`), one response per prompt:
-- rewards binarised: 1 where the reward is ≥ 1, else `failure_reward` (−0.01);
-- A = outcome − b, where b is a running mean of previous batches only: 0 at the start, then
-  b ← (1 − w)·b + w·mean(this batch's outcomes) after the batch's advantages are formed
-  (w = `baseline_weight`, 0.1; responses with no token are left out of the mean); advantages
-  are not normalised;
-- optionally A·L_ref/len (`length_reference`; the authors' dense configuration, 1024);
-- loss −w_t·A·log π per token, no PPO ratio, with the truncated importance weight
-  w_t = min(π_trainer/π_engine, cap) detached (cap 2), aggregated as GRPO's (`dapo`: a token
-  mean over the whole batch, as theirs). With an fp32 engine w_t is 1 up to rounding.
-A non-finite reward makes its outcome NaN: the loss is then not finite and the loop stops the
-run (as GRPO's would), where the authors raise at once.
+Each convention and stated choice: docs/loop.md, "The objectives".
 """
 from __future__ import annotations
 

@@ -1,45 +1,17 @@
 """Policy synchronisation: what the trainer sends the rollout engine after a step, and how.
 
 A payload is a plain dict, the same for every engine (HF generate in a subprocess here, vLLM
-workers on GPUs):
-
-    {"dense":   {param_name: full tensor},                # replaces the engine's tensor
-     "delta":   {param_name: {"index": I,                 # flat positions (int32 below 2^31
-                              "value": V}},               # words), V = the new words there
-     "lowrank": {param_name: {"side": "left" | "right",   # W += Q @ C  or  W += C @ Q.T
-                              "basis": Q or None,         # only when it changed since last sync
-                              "coef": C}                  # the applied step's coefficients
-                 | {"side": "projected",                  # W −= C @ A (LoGRA's, in rows), A
-                    "seed": s, "distribution": d,         # drawn by the engine from its seed
-                    "coef": C}},                          # (logra.optim.logra_rule.projection)
-     "lora":    {param_name: {"A": A, "B": B,             # W = W_base + (B @ A) * scale
-                              "scale": s,                 # (LoRA's alpha / r), a float
-                              "base": W_base or None}}}   # only when the engine lacks it
-
-Transports (`TRANSPORTS`; config `rollout.sync`, per method `methods.<name>.sync`):
-- `full`: every trained weight in the engine's dtype (`"dense"`); every rule.
-- `delta`: the words whose engine-dtype value changed since the last sync, by flat index, and
-  their new values (`"delta"`), applied by overwrite: after each sync the engine holds
-  `cast(trainer weights)` bit for bit, in bf16 and fp32 (what verl, slime, NeMo-RL ship for
-  bf16 engines); every rule.
-- `low_rank`: the rule's own `sync_payload()` (LoGRA's factors, LoRA's adapters), its dense
-  tensors in the engine's dtype; rules that declare it (`UpdateRule.transports`). In bf16 the
-  engine drifts from `cast(trainer weights)` (stochastic rounding, `lift_add_`); the periodic
-  full resync (`rollout.full_sync_every`) bounds it.
-
-`EngineSync` runs them after every step: it applies the configured one and counts what every
-applicable one would send, the length of its serialized payload (`serialize`, what the
-hand-over carries), so one run compares them.
-
-LoRA adapter sync, as vLLM's LoRA runtime takes adapters: the engine keeps each adapted
-weight's base (`bases`, taken from its own weights at the first adapter sync, when they are
-the base it loaded, or from `base` when the payload carries it: after a resume restored merged
-weights) and sets the weight to `lora_merged(base, A, B, scale)`, the function the trainer
-merges with, so the engine equals the trainer's merged weights bit for bit.
+workers on GPUs), with parts "dense", "delta", "lowrank" and "lora". Transports (`TRANSPORTS`;
+config `rollout.sync`, per method `methods.<name>.sync`): `full` (every trained weight),
+`delta` (the words whose engine-dtype value changed since the last sync) and `low_rank` (the
+rule's own `sync_payload()`). `EngineSync` runs them after every step: it applies the configured
+one and counts what every applicable one would send, the length of its serialized payload
+(`serialize`, what the hand-over carries), so one run compares them.
 
 `apply_payload` is the only code that changes rollout weights. `payload_bytes` is the raw
-tensor bytes of a payload (what the planner's `planned_sync` predicts); the bytes a run reports
-are `len(serialize(payload))`, tensor bytes plus torch.save's framing.
+tensor bytes of a payload (what the planner's `planned_sync` predicts).
+
+The payload's layout, each transport and LoRA adapter sync: docs/weight_sync.md.
 """
 from __future__ import annotations
 
