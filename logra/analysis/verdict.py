@@ -339,7 +339,7 @@ def _contrasts(evals: dict, bases: dict, reference: str, margins: dict[str, floa
 def with_calls(table: pd.DataFrame) -> pd.DataFrame:
     """`table` (`verdicts`' rows) with each per-task contrast's p-values Holm-adjusted over the
     table's contrasts and its answers: `superiority`, `non_inferior`, `equivalent`, `call`,
-    `calls` (the module docstring)."""
+    `calls` (docs/verdicts.md)."""
     table = table.copy()
     rows = table["statistic"] == "mean"
     for col in ("p_diff", "p_non_inferior", "p_inferior", "p_equivalent"):

@@ -57,7 +57,7 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
          compute: str | None = None, logits: str = "chunked", offload: bool = False,
          probe_len: int | None = None, non_target: str = "frozen",
          probe: str = "project") -> dict:
-    """Predicted per-GPU bytes by category and by phase (see the module docstring): the
+    """Predicted per-GPU bytes by category and by phase (docs/planner.md): the
     categories, `phase_<name>` for each phase that runs, `total` (the largest) and
     `peak_phase`. `completion_len` (default `seq_len`) sizes the probe's tokens; `probe_len`
     (default `seq_len`) the probe's sequences, its completion the same prompt shorter (an
@@ -67,7 +67,7 @@ def plan(hf_config, rule: str, options: dict | None = None, *, micro_batch: int,
     freeze_non_target: false): their fp32 gradients and two moments (sharded) and the output
     layer's weight gradient as backward forms it. `logits`:
     "chunked", this project's (`logra.rl.loss.token_logprobs`, the JVP probe's kept
-    positions), or "full", as LoGRA's authors form them (see the module docstring). `probe`:
+    positions), or "full", as LoGRA's authors form them (docs/planner.md). `probe`:
     LoGRA's JVP probe as this project runs it ("project", `logra.optim.kl_control`) or as its
     authors' code does ("authors", `authors_probe_transient`).
     `offload`: FSDP's CPU offload, adding `host` and `pcie` (per micro-batch and GPU)."""

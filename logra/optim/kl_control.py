@@ -129,7 +129,7 @@ def at_cap(control, scale: float, max_scale: float = 1.0) -> bool:
 
 class KLControl:
     """This project's controller: η = min(η_max, √(δ / K₁)), K₁ the KL at θ + step measured
-    on the probe's first half (see the module docstring)."""
+    on the probe's first half (docs/kl_control.md)."""
     needs_base = True  # π_θ on the prediction half (`probe_base`)
 
     def __init__(self, target: float, eta_max: float = 1.0, refine: bool = False):

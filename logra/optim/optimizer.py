@@ -119,7 +119,7 @@ class LoGRAOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
-        """‖S‖ over all targets; nothing is clipped (see the module docstring)."""
+        """‖S‖ over all targets; nothing is clipped (docs/optimizer.md)."""
         return torch.linalg.vector_norm(torch.stack(
             torch._foreach_norm([t.s for t in self.rule.targets])))
 

@@ -94,7 +94,7 @@ def _digests(path: Path) -> list[str]:
 
 def save(path: str | Path, state: dict) -> None:
     """Atomic torch.save of `state` (must hold `cfg` and `model`, a state dict), then its
-    digest beside it (see the module docstring)."""
+    digest beside it (docs/loop.md)."""
     path = Path(path)
     # the file it replaces stays accepted until the rename: when it verifies, its digest (a
     # corrupt digest file is replaced, and keeps nothing accepted)

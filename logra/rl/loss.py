@@ -42,7 +42,7 @@ def running_baseline_advantages(rewards: torch.Tensor, lengths: torch.Tensor, ba
                                 ) -> tuple[torch.Tensor, float]:
     """The authors' REINFORCE advantages of `rewards` (one response each, `lengths` its
     completion tokens) against `baseline`, the running mean of earlier batches' outcomes, and
-    the baseline after this batch (see the module docstring)."""
+    the baseline after this batch (docs/loop.md)."""
     r = rewards.float()
     outcomes = torch.where(r >= 1.0, 1.0, failure_reward).masked_fill(~torch.isfinite(r),
                                                                       math.nan)
@@ -125,7 +125,7 @@ class GRPO:
 
 
 class RunningBaselineReinforce:
-    """The LoGRA authors' REINFORCE (the module docstring): advantages against a running
+    """The LoGRA authors' REINFORCE (docs/loop.md): advantages against a running
     baseline of earlier batches (`running_baseline_advantages`; the baseline is the loop's
     state, checkpointed with it) and the importance-weighted loss (`reinforce_loss`); every
     response whose outcome is not the baseline has a gradient."""
