@@ -336,6 +336,11 @@ def _study(inputs: ReportInputs) -> list[str]:
         what = "primary" if step == last else "secondary"
         out += _verdicts_section(v[v["step"] == step], f"Study: verdicts at update {step} "
                                  f"({what})", f"{where}/verdicts.csv")
+        rows = v[(v["step"] == step) & (v["statistic"] == "mean")]
+        out += ["", "Half-widths of the 95% intervals (the plan aimed at "
+                f"{rule['half_width']:g}): " + "; ".join(
+                    f"{r.method} − {r.reference} {r.half_width:.3f}" for r in rows.itertuples())
+                + "."]
     out += _accuracy_memory_section(accuracy_table(study["summary"]), plan["reference"], None,
                                     "Study: accuracy and memory", f"{where}/summary.csv")
     s = study["secondary"]

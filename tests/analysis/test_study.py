@@ -167,7 +167,7 @@ def test_the_report_section_states_the_plan_and_every_table(tmp_path):
                                          "seed": seed, "status": "ok", "peak_mem_bytes": 2**20})
             for step in (2, 4):
                 evals["t", arm, seed, step] = _eval(tmp_path / arm / f"{seed}_{step}.json",
-                                                    0.5 + 0.025 * (seed % 2))
+                                                    0.5 + 0.025 * (seed % 2) * (arm == "l"))
     for seed in plan["seeds"]:
         bases["t", seed] = _eval(tmp_path / f"base{seed}.json", 0.3)
     text = "\n".join(_study(SimpleNamespace(study={"plan": plan} | study_tables(
@@ -179,3 +179,6 @@ def test_the_report_section_states_the_plan_and_every_table(tmp_path):
     assert text.index("verdicts at update 4 (primary)") < text.index(
         "verdicts at update 2 (secondary)") < text.index("Study: accuracy and memory")
     assert "| l − d | eval_greedy |" in text and "| l − x |" in text
+    v = study_tables(plan, runs, evals, bases)["verdicts"]
+    half = v[(v["step"] == 4) & (v["method"] == "l") & (v["reference"] == "d")]["half_width"]
+    assert half.iloc[0] > 0 and f"(the plan aimed at 0.02): l − d {half.iloc[0]:.3f}; " in text
