@@ -1,24 +1,16 @@
 """Adam-mini through the method interface: the official `adam_mini.Adam_mini`, on every weight.
 
 Adam-mini keeps Adam's first moment per weight but one second-moment value per block, the
-blocks found from parameter names (lower-cased) as a Llama-style model names them:
-`embed` / `lm_head`: one per row (token); `q_proj` / `k_proj`: one per attention head (blocks
-of `dim · dim / n_heads` weights); `v_proj`, `o_proj`, `mlp`: one per output neuron (row);
-`bias`: Adam's own; anything else (the norms): one for the whole tensor. `dim`, `n_heads`
-and `n_kv_heads` come from the model's config (`hidden_size`, `num_attention_heads`,
-`num_key_value_heads`). Every trained weight is Adam-mini's, at one lr, as its users run it
-(it replaces dense Adam, not a part of it).
-
-Deviations, each a setting of the package's optimizer object, never of its arithmetic:
-- `world_size` is 1: the package sets it to `torch.cuda.device_count()` and then all-gathers
-  with torch.distributed for the norms' blocks, which fails in a single process on a machine
-  with several GPUs; this rule is not run sharded (`shardable` False), so there is one rank;
-- a model whose head size is not `hidden_size / n_heads` (Gemma-3) gets `head_numel` =
-  head_dim · hidden_size, so a block is still one head's rows of q_proj / k_proj;
-- the package prints its partition when verbose: built with verbose=False.
-
-As a torch optimizer that applies its update inside `step()`, it runs through
+blocks found from parameter names as a Llama-style model names them (one per token row of
+`embed` / `lm_head`, per attention head of `q_proj` / `k_proj`, per output neuron of
+`v_proj`, `o_proj`, `mlp`; `bias`: Adam's own; anything else: one for the whole tensor).
+Every trained weight is Adam-mini's, at one lr, as its users run it (it replaces dense Adam,
+not a part of it). Deviations are settings of the package's optimizer object, never of its
+arithmetic (`world_size` 1, `head_numel` for models such as Gemma-3, verbose=False). As a
+torch optimizer that applies its update inside `step()`, it runs through
 `baselines.torch_optimizer.TorchOptimizerRule`.
+
+The blocks and each deviation in full: docs/baselines.md, "Adam-mini".
 """
 from __future__ import annotations
 
@@ -52,10 +44,10 @@ class AdamMini(TorchOptimizerRule):
 
     @staticmethod
     def planned(geo: Geometry, options: dict, b: int) -> dict:
-        """The first moment of every weight, and one second-moment value per block (see the
-        module docstring; `blocks`, from each parameter's name and shape); every weight's
-        gradient until step(); inside step() two tensors of the largest weight's size (the
-        update and its negation)."""
+        """The first moment of every weight, and one second-moment value per block (see
+        docs/baselines.md, "Adam-mini"; `blocks`, from each parameter's name and shape); every
+        weight's gradient until step(); inside step() two tensors of the largest weight's size
+        (the update and its negation)."""
         f = 4
         v = sum(blocks(name, shape, geo.head_dim) for name, shape in geo.params)
         return {"weights": geo.n_all * b, "master": geo.n_all * f if b < f else 0,

@@ -1,27 +1,17 @@
 """APOLLO and APOLLO-Mini through the method interface: the official `apollo_torch.APOLLOAdamW`.
 
 The weights LoGRA would sketch (same `modules` regex) form APOLLOAdamW's low-rank parameter
-group `{'rank', 'proj', 'scale_type', 'scale', 'update_proj_gap', 'proj_type'}`, as its users
-configure it; every other trained parameter is a plain group of the same optimizer (plain
-AdamW at `dense_lr`). APOLLO keeps Adam's moments of a randomly projected gradient (rank r)
-and scales the *raw* gradient by the ratio of the projected Adam update's norm to the
-projected gradient's norm, per channel (`scale_type: channel`, APOLLO) or per tensor
-(`scale_type: tensor`, APOLLO-Mini, with rank 1 and the authors' `scale` 128); the update is
-then multiplied by √scale and passed through Fira's norm-growth limiter.
+group, as its users configure it; every other trained parameter is a plain group of the same
+optimizer (plain AdamW at `dense_lr`). APOLLO keeps Adam's moments of a randomly projected
+gradient (rank r) and scales the *raw* gradient by the projected update's norm ratio, per
+channel (APOLLO) or per tensor (APOLLO-Mini: this rule with `rank: 1, scale_type: tensor,
+scale: 128`, config `methods.apollo_mini`). It runs through
+`baselines.torch_optimizer.TorchOptimizerRule` (no scaled step, no predicted-KL control).
+One deviation: each weight's projector seed gets one draw from torch's generator (seeded by
+the run's seed) added at build time, so runs of different seeds draw different projections.
 
-One rule serves both: APOLLO-Mini is this rule with `rank: 1, scale_type: tensor, scale: 128`
-(config `methods.apollo_mini`).
-
-As a torch optimizer that applies its update inside `step()`, it runs through
-`baselines.torch_optimizer.TorchOptimizerRule` (no scaled step, no predicted-KL control; full
-gradients of every weight until step(); every trained tensor sent in full at sync).
-
-Random projection, seeded: APOLLOAdamW seeds each weight's projector with the weight's index in
-the parameter list (`state["seed"]`), then advances it with `next_seed` at each refresh; the
-projector (with its seed and matrix) lives in the optimizer state, so a resumed run draws the
-same projections. One deviation: the package's seeds are the same in every run, so this rule
-adds one draw from torch's generator (seeded by the run's seed) to every weight's seed at
-build time: runs of different seeds draw different projections, as for LoGRA's sketches.
+The parameter group, the scaling, the seeding and the deviation in full: docs/baselines.md,
+"APOLLO and APOLLO-Mini".
 """
 from __future__ import annotations
 

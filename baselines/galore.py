@@ -4,16 +4,13 @@ The weights LoGRA would sketch (same `modules` regex) form GaLoreAdamW's project
 group `{'rank', 'update_proj_gap', 'scale', 'proj_type'}`, as its users configure it; every
 other trained parameter is a plain group of the same optimizer (lr `dense_lr`).
 
-GaLore's known limits stay visible rather than being worked around:
-- full gradients of every weight live until `step()` (GaLore projects inside the optimizer),
-  so `peak_grad_bytes` counts them all and the profiler measures them;
-- the update is applied inside `GaLoreAdamW.step()`, so `propose()` runs the step and
-  `apply()` accepts only scale 1 (`baselines.torch_optimizer.TorchOptimizerRule`):
-  predicted-KL step control cannot scale a GaLore step (`perturbed` says so);
-- the rollout engine receives every trained tensor in full;
-- under FSDP (tests/e2e/test_distributed.py) it runs and matches the single-process run, but only
-  because DTensor has no sharded SVD: at every projection refresh, each projected weight's
-  whole gradient is all-gathered to every rank and every rank computes the same SVD.
+GaLore's known limits stay visible rather than being worked around: full gradients of every
+weight live until `step()`; the update is applied inside it (through
+`baselines.torch_optimizer.TorchOptimizerRule`), so predicted-KL control cannot scale it; the
+rollout engine receives every trained tensor in full; under FSDP each projected weight's whole
+gradient is all-gathered to every rank at every projection refresh (DTensor has no sharded SVD).
+
+Each limit in full: docs/baselines.md, "GaLore".
 """
 from __future__ import annotations
 
@@ -35,7 +32,7 @@ class GaLore(TorchOptimizerRule):
     options = {**ADAM_OPTIONS, "rank": POSINT, "update_proj_gap": POSINT, "scale": POSNUM,
                "proj_type": {"type": "string", "enum": ["std", "reverse_std", "right", "left"]},
                "dense_lr": LR, "modules": {"type": "string"}}
-    shardable = True  # but it gathers whole gradients for its SVD (see the module docstring)
+    shardable = True  # but it gathers whole gradients for its SVD (see docs/baselines.md, "GaLore")
 
     def __init__(self, model: torch.nn.Module, lr: float = 1e-3, rank: int = 8,
                  update_proj_gap: int = 20, scale: float = 1.0, proj_type: str = "std",

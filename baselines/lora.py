@@ -1,29 +1,15 @@
 """LoRA through the method interface: `peft` adapters injected into the model in place.
 
-`peft.inject_adapter_in_model` adds LoRA adapters (rank r, α, dropout, rsLoRA, as `LoraConfig`
-takes them) to the same nn.Linear weights LoGRA sketches (`modules` regex); every other weight is
-frozen, as in LoRA fine-tuning, unless `dense_modules` names it: those parameters (e.g. the
-embeddings, lm_head and norms, sketch_adam's dense set) are trained in full at `dense_lr`, what
-peft's `modules_to_save` does with one adapter (without its copy of the original module). The
-adapters and the dense weights are trained by dense AdamW (this class is `DenseAdam` on them,
-one lr per parameter), so propose/apply/perturbed, predicted-KL control, checkpoints and
-memory labels work as for dense Adam.
-
-Learning rate: LoRA-for-RL practice trains adapters with α = 32 at about 10× the full
-fine-tuning learning rate; the default config's grid reaches it (`snakemake lr_sweep`).
-
-Sync, what the rollout engine receives after each step (the transport: `rollout.sync` or the
-method's `sync`, logra/rl/weight_sync.py):
-- `low_rank` (the rule's own, what LoRA's users send a vLLM LoRA runtime): each adapted
-  module's factors A (r × n) and B (m × r) and its scale, r·(m + n) values per module, and the
-  `dense_modules` weights in full; the engine merges them onto the base it holds
-  (`logra.rl.weight_sync.apply_payload`, the base sent once after a resume, when the restored engine
-  holds merged weights);
-- `full`: the merged weight W + (α/r)·BA of every adapted module (`engine_weights`) and the
-  dense weights, in full (what TRL sends vLLM for a PEFT model: merge, send, unmerge);
-- `delta`: the words of those that changed.
-Frozen weights never change and are never sent. `unwrap()` merges the adapters into the base
+`peft.inject_adapter_in_model` adds LoRA adapters to the same nn.Linear weights LoGRA sketches
+(`modules` regex); every other weight is frozen, as in LoRA fine-tuning, unless `dense_modules`
+names it (trained in full at `dense_lr`). The adapters and the dense weights are trained by
+dense AdamW (this class is `DenseAdam` on them), so propose/apply/perturbed, predicted-KL
+control, checkpoints and memory labels work as for dense Adam. Sync sends the adapters'
+factors (`low_rank`, the rule's own), the merged weights (`full`) or the words that changed
+(`delta`); frozen weights are never sent. `unwrap()` merges the adapters into the base
 weights and removes them, so the saved checkpoint is a plain HF model.
+
+The learning rate and each transport in full: docs/baselines.md, "LoRA".
 """
 from __future__ import annotations
 

@@ -1,27 +1,15 @@
 """Muon through the method interface: `torch.optim.Muon` on the blocks' 2-D weights, AdamW on
 the rest, as Muon's users run it.
 
-Muon (Jordan et al. 2024; Liu et al. 2025, "Muon is Scalable for LLM Training") keeps one
-momentum buffer per weight instead of Adam's two moments and steps along the orthogonalized
-momentum: B ← μB + (1 − μ)G, U = (1 − μ)G + μB (Nesterov; torch's lerps), O = NS₅(U) (five
-Newton–Schulz iterations in bf16 that push U's singular values towards 1), W ← W − lr'·O. The
-torch optimizer takes only 2-D weights, and its authors train everything else (embeddings,
-lm_head, norms) with AdamW:
-- the weights LoGRA would sketch (`modules`, the q, k, v, o, gate, up and down projections) form
-  the `torch.optim.Muon` group; every other trained parameter is `torch.optim.AdamW`'s, at
-  `dense_lr` (the config gives dense Adam's tuned lr, as for GaLore's and APOLLO's dense
-  weights), one weight at a time (`foreach=False`: on GPUs torch's default would form
-  intermediates the size of the whole AdamW set at once);
-- `adjust_lr_fn` is declared, default "match_rms_adamw" (Moonshot's lr' = 0.2·lr·√max(m, n),
-  which makes an update's RMS that of AdamW, so the lr lives on AdamW's scale and the tuning
-  sweep's anchor is dense Adam's); "original" is Keller Jordan's lr' = lr·√max(1, m/n);
-- weight decay 0, as every rule here (torch's Muon default is 0.1); momentum 0.95, Nesterov and
-  5 Newton–Schulz steps are torch's defaults.
+Muon keeps one momentum buffer per weight instead of Adam's two moments and steps along the
+orthogonalized (Newton–Schulz) momentum. The weights LoGRA would sketch (`modules`) form the
+`torch.optim.Muon` group; every other trained parameter is `torch.optim.AdamW`'s at `dense_lr`,
+one weight at a time. `adjust_lr_fn` defaults to "match_rms_adamw", so the lr lives on AdamW's
+scale; weight decay 0, as every rule here. Both optimizers step inside `propose()`
+(`baselines.torch_optimizer.TorchOptimizerRule`): the step cannot be scaled by predicted-KL
+control. The rollout engine receives every trained tensor in full. Not run under FSDP.
 
-Both optimizers step inside `propose()` (`baselines.torch_optimizer.TorchOptimizerRule`): the
-step cannot be scaled by predicted-KL control; the loop's schedule scales both lrs. The rollout
-engine receives every trained tensor in full. Not run under FSDP (torch's Muon orthogonalizes a
-whole matrix; a shard is not one).
+The update, each setting and its reason: docs/baselines.md, "Muon".
 """
 from __future__ import annotations
 

@@ -2,25 +2,15 @@
 
 GaLore, APOLLO, Adam-mini and 8-bit AdamW are used as their packages ship them: each is a
 `torch.optim.Optimizer` whose `step()` both forms and applies the update. `TorchOptimizerRule`
-is what they share through the method interface:
-
-- `propose()` records the gradient norm and runs `optimizer.step()`: the weights change here,
-  and the step it returns is None;
-- `apply(step, scale)` frees the gradients (the update is already in), so `scalable` is False
-  and predicted-KL control cannot scale these rules' steps; the loop's schedule (warmup,
-  decay) scales them as a user's lr scheduler would: `lr_scale` multiplies every param group's
-  lr for the one `step()` (the lrs as built are restored after it, so a checkpoint keeps
-  them), and `apply` accepts only that scale;
-- the state is the optimizer's `state_dict()` (pickled with whatever objects the package keeps
-  there, e.g. projectors), restored by `load_state_dict` on an optimizer built the same way;
-- `state_tensors()` lists every tensor in the optimizer's state as it is stored: a tensor
-  subclass (a quantized state such as torchao's `OptimState8bit`, which reports the dtype of
-  the weight it belongs to) is counted by the plain tensors inside it (its 8-bit codes, block
-  scales and code table), never by the dtype it shows;
-- the rollout engine receives every trained tensor in full (the `UpdateRule` default).
+is what they share through the method interface: `propose()` runs `optimizer.step()` (the
+weights change here; the step it returns is None); `apply(step, scale)` frees the gradients
+and accepts only the loop's schedule scale (`lr_scale`, applied to every param group's lr for
+the one `step()`), so `scalable` is False and predicted-KL control cannot scale these rules'
+steps; the state is the optimizer's `state_dict()`; `state_tensors()` counts a quantized state
+by the plain tensors inside it; the rollout engine receives every trained tensor in full.
 
 A subclass builds `self.optimizer` and `self.named` (the trained (name, parameter) pairs) in
-its constructor.
+its constructor. Each point in full: docs/baselines.md, "A torch optimizer as an update rule".
 """
 from __future__ import annotations
 
@@ -41,7 +31,7 @@ class TorchOptimizerRule(UpdateRule):
 
     @torch.no_grad()
     def propose(self) -> None:
-        """Runs the optimizers' step(): the weights change here (see the module docstring)."""
+        """Runs the optimizers' step(): the weights change here (see docs/baselines.md)."""
         grads = [p.grad for _, p in self.named if p.grad is not None]
         self.grad_norm = torch.linalg.vector_norm(
             torch.stack(torch._foreach_norm(grads))).item() if grads else 0.0

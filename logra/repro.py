@@ -1,23 +1,17 @@
 """Reproducible CPU runs: one instruction path and one thread, and fingerprints that show it.
 
-PyTorch, MKL and oneDNN each pick their CPU kernels by the instruction set they find (AVX-512
-with AMX on one machine, AVX2 on the next), and the kernels round differently: the same code
-and data give other bits, and a threshold-stopped SFT base or a sampled rollout turns a last-bit
-difference into a different run. `PIN` fixes all three to AVX2 (MKL in its strict conditional
-numerical reproducibility mode) and every thread pool to one thread. The settings are read when
-the libraries load, so they must be in the environment before torch is imported: the
-Snakefile puts them there for CPU configs (`reproducible: true`, the default) and every job,
-script and subprocess the workflow starts inherits them; `tests/conftest.py` does the same for
-the tests.
-
-What this covers: the same code, the same pinned library versions and data on any x86 CPU
-with AVX2. Intel documents MKL's reproducibility modes for Intel processors only, so results
-of other vendors are compared but not promised (`machine()` records the vendor). It does not
-cover GPUs (other kernels, other reduction orders), other library versions, or `threads` > 1.
+PyTorch, MKL and oneDNN each pick their CPU kernels by the instruction set they find, and the
+kernels round differently: a last-bit difference can turn into a different run. `PIN` fixes
+all three to AVX2 (MKL in its strict conditional numerical reproducibility mode) and every
+thread pool to one thread. The settings must be in the environment before torch is imported:
+the Snakefile puts them there for CPU configs (`reproducible: true`, the default), and
+`tests/conftest.py` for the tests. Covered: the same code, the same pinned library versions and
+data on any x86 CPU with AVX2 (other vendors' results are compared but not promised); not GPUs,
+other library versions, or `threads` > 1.
 
 Fingerprints are SHA-256 digests of what a stage computed, never of how long it took or how
-much memory it used: a file's bytes (data splits), a model's tensors (names, dtypes, shapes,
-bytes), a metrics table without its machine columns, an evaluation's per-sample responses.
+much memory it used. Why, what is covered and what each fingerprint digests: docs/running.md,
+"Reproducible CPU runs".
 """
 from __future__ import annotations
 

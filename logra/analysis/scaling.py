@@ -1,18 +1,15 @@
 """`snakemake scaling`: each method against the reference at every model size, and the trend.
 
-Per size and compared method (`kind` measured): the per-seed paired difference on the
-primary metric (test split) with its 95% t-interval and non-inferiority call at the task's
-margin (as the verdicts), the bases' mean and whether it lies in the declared band, the
-reference's gain over its bases, and the measured ratios to the reference (peak memory of the
-update, mean step time). Per compared method (`kind` trend): the slope of the size means of
-the per-seed differences against log10(parameters), by least squares over the sizes, with its
-95% t-interval (df = sizes − 2); the call is `undetermined` while the interval holds 0 (or is
-not defined: two sizes). The size is the unit: the seeds of one size share its model, its SFT
-schedule and its transferred step size, so their differences are not independent draws of the
-trend, and a fit over every (size, seed) would claim seeds − 2 degrees of freedom the design
-does not have (three sizes leave one). `kind` tuning and check: the
-validation tables' choices. `kind` prediction: the planner's memory ratio at the hub models'
-sizes (a prediction, not a measurement); `kind` cost: the target's CPU time against its cap.
+Per size and compared method (`kind` measured): the per-seed paired difference on the primary
+metric with its 95% t-interval and non-inferiority call at the task's margin, the bases' mean
+and band, the reference's gain over its bases, and the measured ratios to the reference. Per
+compared method (`kind` trend): the slope of the size means of the per-seed differences against
+log10(parameters), with its 95% t-interval (df = sizes − 2), `undetermined` while the interval
+holds 0. The size is the unit: the seeds of one size share its model, so their differences are
+not independent draws of the trend. `kind` tuning, check, prediction and cost: the validation
+tables' choices, the planner's memory ratio, the target's CPU time against its cap.
+
+Each kind in full, and why the size is the unit: docs/scaling.md.
 """
 from __future__ import annotations
 

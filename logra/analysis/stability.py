@@ -2,24 +2,16 @@
 applied to each stability run. It names no method and takes no number from one method's
 settings: any run meets or fails it for the same reasons.
 
-A run is stable when all four clauses hold:
-1. `ended`: it ended `ok` (not diverged by grpo's bounds, not out of memory); a run stopped by
-   them fails here and its curves stop where it stopped;
-2. `held_out`: its held-out primary metric (eval.primary on the test split, at step 0 = its
-   SFT base, at each snapshot, `grpo.snapshot_every`, and at its last step) is at no point
-   below the base's by more than `held_out.base_drop`, and at the last point not below the
-   curve's best by more than `held_out.peak_drop`;
-3. `collapse`: the exact token entropy of its own samples on `collapse.prompts` fixed test
-   prompts (logra/rl/drift.py) stays at every point at least `collapse.entropy_fraction` of
-   the base's, and its pass@k at the last point is not below its best by more than
-   `collapse.pass_drop`;
-4. `spikes`: its per-step KL on the whole batch (the loop's `kl_batch`) exceeds `spikes.factor`
-   times the median of the `spikes.window` steps before it on at most a `spikes.share` of the
-   steps that have at least `spikes.min_history` steps before them.
-A fall (clauses 2 and 3) is found where the data show it: the 95% paired t-interval over the
-test problems of the point's metric minus its reference lies wholly below −bound. The probe's
-realized KL against the controller's prediction stays as a diagnostic (`kl_calibration`), not
-a clause.
+A run is stable when all four clauses hold: `ended` (it ended `ok`, not diverged or out of
+memory); `held_out` (its held-out primary metric is at no point below the SFT base's by more
+than `held_out.base_drop`, and at the last point within `held_out.peak_drop` of the curve's
+best); `collapse` (the token entropy of its own samples stays at least
+`collapse.entropy_fraction` of the base's, and its last pass@k within `collapse.pass_drop` of
+its best); `spikes` (its per-step KL exceeds `spikes.factor` times the median of the steps
+before it on at most a `spikes.share` of the steps). A fall is found where the data show it:
+the 95% paired t-interval over the test problems lies wholly below −bound. The probe's realized
+KL against the controller's prediction is a diagnostic (`kl_calibration`), not a clause.
+Each clause in full: docs/stability.md.
 """
 from __future__ import annotations
 

@@ -1,23 +1,17 @@
 """One point of the memory and speed sweep: the same GRPO step, one method, one model size.
 
 `measure(size_options, method, shape)` builds a randomly initialised tiny-config decoder of the
-given size (character vocabulary), a fixed batch of `batch` sequences (prompt_len prompt tokens
-+ completion_len completion tokens, random advantages) and runs the GRPO step as the trainer
-does: a rollout (`generate` of completion_len tokens for the batch's prompts, timed; on CPU the
-engine lives in another process, so its memory is not part of the trainer's peak) and the update
-(`logra.rl.step.update_step`: forward/backward over micro-batches, propose, KL control when
-configured, apply, realized KL on the probe), then the sync payload. Step 1 warms up (LoGRA
-builds its bases, GaLore its projections), step 2 is measured with `MemoryMeter` (peak and
-breakdown), steps 3.. are timed (median). On CUDA, `train_peak_mean_bytes` is the authors'
-memory statistic (`memory/train_peak_allocated_gib`): the allocator's peak during each update
-call (rollout excluded), averaged over the updates after the warm-up. Beside the measurement:
-the planner's prediction (`logra.measure.planner.plan`, fp32 storage, the compute dtype, one
-device) and its relative error.
+given size and a fixed batch, and runs the GRPO step as the trainer does: a timed rollout (on
+CPU the engine lives in another process, so its memory is not part of the trainer's peak), the
+update (`logra.rl.step.update_step`), then the sync payload. Step 1 warms up, step 2 is measured
+with `MemoryMeter` (peak and breakdown), steps 3.. are timed (median); on CUDA,
+`train_peak_mean_bytes` is the authors' memory statistic. Beside the measurement: the planner's
+prediction (`logra.measure.planner.plan`) and its relative error.
 
-With a memory budget the point records `status: oom` and what it needed instead of failing:
-on CUDA the allocator is capped at the budget (`torch.OutOfMemoryError` is caught); on CPU the
-measured peak is compared with the budget after the fact (labelled `oom_check: measured peak
-vs budget`).
+With a memory budget the point records `status: oom` and what it needed instead of failing.
+
+The batch, the step's phases, the CUDA statistic and the budget check in full: docs/memory.md,
+"One point of the memory sweep".
 """
 from __future__ import annotations
 

@@ -2,22 +2,16 @@
 
 `train_grpo(model, tokenizer, task, rows, logra=...)` runs TRL's own GRPO loop (generation
 with the training model's `generate`, no vLLM) for a few steps on the CPU and returns what it
-measured. The pieces it is made of are what a TRL user needs: `reward_function(task)` (a task's
-reward with TRL's reward-function signature), `prompt_dataset(rows)`, and LoGRA passed as
-`optimizers=(LoGRAOptimizer(model, ...), scheduler)` to a GRPOTrainer with
-`LoGRATrainerMixin` (logra/optim/optimizer.py), which counts each micro-batch's completion tokens
-(LoGRA's T), hands the step's first micro-batch to LoGRA's predicted-KL controller and logs ‖S‖
-as the `grad_norm`. TRL samples with the policy itself (no engine of its own here), so the
-controller sees no mismatch and its budget is the scheduled one.
+measured. Its pieces are what a TRL user needs: `reward_function(task)`, `prompt_dataset(rows)`
+and LoGRA passed as `optimizers=(LoGRAOptimizer(model, ...), scheduler)` to a GRPOTrainer with
+`LoGRATrainerMixin` (logra/optim/optimizer.py). `StepMemory` measures one optimizer step with
+the project's meter (logra/measure/memory.py); rollouts are made for `ROLLOUT_STEPS` optimizer
+steps at once, so that the measured step generates nothing. Deviation from the harness's loop,
+stated: those steps train on rollouts of the policy one update older (TRL's clipped importance
+ratio corrects for it), where the harness generates afresh for every update.
 
-Memory: `StepMemory` measures one optimizer step with the project's meter (logra/measure/memory.py),
-from the trainer's `on_step_begin` to its `on_step_end`: the forward and backward passes of
-every micro-batch, the clipping and the optimizer step. Rollouts are made for
-`ROLLOUT_STEPS` optimizer steps at once (`steps_per_generation`), so that every second step,
-the measured one among them, generates nothing: its peak is the update's, as the harness
-measures it (logra/rl/loop.py), and the same for both methods. Deviation from the harness's
-loop, stated: those steps train on rollouts of the policy one update older (TRL's clipped
-importance ratio corrects for it), where the harness generates afresh for every update.
+What the mixin does and what the step's measurement covers: docs/optimizer.md, "In TRL's
+GRPOTrainer".
 """
 from __future__ import annotations
 

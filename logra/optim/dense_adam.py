@@ -1,25 +1,17 @@
 """Dense AdamW, split into propose/apply so step control can sit between the two phases.
 
-The update is textbook AdamW (decoupled weight decay, bias correction). The one deviation from
-`torch.optim.AdamW` is the split: `propose()` updates the moments and writes the step
--lr * (m̂ / (√v̂ + eps) + wd * W) into each parameter's `.grad` buffer (the gradient is no
-longer needed once the moments have it), so the split costs no extra memory; `apply(step, scale)`
-adds scale * step and frees the buffers. Peak memory is therefore that of AdamW itself:
-weights + gradients + two moments.
-
-A non-finite gradient is not Adam's business either: it never reaches the moments (propose
-returns a NaN step and leaves them, and t, as they were; KL control then answers η = 0), and
-`apply(step, 0)` leaves the weights as they are (a plain `add_(NaN, alpha=0)` would not).
-
-`perturbed(step, eta)` lets the model compute with θ + η·step for a probe forward (predicted-KL
-control) and restores θ exactly from a saved copy of the weights: for dense Adam, KL control
-costs one transient copy of the trained weights.
+The update is textbook AdamW (decoupled weight decay, bias correction); the one deviation from
+`torch.optim.AdamW` is the split: `propose()` updates the moments and writes the step into each
+parameter's `.grad` buffer, `apply(step, scale)` adds scale * step and frees the buffers, so
+peak memory is that of AdamW itself. A non-finite gradient never reaches the moments (propose
+returns a NaN step) and `apply(step, 0)` leaves the weights as they are. `perturbed(step, eta)`
+restores θ exactly from a saved copy of the weights (for KL control, one transient copy).
 
 Dense Adam is the reference every other rule is compared with, and LoGRA trains its unsketched
-parameters with it (`for_params`). `train_only` (a regex over module names) trains the weights
-of the nn.Linear modules it matches and freezes every other parameter, as LoGRA does: with
-LoGRA's target pattern it is the control that separates the update rule from the trainable
-set (config `dense_adam_targets`).
+parameters with it (`for_params`). `train_only` (a regex over module names) trains only the
+nn.Linear modules it matches: with LoGRA's target pattern it is the control that separates the
+update rule from the trainable set (config `dense_adam_targets`).
+The two phases, the non-finite case and the memory in full: docs/rules.md, "Dense AdamW".
 """
 from __future__ import annotations
 

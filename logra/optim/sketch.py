@@ -1,25 +1,17 @@
 """Low-rank gradient sketches: the side, the basis, sketch and lift for one weight W (m x n).
 
-Side: the basis lives on the smaller dimension. m < n: left basis Q (m x r), sketch S = QᵀG
-(r x n), lift(N) = QN. Otherwise right basis Q (n x r), S = GQ (m x r), lift(N) = NQᵀ.
-Square matrices take the right side, as galore-torch does, so the two can be compared exactly.
-
-Basis: a randomized range finder (Halko, Martinsson & Tropp 2011, Alg. 4.1) in one pass:
-Y = AΩ for A = G (left) or Gᵀ (right) and a Gaussian Ω of k = r + p columns (oversampling p),
-then Q = the top-r left singular vectors of YΩ⁺ = AΩΩ⁺, the least-squares estimate of A from
-Y. Y is linear in G, so the sketches of the micro-batches' gradients add up to the sketch of
-the batch's (Ω is drawn again from its seed wherever it is needed, never stored) and no
-gradient is needed twice. Deviations from the two-pass algorithm, which needs A again: no
-power iterations, and YΩ⁺'s top-r singular vectors stand in for the rotation onto the top-r
-left singular vectors of orth(Y)ᵀA, so k is not capped at d (YΩ⁺ = A once k = cols(A)).
-Cost O(mn(r + p)). Under FSDP (`rows=`: a row block of G, right side) each rank sketches its
-block with its rows of the same Ω and the partial Ys are summed (one all-reduce of n x k);
-every rank gets the same Q. `basis="svd"` takes the top-r singular vectors of a full SVD as
-galore-torch does (U[:, :r] on the left, Vh[:r].T on the right), for comparisons on equal
-terms.
+The basis lives on the smaller dimension (square matrices take the right side, as galore-torch
+does): a left basis Q (m x r) with sketch S = QᵀG and lift(N) = QN, or a right basis Q (n x r)
+with S = GQ and lift(N) = NQᵀ. The basis comes from a one-pass randomized range finder (Halko,
+Martinsson & Tropp 2011, Alg. 4.1): Y = AΩ is linear in G, so the sketches of the micro-batches'
+gradients add up to the sketch of the batch's and no gradient is needed twice (Ω is drawn again
+from its seed wherever it is needed, never stored). Under FSDP the ranks' partial Ys are summed
+and every rank gets the same Q. `basis="svd"` takes the top-r singular vectors of a full SVD as
+galore-torch does, for comparisons on equal terms.
 
 Beside them, the low-rank arithmetic the trainer and the rollout engine share, so both apply
 a step the same way: `subtract_projected_` (LoGRA's W −= D·A) and `lora_merged`.
+The range finder, its deviations and its cost: docs/rules.md, "Low-rank gradient sketches".
 """
 from __future__ import annotations
 

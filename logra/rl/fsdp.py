@@ -2,19 +2,15 @@
 
 `grpo.nproc_per_node` > 1 starts the run as `torchrun --nproc-per-node N -m logra.rl.loop ...`
 (workflow/scripts/train.py does). Every rank then holds a row shard (dim 0) of every weight, as
-DTensors, and of every optimizer tensor built from them:
-
-- the model is built on the meta device and sharded; only rank 0 reads the checkpoint;
-- rank 0 alone owns the rollout engine; the rollouts it generates are broadcast to all ranks;
-- every global micro-batch of `micro_batch_size x world` sequences is split between the ranks,
-  so a 2-rank run with micro-batch b computes what one process computes with micro-batch 2b;
-  gradients are reduce-scattered so that each rank gets its block of the batch's gradient;
-- update rules see sharded gradients in their hooks; LoGRA keeps its sketches local (see
-  logra/optim/logra_rule.py), dense Adam's moments are DTensors, so each rank holds 1/world of them;
-- sync payloads and the saved checkpoint are gathered to full tensors, and rank 0 sends/writes.
+DTensors, and of every optimizer tensor built from them. Only rank 0 reads the checkpoint and
+owns the rollout engine; every global micro-batch is split between the ranks and gradients are
+reduce-scattered; sync payloads and the saved checkpoint are gathered to full tensors, and
+rank 0 sends/writes.
 
 With one process nothing here does anything: `init` returns None and the helpers are identities,
 so the single-process code path is the same code.
+
+Each piece in full: docs/running.md, "One run over a node's GPUs".
 """
 from __future__ import annotations
 

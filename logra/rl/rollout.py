@@ -4,16 +4,11 @@ An engine owns its own copy of the weights, in its own process, exactly as vLLM 
 the trainer never shares tensors with it and changes them only through sync payloads
 (`logra/rl/weight_sync.py`). `HFRolloutEngine` runs Hugging Face `generate` in a spawned subprocess
 and talks to it over a pipe; `VLLMRolloutEngine` runs vLLM on a GPU. Every engine offers
+`generate`, `sync`, `state_dict` and `close`, and raises `EngineError` when the engine fails,
+dies or does not answer in time: a call to the HF engine's process waits at most
+max(`timeout_s`, `timeout_factor` x the longest earlier call of the same kind).
 
-    generate(prompts, n, max_new_tokens, temperature, seed) -> list[Rollout]
-    sync(payload) -> bytes sent (the length of `logra.rl.weight_sync.serialize(payload)`)
-    state_dict() -> the engine's weights (for tests and drift checks)
-    close()
-
-and raises `EngineError` when the engine fails, dies or does not answer in time: a call to the
-HF engine's process waits at most max(`timeout_s`, `timeout_factor` x the longest earlier call
-of the same kind), so a slow machine does not misfire and a stopped engine cannot hang the
-trainer (the engine is then killed).
+The interface's signatures and the time limit in full: docs/running.md, "Rollout engines".
 """
 from __future__ import annotations
 
@@ -138,8 +133,8 @@ class HFRolloutEngine:
     re-imports the caller's main script: a Snakemake script would run again) and talks over a
     multiprocessing pipe whose child end it inherits. Every call is sent and its reply read by
     helper threads (a large payload blocks on a full pipe, an engine stopped mid-reply blocks
-    the read) while this one watches them, the process and the clock: see the module docstring
-    for the time limit.
+    the read) while this one watches them, the process and the clock: see docs/running.md,
+    "Rollout engines", for the time limit.
     """
 
     def __init__(self, model_dir: str, dtype: str = "float32", threads: int = 1,
