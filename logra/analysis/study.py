@@ -1,20 +1,16 @@
 """The study (`snakemake study`, config `study`): a few arms at the LoGRA authors' horizon, each
 tuned there on the validation split, then compared on the test split over enough seeds.
 
-1. `study_plan`, before any test run: each arm's choice from its grid (the lr sweep's table
-   and bracket rule, workflow/rules/sweep.smk); the test seeds, max(min, n) capped at max,
-   where n is the most any contrast needs for a 95% half-width ≤ `half_width` at the spread of
-   its per-seed differences on the validation seeds at the chosen points (`seeds_for`); and
-   the analysis, frozen as the default target's is (`logra.analysis.verdict.analysis_plan`):
-   the primary metric at the last update, the declared margin (results/margin.csv), the gate,
-   paired per-seed t-intervals and the three answers Holm-adjusted over the contrasts.
-2. `study_tables`, after: the verdicts at the last update (primary) and at the snapshot
-   (secondary), every run's row (`summary_table`, the arm as its method), and the secondary
-   endpoints' paired differences (`secondary_table`: every other protocol's accuracy and
-   pass@k, token entropy, update cosine, measured peak): descriptive, unadjusted.
-Contrasts (`contrasts`): every arm against the reference, then each later arm against each
-earlier one (dense AdamW, dense AdamW on LoGRA's weights, LoGRA: LoGRA against the second is
-the update rule on the same weights).
+1. `study_plan`, before any test run: each arm's choice from its grid (the lr sweep's table and
+   bracket rule); the test seeds, max(min, n) capped at max, n the most any contrast needs for
+   a 95% half-width ≤ `half_width` at its validation seeds' spread (`seeds_for`); the analysis,
+   frozen as the default target's (`logra.analysis.verdict.analysis_plan`): the primary metric
+   at the last update, the declared margin, the gate, paired per-seed t-intervals, the three
+   answers Holm-adjusted over the contrasts.
+2. `study_tables`, after: the verdicts at the last update (primary) and the snapshot, every
+   run's row, and the secondary endpoints' paired differences (`secondary_table`), unadjusted.
+Contrasts: every arm against the reference, then each later arm against each earlier one
+(dense AdamW, on LoGRA's weights, LoGRA: the last pair is the update rule on the same weights).
 """
 from __future__ import annotations
 
