@@ -202,11 +202,11 @@ class UpdateRule:
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
-    """Sum of the ``nbytes`` of the *unique* storages behind ``tensors``.
+    """Sum of the `nbytes` of the *unique* storages behind `tensors`.
 
     Tensors sharing a storage (tied embeddings, views) are counted once; a view counts its whole
-    storage; a sharded DTensor counts this rank's shard.  ``None`` entries are skipped.  Tensors
-    without a regular storage (sparse, nested, ...) fall back to ``numel * element_size``.
+    storage; a sharded DTensor counts this rank's shard.  `None` entries are skipped.  Tensors
+    without a regular storage (sparse, nested, ...) fall back to `numel * element_size`.
     """
     seen: set[tuple[str, int]] = set()
     total = 0
