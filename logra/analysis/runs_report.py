@@ -316,7 +316,7 @@ def _study(inputs: ReportInputs) -> list[str]:
     need = ("unknown (fewer than two validation seeds)" if needed != needed else
             f"{needed:g}" + (f", above the cap of {rule['max']}" if rule["capped"] else ""))
     out = _section("Study: the arms at the authors' horizon", f"{where}/analysis_plan.json, "
-                   f"{where}/lr_sweep.csv", f"{', '.join(arms)} on {plan['task']}, {last} "
+                   f"{where}/tuned/", f"{', '.join(arms)} on {plan['task']}, {last} "
                    "updates each, every arm tuned at that horizon on the validation split "
                    f"(seeds {', '.join(map(str, rule['validation_seeds']))}) by the lr sweep's "
                    f"grid and bracket rule, then run on {rule['n']} test seeds (at least "
@@ -328,7 +328,9 @@ def _study(inputs: ReportInputs) -> list[str]:
                     "chosen": [f"{c['value']:g}" for c in arms.values()],
                     "bracketed": ["yes" if c["bracketed"] else "no (on an edge)"
                                   for c in arms.values()],
-                    "validation accuracy": _fmt([c["val_accuracy"] for c in arms.values()])})
+                    "validation accuracy": _fmt([c["val_accuracy"] for c in arms.values()]),
+                    "chosen by": ["this run's grid" if not c.get("adopted") else
+                                  "its grid, adopted (study.tuned)" for c in arms.values()]})
     out += ["", "Validation spread per contrast (sd of the per-seed differences; the seeds it "
             "asks for): " + "; ".join(f"{k}: {c['sd']:.4f}; {c['seeds_needed']}"
                                      for k, c in rule["contrasts"].items()) + "."]

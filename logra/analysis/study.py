@@ -2,7 +2,7 @@
 tuned there on the validation split, then compared on the test split over enough seeds.
 
 1. `study_plan`, before any test run: each arm's choice from its grid (the lr sweep's table and
-   bracket rule); the test seeds, max(min, n) capped at max, n the most any contrast needs for
+   bracket rule: `arm_choice`), or as `study.tuned` adopted it (`adopted_choice`); the test seeds, max(min, n) capped at max, n the most any contrast needs for
    a 95% half-width ≤ `half_width` at its validation seeds' spread (`seeds_for`); the analysis,
    frozen as the default target's (`logra.analysis.verdict.analysis_plan`): the primary metric
    at the last update, the declared margin, the gate, paired per-seed t-intervals, the three
@@ -14,6 +14,7 @@ Contrasts: every arm against the reference, then each later arm against each ear
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -21,8 +22,7 @@ import numpy as np
 import pandas as pd
 
 from logra.analysis.tables import eval_columns, summary_table
-from logra.analysis.verdict import (analysis_plan, paired_difference, per_problem, t_interval,
-                                    t_quantile, verdicts)
+from logra.analysis.verdict import analysis_plan, t_interval, t_quantile, verdicts
 
 
 def contrasts(arms: list[str], reference: str) -> list[tuple[str, str]]:
@@ -47,42 +47,63 @@ def seeds_for(d, half_width: float, level: float = 0.95, most: int = 10_000) -> 
     return math.inf
 
 
-def choices(table: pd.DataFrame, points: dict[str, tuple[str, float]]) -> dict[str, dict]:
-    """{arm: its choice}: the chosen row of each arm's grid (`lr_sweep_table`), as the run
-    method of that point (`points`: {run method: (arm, value)}), its knob, value, validation
-    accuracy and whether the bracket rule bracketed it. An arm without a choice (no point whose
-    every seed finished) is an error that names it."""
-    names = {(arm, value): name for name, (arm, value) in points.items()}
-    out = {}
-    for arm in dict.fromkeys(a for a, _ in points.values()):
-        best = table[(table["method"] == arm) & table["chosen"]]
-        if not len(best):
-            raise ValueError(f"study.arms.{arm}: no point of its grid finished on every "
-                             "validation seed, so none can be chosen (results/study/lr_sweep.csv)")
-        r = best.iloc[0]
-        out[arm] = {"method": names[arm, float(r["lr"])], "option": str(r["option"]),
-                    "value": float(r["lr"]), "bracketed": bool(r["bracketed"]),
-                    "val_accuracy": float(r["val_accuracy_mean"])}
-    return out
+def arm_choice(table: pd.DataFrame, points: dict[str, tuple[str, float]], arm: str,
+               val_evals: dict[tuple[str, int], str | Path], configs: dict[str, dict]) -> dict:
+    """An arm's choice on the validation split, the record `study.tuned` adopts
+    (results/study/tuned/{arm}.yaml): the chosen row of its grid (`lr_sweep_table` of its last
+    window; `points`: {run method: (arm, value)}) as the run method of that point, its knob,
+    value, mean validation accuracy and whether the bracket rule bracketed it; the accuracy at
+    each validation seed (`val_evals`: (run method, seed) -> its evaluation), the window's
+    scores, and the chosen point's method config (`configs`), which the adopted record must
+    still match. An arm without a choice (no point whose every seed finished) is an error that
+    names it."""
+    names = {(a, value): name for name, (a, value) in points.items()}
+    t = table[table["method"] == arm]
+    best = t[t["chosen"]]
+    if not len(best):
+        raise ValueError(f"study.arms.{arm}: no point of its grid finished on every validation "
+                         "seed, so none can be chosen (results/study/tuned/)")
+    r = best.iloc[0]
+    method = names[arm, float(r["lr"])]
+    seeds = sorted(s for m, s in val_evals if m == method)
+    return {"method": method, "option": str(r["option"]), "value": float(r["lr"]),
+            "bracketed": bool(r["bracketed"]), "metric": str(r["metric"]),
+            "val_accuracy": float(r["val_accuracy_mean"]),
+            "by_seed": {int(s): float(json.loads(Path(val_evals[method, s]).read_text())[
+                "accuracy"]) for s in seeds},
+            "scores": [[float(v), None if pd.isna(a) else float(a)]
+                       for v, a in zip(t["lr"], t["val_accuracy_mean"])],
+            "config": configs[method]}
 
 
-def study_plan(table: pd.DataFrame, points: dict[str, tuple[str, float]],
-               val_evals: dict[tuple[str, int], str | Path], study: dict, pool: list[int],
-               margins: pd.DataFrame, spec: dict) -> dict:
-    """results/study/analysis_plan.json (the module docstring, 1). `table`: the study grids'
-    lr sweep table; `val_evals`: (run method, validation seed) -> its validation evaluation;
-    `pool`: the candidate test seeds in order (at least `study.seeds.max`); `margins`:
-    results/margin.csv; `spec`: `analysis_plan`'s eval, verdict, n_test and steps (by arm),
-    and `configs`, every point's method config (the chosen ones' are frozen)."""
-    chosen = choices(table, points)
+def adopted_choice(record: dict, points: dict[str, tuple[str, float]], arm: str) -> dict:
+    """`study.tuned.<arm>`, `arm_choice`'s record as the config adopted it (checked against the
+    arm's grid when the config is read: logra.harness.derived.add_study_methods), with the run
+    method of its point."""
+    method = {(a, value): name for name, (a, value) in points.items()}[arm, record["value"]]
+    return {"method": method, **record,
+            "by_seed": {int(s): float(a) for s, a in record["by_seed"].items()}}
+
+
+def study_plan(arms: dict[str, dict], study: dict, pool: list[int], margins: pd.DataFrame,
+               spec: dict) -> dict:
+    """results/study/analysis_plan.json (the module docstring, 1). `arms`: {arm: its choice}
+    (`arm_choice`, or `adopted_choice` for an arm `study.tuned` adopted); `pool`: the candidate
+    test seeds in order (at least `study.seeds.max`); `margins`: results/margin.csv; `spec`:
+    `analysis_plan`'s eval, verdict, n_test and steps (by arm), and `configs`, every point's
+    method config (the chosen ones' are frozen). A contrast's per-seed difference at a
+    validation seed is the difference of the two arms' accuracies there (the mean of the paired
+    per-problem differences: every arm is scored on the same validation problems)."""
+    chosen = {arm: arms[arm] for arm in study["arms"]}
     pairs = contrasts(list(study["arms"]), study["reference"])
-    val_seeds = sorted({s for m, s in val_evals if m == chosen[study["reference"]]["method"]})
+    val_seeds = sorted(chosen[study["reference"]]["by_seed"])
+    for arm, c in chosen.items():
+        if sorted(c["by_seed"]) != val_seeds:
+            raise ValueError(f"study.arms.{arm}: chosen on validation seeds {sorted(c['by_seed'])}"
+                             f", the reference on {val_seeds}: the arms are compared by seed")
     need = {}
     for a, b in pairs:
-        d = [float(paired_difference(per_problem(val_evals[chosen[a]["method"], s]),
-                                     per_problem(val_evals[chosen[b]["method"], s]),
-                                     f"{a} vs {b}, validation seed {s}").mean())
-             for s in val_seeds]
+        d = [chosen[a]["by_seed"][s] - chosen[b]["by_seed"][s] for s in val_seeds]
         need[f"{a} - {b}"] = {"by_seed": d, "sd": float(np.std(d, ddof=1)),
                               "seeds_needed": seeds_for(d, study["seeds"]["half_width"])}
     bounds = study["seeds"]
@@ -100,7 +121,9 @@ def study_plan(table: pd.DataFrame, points: dict[str, tuple[str, float]],
     return plan | {
         "frozen": "before any test run of the study: every results/study/eval/ job waits for "
                   "this file",
-        "task": study["task"], "arms": chosen,
+        "task": study["task"],
+        "arms": {arm: {k: v for k, v in c.items() if k != "config"} | {
+            "adopted": arm in (study.get("tuned") or {})} for arm, c in chosen.items()},
         "endpoints": {"primary": f"{plan['primary_metric']['protocol']} accuracy at the last "
                                  "update", "snapshot": study["snapshot"],
                       "secondary": "the same at the snapshot; every other protocol's accuracy "

@@ -193,7 +193,8 @@ def _check_stability(config: dict) -> None:
 
 def _check_study(config: dict) -> None:
     """`study`'s arms are tuned on one of lr_sweep's tasks and each saves the snapshot the
-    study scores; its reference is an arm; its seed bounds are ordered."""
+    study scores; its reference is an arm; its seed bounds are ordered; an adopted choice
+    (`tuned`) is an arm's, made by the primary metric on lr_sweep's seeds."""
     st = config.get("study")
     if not st:
         return
@@ -220,6 +221,16 @@ def _check_study(config: dict) -> None:
             raise ConfigError(f"methods.{arm}.grpo: snapshot_every {every} and steps "
                               f"{g['steps']}, but study.snapshot ({st['snapshot']}) needs a "
                               "snapshot at that update, before the last")
+    for arm, record in st.get("tuned", {}).items():
+        if arm not in st["arms"]:
+            raise ConfigError(f"study.tuned.{arm}: not one of study.arms ({', '.join(st['arms'])})")
+        if record["metric"] != config["eval"]["primary"]:
+            raise ConfigError(f"study.tuned.{arm}.metric: chosen by {record['metric']!r}, but "
+                              f"eval.primary is {config['eval']['primary']!r}")
+        if sorted(record["by_seed"]) != sorted(config["lr_sweep"]["seeds"]):
+            raise ConfigError(f"study.tuned.{arm}.by_seed: chosen on seeds "
+                              f"{sorted(record['by_seed'])}, not lr_sweep.seeds "
+                              f"{config['lr_sweep']['seeds']}")
 
 
 def _check_scaling(config: dict, fit_rules: bool = True) -> None:

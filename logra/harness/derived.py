@@ -239,7 +239,27 @@ def add_study_methods(config: dict) -> dict[str, Grid]:
                                   f"{value} is already a method")
             config["methods"][name] = {**copy.deepcopy(base),
                                        "options": cls.tuned(dict(base.get("options", {})), value)}
+        _check_study_tuned(config, arm, grid)
     return grids
+
+
+def _check_study_tuned(config: dict, arm: str, grid: Grid) -> None:
+    """An arm's adopted choice (`study.tuned.<arm>`, results/study/tuned/<arm>.yaml as its grid
+    wrote it) is a point of its grid, chosen under the method config that point has now: else
+    an error that names the key and says to run the grid again."""
+    record = ((config["study"].get("tuned") or {})).get(arm)
+    if record is None:
+        return
+    name = next((n for n, (_, v) in grid.points().items() if v == record["value"]), None)
+    if name is None:
+        raise ConfigError(f"study.tuned.{arm}.value: {record['value']:g} is not a point of its "
+                          f"grid ({', '.join(f'{v:g}' for v in grid.values.values())})")
+    now = config["methods"][name]
+    if record["config"] != now:
+        differ = [k for k in sorted(set(record["config"]) | set(now))
+                  if record["config"].get(k) != now.get(k)]
+        raise ConfigError(f"study.tuned.{arm}: chosen under another config of {name} (it differs "
+                          f"in {', '.join(differ)}): remove the entry to run the arm's grid again")
 
 
 def study_seeds(config: dict, n: int) -> list[int]:

@@ -52,7 +52,7 @@ class Plan:
     - `paper`: the config has the paper's memory sweep, planner and stability runs;
     - `sweep`: {name: (method, lr)}, every point of every anchor's grid; `grids`: {table:
       {method: its Grid}}, the tuning grids of results/lr_sweep.csv (`lr_sweep`: those of
-      `swept`), of results/scaling/lr_sweep.csv (`scaling`) and of results/study/lr_sweep.csv
+      `swept`), of results/scaling/lr_sweep.csv (`scaling`) and of results/study/tuned/
       (`study`, its arms'); `regimes`: {sync regime: its methods};
       `scaling`: the scaling study's methods (`Scaling`);
     - `margin_runs`: {task: the lr sweep's run of the reference that sets its margin}, run at
@@ -60,9 +60,9 @@ class Plan:
     - `runs`: every target's runs as "task/method/seedN": `grid` (run_methods), `ablations`
       (the grid and the ablation methods), `reinforce`, `long` (the default target's stability
       runs), `stability_seeds`, `controller`, `lr_sweep`, `sync_regime`, `scaling_sweep`,
-      `scaling_grid`, `scaling_check`, `study_sweep` (the study grids' declared points; its
-      test runs are known once its plan is frozen: workflow/rules/study.smk), and `trained`:
-      every GRPO run of the default target."""
+      `scaling_grid`, `scaling_check`, `study_sweep` (the declared points of the study grids
+      `study.tuned` has not adopted; its test runs are known once its plan is frozen:
+      workflow/rules/study.smk), and `trained`: every GRPO run of the default target."""
     config: dict
     derived: dict[str, str]
     tasks: list[str]
@@ -246,7 +246,9 @@ def _runs(config, tasks, methods, ablations, seeds, grids, scaling,
             "sync_regime": sync_regime_runs(config), "scaling_sweep": sc["sweep"],
             "scaling_grid": sc["grid"], "scaling_check": sc["check"],
             "study_sweep": _cross([(config.get("study") or {}).get("task")] if study else [],
-                                  declared(study), lr.get("seeds", [0]))}
+                                  declared({arm: g for arm, g in study.items() if arm not in
+                                            config["study"].get("tuned", {})}),
+                                  lr.get("seeds", [0]))}
 
 
 def _default_benchmarks(plan: Plan) -> list[str]:

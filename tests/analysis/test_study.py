@@ -6,8 +6,10 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
-from logra.analysis.study import contrasts, seeds_for, study_plan, study_tables
+from logra.analysis.study import (adopted_choice, arm_choice, contrasts, seeds_for,
+                                  study_plan, study_tables)
 from logra.analysis.tuning import lr_sweep_table
 from logra.analysis.verdict import t_quantile
 from logra.files import write_json
@@ -72,17 +74,26 @@ STUDY = {"task": "t", "arms": {"d": 5e-5, "x": 5e-5, "l": 2e-4}, "reference": "d
          "snapshot": 2, "seeds": {"min": 2, "max": 9, "half_width": 0.02}}
 
 
-def _plan(tmp_path, val, study=STUDY):
+MARGINS = pd.DataFrame([{"task": "t", "margin": 0.025, "source": "s", "val_gain_mean": 0.05,
+                         "val_gain_by_seed": "", "val_seeds": 3, "val_problems": PROBLEMS,
+                         "lr": 1e-4, "metric": "sampled"}])
+
+
+def _choices(tmp_path, val, study=STUDY):
+    """Each arm's choice from its grid (`arm_choice`), the grid's points and the spec."""
     points, runs, evals, by_run = _study_sweep(tmp_path, val)
     table = lr_sweep_table(runs, evals, points, dict.fromkeys(study["arms"], "lr"))
-    margins = pd.DataFrame([{"task": "t", "margin": 0.025, "source": "s", "val_gain_mean": 0.05,
-                             "val_gain_by_seed": "", "val_seeds": 3, "val_problems": PROBLEMS,
-                             "lr": 1e-4, "metric": "sampled"}])
     spec = {"eval": EVAL, "verdict": VERDICT, "n_test": PROBLEMS,
             "steps": dict.fromkeys(study["arms"], 4),
             "configs": {name: {"rule": arm, "options": {"lr": v}}
                         for name, (arm, v) in points.items()}}
-    return study_plan(table, points, by_run, study, list(range(20, 40)), margins, spec)
+    return {arm: arm_choice(table, points, arm, by_run, spec["configs"])
+            for arm in study["arms"]}, points, spec
+
+
+def _plan(tmp_path, val, study=STUDY):
+    arms, _, spec = _choices(tmp_path, val, study)
+    return study_plan(arms, study, list(range(20, 40)), MARGINS, spec)
 
 
 def test_the_plan_freezes_each_arms_best_point_and_the_seeds_its_spread_asks_for(tmp_path):
@@ -112,6 +123,28 @@ def test_a_small_spread_asks_for_the_minimum(tmp_path):
     plan = _plan(tmp_path, val)
     assert plan["seeds_rule"]["needed"] == 2 and plan["seeds"] == [20, 21]
     assert not plan["seeds_rule"]["capped"]
+
+
+def test_an_adopted_choice_freezes_the_plan_its_grid_would(tmp_path):
+    """An arm's record (`arm_choice` as results/study/tuned/<arm>.yaml writes it, through
+    YAML), adopted under study.tuned, gives the plan its grid gives: the same choice, the same
+    per-seed validation accuracies, so the same seeds; only `adopted` says where it came from."""
+    val = {}
+    for seed, (dx, dl) in enumerate([(0.0, 0.05), (0.025, 0.1), (0.05, 0.0)]):
+        for k in (0, 1):
+            val |= {("d", k, seed): 0.3 + 0.1 * k, ("x", k, seed): 0.3 + 0.1 * k + dx,
+                    ("l", k, seed): 0.4 - 0.1 * k + dl}
+    arms, points, spec = _choices(tmp_path, val)
+    assert arms["l"]["value"] == 1e-4 and not arms["l"]["bracketed"]
+    assert arms["x"]["by_seed"] == pytest.approx({0: 0.4, 1: 0.425, 2: 0.45})
+    record = yaml.safe_load(yaml.safe_dump({k: v for k, v in arms["x"].items()
+                                            if k != "method"}))
+    adopted = dict(arms, x=adopted_choice(record, points, "x"))
+    study = STUDY | {"tuned": {"x": record}}
+    fresh = study_plan(arms, STUDY, list(range(20, 40)), MARGINS, spec)
+    plan = study_plan(adopted, study, list(range(20, 40)), MARGINS, spec)
+    assert plan["arms"]["x"].pop("adopted") and not fresh["arms"]["x"].pop("adopted")
+    assert plan == fresh
 
 
 def test_the_tables_compare_the_arms_at_each_update_by_seed(tmp_path):

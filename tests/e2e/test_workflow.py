@@ -87,10 +87,10 @@ PLANNED = [
                  "lr_sweep_eval": 36 + 18 + 3, "scaling_eval_base": 9, "tuning_round": 2,
                  "scaling_validation": 2, "scaling_table": 1, "scaling_figure": 1}),
     # opt-in: the study's 3 arms x 6 declared points x the sweep's 3 seeds at 200 updates, each
-    # grid's first round of the bracket rule, the margin's runs; then its plan (the test runs
-    # are known once it is frozen)
+    # grid's first round of the bracket rule, the margin's runs; then each arm's choice and the
+    # plan (the test runs are known once it is frozen)
     ("study", {"base": 6, "train": 54 + 3, "lr_sweep_eval": 57, "tuning_round": 3,
-               "study_plan": 1, "study_table": 1, "stamp": 4}),
+               "study_tuned": 3, "study_plan": 1, "study_table": 1, "stamp": 4}),
 ]
 
 
@@ -340,10 +340,12 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
                              capture_output=True, text=True, timeout=1200)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     plan = json.loads((tmp_path / "results/study/analysis_plan.json").read_text())
-    sweep = pd.read_csv(tmp_path / "results/study/lr_sweep.csv")
+    records = {}
     for arm, choice in plan["arms"].items():
-        best = sweep[(sweep["method"] == arm) & sweep["chosen"]].iloc[0]
-        assert choice["value"] == best["lr"] and choice["method"].startswith(f"{arm}_lr")
+        records |= yaml.safe_load((tmp_path / f"results/study/tuned/{arm}.yaml").read_text())
+        best = max(records[arm]["scores"], key=lambda p: p[1])  # the grid's best point
+        assert choice["value"] == records[arm]["value"] == best[0] and not choice["adopted"]
+        assert choice["method"].startswith(f"{arm}_lr")
     rule = plan["seeds_rule"]
     assert rule["n"] == 2 and plan["seeds"] == [3, 4]  # seeds 0-1 chose, 2 set the margin
     evals = list((tmp_path / "results/study/eval").rglob("*.json"))
@@ -361,6 +363,25 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
                     "## Study: verdicts at update 2", "## Study: accuracy and memory",
                     "## Study: secondary endpoints"):
         assert section in report
+    # LoGRA's choice adopted (study.tuned) and its grid's files gone: the plan is frozen again
+    # from the config alone, no grid job runs, and it is the plan the grid froze
+    adopt = tmp_path / "adopt.yaml"
+    adopt.write_text(yaml.safe_dump({"study": {"tuned": {"logra_study": records["logra_study"]}}}))
+    for gone in [*(tmp_path / "results/runs/arithmetic").glob("logra_study_lr*"),
+                 tmp_path / "results/tuning/study/arithmetic/logra_study"]:
+        shutil.rmtree(gone)
+    (tmp_path / "results/study/tuned/logra_study.yaml").unlink()
+    out = subprocess.run(SNAKEMAKE + [str(overlay), str(adopt), "--cores", "2", "--directory",
+                                      str(tmp_path), "results/study/analysis_plan.json"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    console = out.stdout + out.stderr
+    assert re.search(r"^study_plan\s+1$", console, re.M) and not re.search(
+        r"^(train|tuning_round|study_tuned)\s", console[console.index("Job stats"):], re.M)
+    again = json.loads((tmp_path / "results/study/analysis_plan.json").read_text())
+    assert again["arms"]["logra_study"].pop("adopted")
+    plan["arms"]["logra_study"].pop("adopted")
+    assert again == plan
 
 
 def test_smoke_run_end_to_end(smoke_run):

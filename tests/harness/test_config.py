@@ -700,6 +700,52 @@ def test_study_config_errors_name_the_key(tmp_path, edit, message):
         validate_file(_write(tmp_path, config))
 
 
+def _adopted(config: dict, arm: str, point: float, **change) -> dict:
+    """study.tuned.<arm>: a record of `point` as results/study/tuned/<arm>.yaml writes it (the
+    point's method config as the plan derives it), with `change` over it."""
+    plan = build_plan(validate_file(ROOT / "config/config.yaml"))
+    name = next(n for n, (a, v) in plan.grids["study"][arm].points().items() if v == point)
+    seeds = config["lr_sweep"]["seeds"]
+    return {"option": "lr", "value": point, "bracketed": True, "metric": "sampled",
+            "val_accuracy": 0.3, "by_seed": dict.fromkeys(seeds, 0.3), "scores": [[point, 0.3]],
+            "config": plan.config["methods"][name]} | change
+
+
+@pytest.mark.parametrize("arm, change, message", [
+    ("bogus", {}, r"study.tuned.bogus: not one of study.arms"),
+    ("dense_adam_study", {"metric": "greedy"},
+     r"study.tuned.dense_adam_study.metric: chosen by 'greedy', but eval.primary is 'sampled'"),
+    ("dense_adam_study", {"by_seed": {0: 0.3, 1: 0.3, 2: 0.3}},
+     r"study.tuned.dense_adam_study.by_seed: chosen on seeds \[0, 1, 2\], not lr_sweep.seeds"),
+    ("dense_adam_study", {"value": 3e-5},
+     r"study.tuned.dense_adam_study.value: 3e-05 is not a point of its grid \(3.125e-06, "),
+    ("dense_adam_study", "grpo",
+     r"study.tuned.dense_adam_study: chosen under another config of dense_adam_study_lr0p0001 "
+     r"\(it differs in grpo\): remove the entry"),
+])
+def test_an_adopted_study_choice_must_still_match_its_grid(tmp_path, arm, change, message):
+    """An arm's adopted choice (study.tuned) is an arm's, made by the primary metric on the
+    lr sweep's seeds, a point of its grid, under the method config that point has now: else
+    the config stops, naming the key."""
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    record = _adopted(config, "dense_adam_study", 1e-4, **({} if change == "grpo" else change))
+    if change == "grpo":  # the arm's schedule changed after the choice
+        config["methods"]["dense_adam_study"]["grpo"]["warmup_steps"] = 20
+    config["study"]["tuned"] = {arm: record}
+    with pytest.raises(ConfigError, match=message):
+        build_plan(validate_file(_write(tmp_path, config)))
+
+
+def test_an_adopted_arm_does_not_run_its_grid_again(tmp_path):
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["study"]["tuned"] = {"logra_study": _adopted(config, "logra_study", 8e-4,
+                                                         option="kl_budget")}
+    plan = build_plan(validate_file(_write(tmp_path, config)))
+    assert plan.runs["study_sweep"] and not [r for r in plan.runs["study_sweep"]
+                                             if "/logra_study_" in r]
+    assert plan.grids["study"]["logra_study"].points()  # its points still name its choice
+
+
 def test_the_study_grids_are_the_lr_sweeps_rule_about_each_arms_anchor():
     """Each arm's grid has the lr sweep's points and spacing about its anchor (LoGRA's budget
     by the square), each point the arm at that value of its knob (LoGRA's update_ratio

@@ -73,6 +73,15 @@ def tuning_inputs(table, tasks):
             "evals": [f"results/lr_sweep/{run}.json" for run in runs]}
 
 
+def study_arm_inputs(arm):
+    """The input of an arm's choice (`study_tuned`): its grid's rounds, and the runs
+    (`runs`, their summaries) and evaluations (`evals`) of its last window."""
+    rounds, window = tuned_rounds("study", config["study"]["task"], arm)
+    runs = window_runs("study", config["study"]["task"], arm, window)
+    return {"rounds": rounds, "runs": [f"results/runs/{run}/summary.json" for run in runs],
+            "evals": [f"results/lr_sweep/{run}.json" for run in runs]}
+
+
 # the study's test runs (workflow/rules/study.smk): known once its plan is frozen (the
 # checkpoint `study_plan`: each arm's choice and the test seeds)
 def study_runs():

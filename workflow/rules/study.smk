@@ -1,29 +1,50 @@
 # `snakemake study` (config `study`, logra/analysis/study.py): each arm's grid run on the
-# validation split under the bracket rule (workflow/rules/sweep.smk, table `study`), then the
-# plan frozen (the choices, the test seeds from the validation spread, the analysis), then the
-# chosen points' test runs, scored at the snapshot and the last update, compared by seed
+# validation split under the bracket rule (workflow/rules/sweep.smk, table `study`) and its
+# choice written (an arm `study.tuned` adopted skips its grid), then the plan frozen (the
+# choices, the test seeds from the validation spread, the analysis), then the chosen points'
+# test runs, scored at the snapshot and the last update, compared by seed
 STUDY = config.get("study") or {}
+STUDY_POINTS = {name: point for grid in PLAN.grids["study"].values()
+                for name, point in grid.points().items()}
+
+
+# an arm's choice on the validation split from its grid's last window, the record
+# `study.tuned.<arm>` adopts (paste it there: the arm's grid then does not run again)
+rule study_tuned:
+    input:
+        unpack(lambda w: study_arm_inputs(w.arm)),
+    output:
+        "results/study/tuned/{arm}.yaml",
+    params:
+        sweep=STUDY_POINTS,
+        knobs=PLAN.sweep_knobs,
+        declared=PLAN.declared("study"),
+        configs={name: config["methods"][name] for name in STUDY_POINTS},
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/study/tuned/{arm}.tsv",
+    log:
+        "results/logs/study/tuned/{arm}.log",
+    script:
+        "../scripts/study_tuned.py"
 
 
 checkpoint study_plan:
     input:
-        unpack(lambda w: tuning_inputs("study", [STUDY["task"]])),
+        tuned=[f"results/study/tuned/{arm}.yaml" for arm in STUDY.get("arms", [])
+               if arm not in STUDY.get("tuned", {})],
         margin="results/margin.csv",
     output:
-        table="results/study/lr_sweep.csv",
         plan="results/study/analysis_plan.json",
     params:
-        sweep={name: point for grid in PLAN.grids["study"].values()
-               for name, point in grid.points().items()},
-        knobs=PLAN.sweep_knobs,
-        declared=PLAN.declared("study"),
+        sweep=STUDY_POINTS,
         study=STUDY,
         pool=PLAN.study_seeds(STUDY["seeds"]["max"]) if STUDY else [],
         spec={"eval": config["eval"], "verdict": config["verdict"],
               "n_test": config["data"].get("n_test"),
               "steps": {arm: PLAN.grpo(arm)["steps"] for arm in STUDY.get("arms", [])},
-              "configs": {name: config["methods"][name] for grid in PLAN.grids["study"].values()
-                          for name in grid.names.values()}},
+              "configs": {name: config["methods"][name] for name in STUDY_POINTS}},
     conda:
         "../../environment.yml"
     benchmark:
