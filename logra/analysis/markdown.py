@@ -110,6 +110,7 @@ def _verdicts_section(v: pd.DataFrame, title: str, source: str) -> list[str]:
                          f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
                              *(_fmt(mean[c], "+.3f") for c in ("diff_mean", "diff_lo",
                                                                "diff_hi")))],
+                     "difference per seed": mean["diff_by_seed"],
                      "margin": _fmt(mean["margin"], ".3f"),
                      f"answers (Holm over {len(mean)})": mean["calls"],
                      "share of the reference's gain [95%]": [

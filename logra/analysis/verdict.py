@@ -243,6 +243,21 @@ def stratified_iqm_interval(diffs: dict[str, list[float]], resamples: int = 2000
     return iqm(np.concatenate(groups)), float(lo), float(hi)
 
 
+def run_evals(runs: list[str], paths: list[str | Path]) -> dict[tuple[str, str, int], str | Path]:
+    """{(task, method, seed): its evaluation} from `runs` ("task/method/seedN") and their
+    evaluations in the same order. Each evaluation must be of its own run's model (its
+    `model_dir` inside results/runs/<run>/, the saved model or a snapshot): one of another
+    run's is an error that names both, so no two methods share a score."""
+    out = {}
+    for run, path in zip(runs, paths, strict=True):
+        model = Path(json.loads(Path(path).read_text())["model_dir"]).as_posix()
+        if f"runs/{run}/" not in model + "/":
+            raise ValueError(f"{path} evaluates {model}, not a model of the run {run}")
+        task, method, seed = run.split("/")
+        out[task, method, int(seed.removeprefix("seed"))] = path
+    return out
+
+
 def verdicts(evals: dict[tuple[str, str, int], str | Path], bases: dict, reference: str,
              margins: dict[str, float], gate_alpha: float = 0.05, gate_share: float = 1.0,
              contrasts: list[tuple[str, str]] = ()) -> pd.DataFrame:
@@ -315,6 +330,7 @@ def _contrasts(evals: dict, bases: dict, reference: str, margins: dict[str, floa
                 "p_better": float(np.mean([1.0 if x > 0 else 0.5 if x == 0 else 0.0
                                            for x in d])),
                 "margin": margin, **contrast_tests(d, margin),
+                "diff_by_seed": "; ".join(f"seed {s}: {x:+.4f}" for s, x in zip(seeds, d)),
                 "ref_gain_mean": float(np.mean([g for g, _ in gate])),
                 "ref_gain_by_seed": "; ".join(f"seed {s}: {g:+.4f} (p {p:.3g})"
                                               for s, (g, p) in zip(seeds, gate)),

@@ -374,12 +374,13 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
         {"task": "a", "method": "l", "reference": "d", "statistic": "mean", "metric": "sampled",
          "diff_mean": -0.01, "diff_lo": -0.02, "diff_hi": 0.0, "margin": 0.03,
          "call": "non-inferior", "ref_gain_by_seed": "seed 0: +0.0500 (p 0.001)",
-         "calls": "worse: no; non-inferior at 0.030: yes; equivalent within ±0.030: yes",
+         "diff_by_seed": "seed 0: -0.0100", "calls": "worse: no; non-inferior at 0.030: yes; equivalent within ±0.030: yes",
          "gain_share": 0.8, "gain_share_lo": 0.5, "gain_share_hi": float("nan"),
          "gate_passed": "1/1", "informative": True, "seeds_needed": 4.0},
         {"task": "all", "method": "l", "reference": "d", "statistic": "IQM", "metric": "sampled",
          "diff_mean": -0.01, "diff_lo": -0.03, "diff_hi": 0.01, "margin": None,
-         "call": "none (descriptive interval)", "ref_gain_by_seed": None, "gate_passed": None,
+         "call": "none (descriptive interval)", "ref_gain_by_seed": None, "diff_by_seed": None,
+         "gate_passed": None,
          "informative": None, "seeds_needed": None}])
     ledger = time_ledger([_bench(tmp_path, "data/data/a.tsv", 1.0)])
     text = report_markdown(ReportInputs(summary, accuracy, [], [], ledger, plan=plan,
@@ -394,7 +395,7 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
             "(bracketed); d on a, lr 0.0004 (on its grid's edge: a bound).") in text
     assert ("| a | 0.0300 | +0.0600 | seed 10: +0.0600 | 50 | 0.0001 | max(floor, ...) |"
             in text)
-    assert ("| a | l | d | -0.010 [-0.020, +0.000] | 0.030 | worse: no; non-inferior at "
+    assert ("| a | l | d | -0.010 [-0.020, +0.000] | seed 0: -0.0100 | 0.030 | worse: no; non-inferior at "
             "0.030: yes; equivalent within ±0.030: yes | 0.80 [0.50, n/a] | seed 0: +0.0500 "
             "(p 0.001) | 1/1 | yes | 4 |") in text
     assert "answers (Holm over 1)" in text

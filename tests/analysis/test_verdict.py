@@ -119,8 +119,25 @@ def test_verdicts_pair_by_seed_and_problem(tmp_path):
     # the gate: the reference answers 10 more of 40 than its base in every seed, 0.25 > 0.02
     assert row["ref_gain_mean"] == pytest.approx(10 / 40) and row["gate_passed"] == "3/3"
     assert row["informative"] and row["ref_gain_by_seed"].startswith("seed 0: +0.2500 (p ")
+    assert row["diff_by_seed"] == "seed 0: +0.0000; seed 1: +0.0250; seed 2: +0.0500"
     assert row["call"] == verdict.call(lo, hi, 0.02) and row["margin"] == 0.02
     assert row["seeds_needed"] == verdict.seeds_needed([0, 1 / 40, 2 / 40], 0.02)
+
+
+def test_each_runs_score_is_of_its_own_model(tmp_path):
+    """The verdicts read each run's evaluation only if it scored that run's model (saved or a
+    snapshot): two methods can print the same interval only from their own runs' scores."""
+    runs = ["t/a/seed0", "t/b/seed0"]
+    paths = []
+    for run, model in zip(runs, ["results/runs/t/a/seed0/model",
+                                 "results/runs/t/b/seed0/snapshots/step80"]):
+        paths.append(tmp_path / f"{run.replace('/', '_')}.json")
+        paths[-1].write_text(json.dumps({"model_dir": model}))
+    assert verdict.run_evals(runs, paths) == {("t", "a", 0): paths[0], ("t", "b", 0): paths[1]}
+    paths[1].write_text(json.dumps({"model_dir": "results/runs/t/a/seed0/model"}))
+    with pytest.raises(ValueError, match=r"t_b_seed0.json evaluates results/runs/t/a/seed0/model,"
+                                         r" not a model of the run t/b/seed0"):
+        verdict.run_evals(runs, paths)
 
 
 def test_a_method_that_learns_nothing_beside_a_reference_that_learns_is_inferior(tmp_path):

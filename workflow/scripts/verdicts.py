@@ -5,14 +5,11 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from logra.analysis.tables import base_evals
-from logra.analysis.verdict import verdicts
+from logra.analysis.verdict import run_evals, verdicts
 from logra.files import write_csv
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
-    evals = {}
-    for run, path in zip(snakemake.params.runs, snakemake.input.evals, strict=True):
-        task, method, seed = run.split("/")
-        evals[task, method, int(seed.removeprefix("seed"))] = path
+    evals = run_evals(snakemake.params.runs, snakemake.input.evals)
     bases = base_evals(snakemake.input.base)
     plan = json.loads(Path(snakemake.input.plan).read_text())
     table = verdicts(evals, bases, plan["reference"],
