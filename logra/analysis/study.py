@@ -2,11 +2,12 @@
 tuned there on the validation split, then compared on the test split over enough seeds.
 
 1. `study_plan`, before any test run: each arm's choice from its grid (the lr sweep's table and
-   bracket rule: `arm_choice`), or as `study.tuned` adopted it (`adopted_choice`); the test seeds, max(min, n) capped at max, n the most any contrast needs for
-   a 95% half-width ≤ `half_width` at its validation seeds' spread (`seeds_for`); the analysis,
-   frozen as the default target's (`logra.analysis.verdict.analysis_plan`): the primary metric
-   at the last update, the declared margin, the gate, paired per-seed t-intervals, the three
-   answers Holm-adjusted over the contrasts.
+   bracket rule: `arm_choice`) or as `study.tuned` adopted it (`adopted_choice`); the test
+   seeds, max(min, n) capped at max, n the most any contrast needs for a 95% half-width ≤
+   `half_width` at its validation seeds' spread (`seeds_for`); the analysis, frozen as the
+   default target's (`logra.analysis.verdict.analysis_plan`): the primary metric at the last
+   update, the declared margin, the gate, paired per-seed t-intervals, the three answers
+   Holm-adjusted over the contrasts.
 2. `study_tables`, after: the verdicts at the last update (primary) and the snapshot, every
    run's row, and the secondary endpoints' paired differences (`secondary_table`), unadjusted.
 Contrasts: every arm against the reference, then each later arm against each earlier one

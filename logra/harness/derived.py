@@ -247,7 +247,7 @@ def _check_study_tuned(config: dict, arm: str, grid: Grid) -> None:
     """An arm's adopted choice (`study.tuned.<arm>`, results/study/tuned/<arm>.yaml as its grid
     wrote it) is a point of its grid, chosen under the method config that point has now: else
     an error that names the key and says to run the grid again."""
-    record = ((config["study"].get("tuned") or {})).get(arm)
+    record = (config["study"].get("tuned") or {}).get(arm)
     if record is None:
         return
     name = next((n for n, (_, v) in grid.points().items() if v == record["value"]), None)
