@@ -86,11 +86,10 @@ PLANNED = [
     ("scaling", {"scaling_base": 15, "train": 36 + 24 + 18 + 3, "eval_run": 24,
                  "lr_sweep_eval": 36 + 18 + 3, "scaling_eval_base": 9, "tuning_round": 2,
                  "scaling_validation": 2, "scaling_table": 1, "scaling_figure": 1}),
-    # opt-in: the grid of the study's arm that study.tuned has not adopted (6 declared points x
-    # the sweep's 3 seeds at 200 updates), its first round of the bracket rule, the margin's
-    # runs; then that arm's choice and the plan (the test runs are known once it is frozen)
-    ("study", {"base": 6, "train": 18 + 3, "lr_sweep_eval": 21, "tuning_round": 1,
-               "study_tuned": 1, "study_plan": 1, "study_table": 1, "stamp": 4}),
+    # opt-in: every arm's choice adopted (study.tuned), so no grid runs: the margin's runs and
+    # their bases, then the plan (the test runs are known once it is frozen)
+    ("study", {"base": 3, "train": 3, "lr_sweep_eval": 3, "tuning_round": 0, "study_tuned": 0,
+               "study_plan": 1, "study_table": 1, "stamp": 4}),
 ]
 
 
