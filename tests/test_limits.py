@@ -46,3 +46,26 @@ def test_a_slow_marker_needs_a_reason_and_a_docstring(pytester, marker):
     result = pytester.runpytest_subprocess("-p", "limits")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_it: @pytest.mark.slow needs reason=... and a docstring*"])
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "-1", "0"])
+def test_a_limit_that_is_not_a_positive_number_is_refused_naming_it(pytester, monkeypatch,
+                                                                     value):
+    monkeypatch.setenv("LOGRA_TEST_LIMIT_S", value)
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_subprocess("-p", "limits")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*LOGRA_TEST_LIMIT_S={value!r}: the per-test limit must be a "
+                                 "positive number of seconds*"])
+
+
+def test_each_process_keeps_the_test_it_runs_for_a_whole_run_limit(pytester, monkeypatch,
+                                                                    tmp_path):
+    """Under LOGRA_TEST_PROGRESS (.ci/run's), a test that is stopped mid-run is named there."""
+    monkeypatch.setenv("LOGRA_TEST_PROGRESS", str(tmp_path))
+    pytester.makepyfile(test_suite="import os, signal\n\n\ndef test_quick():\n    pass\n\n\n"
+                                   "def test_stopped():\n"
+                                   "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    pytester.runpytest_subprocess("-p", "limits")
+    (kept,) = tmp_path.iterdir()
+    assert "test_suite.py::test_stopped (since " in kept.read_text()
