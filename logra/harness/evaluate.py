@@ -162,12 +162,11 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
     `acc_<name>`, `pass_<name>` per extra score).
     """
     from logra.noise import quiet
+    from logra.rl.models import load  # before lm-eval loads transformers' models (its docstring)
     quiet()  # before lm-eval, which imports peft (and with it torchao, bitsandbytes)
     import lm_eval
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
-
-    from logra.rl.models import load
 
     if primary not in protocols:
         raise ValueError(f"eval.primary: {primary!r} is not a protocol ({', '.join(protocols)})")

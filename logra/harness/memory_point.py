@@ -20,7 +20,6 @@ import statistics
 import time
 
 import torch
-from transformers import AutoModelForCausalLM
 
 from logra import rules
 from logra.common import POLICIES
@@ -85,6 +84,7 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
     step, its phases and the planner's prediction are those of the first length."""
     if steps < 3:
         raise ValueError(f"memory_sweep.steps={steps}: needs >= 3 (warm-up, measured, timed)")
+    from transformers import AutoModelForCausalLM  # after logra.rl.models (its docstring)
     torch.manual_seed(seed)
     dev = torch.device(device)
     hf_config = tiny_config(**size)

@@ -9,16 +9,40 @@ as a `PreTrainedTokenizerFast`), and saves both in Hugging Face format. Everythi
 The character vocabulary is printable ASCII plus newline; anything else maps to `<unk>`. A
 completion ends with the `<eos>` token, which is also the padding token's neighbour rather than
 the padding token itself, so that padded positions are never mistaken for a stop.
+
+Deviation, for start-up time: transformers' generation module imports scikit-learn (with
+scipy.stats, about 1 s of every job's start-up) for one feature, assisted decoding's dynamic
+confidence threshold (`roc_curve`). Nothing here decodes with an assistant, so this module,
+which the harness's jobs import before transformers' models (`sklearn_hidden`), loads that
+module with scikit-learn hidden; scikit-learn itself imports as usual afterwards, and in a
+process that imported it first nothing changes.
 """
 from __future__ import annotations
 
 import json
 import string
+import sys
 from pathlib import Path
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import (
+
+
+def sklearn_hidden() -> None:
+    """Load transformers' generation module without scikit-learn (the module docstring), once
+    per process, unless it or scikit-learn is loaded already."""
+    if "sklearn" in sys.modules or "transformers.generation.candidate_generator" in sys.modules:
+        return
+    sys.modules["sklearn"] = None  # find_spec and import both answer "not installed"
+    try:
+        import transformers.generation.candidate_generator  # noqa: F401
+    finally:
+        del sys.modules["sklearn"]
+
+
+sklearn_hidden()  # before transformers' models load, below
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
+from transformers import (  # noqa: E402
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -26,7 +50,7 @@ from transformers import (
     PreTrainedTokenizerFast,
     Qwen2Config,
 )
-from transformers.utils import logging as transformers_logging
+from transformers.utils import logging as transformers_logging  # noqa: E402
 
 from logra.noise import quiet
 

@@ -67,3 +67,20 @@ def test_context_is_sized_from_the_data_and_a_short_model_is_named_with_its_task
     with pytest.raises(ValueError, match=r"tasks\.sums: .* needs 40 positions; model org/m "
                                          r"holds max_position_embeddings=39"):
         check_context(tiny_config(max_position_embeddings=39), 40, "sums", "org/m")
+
+
+def test_a_jobs_imports_load_transformers_models_without_scikit_learn():
+    """A GRPO run's, a memory point's and an evaluation's imports (lm-eval's HF model after
+    logra.rl.models, as logra.harness.evaluate orders them) load transformers' generation
+    without scikit-learn, about a second of every job's start-up; scikit-learn still imports
+    afterwards."""
+    import subprocess
+    import sys
+    code = ("import sys\nimport logra.rl.loop, logra.harness.memory_point\n"
+            "from lm_eval.models.huggingface import HFLM\n"
+            "assert 'transformers.generation.candidate_generator' in sys.modules\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))\n"
+            "import sklearn.metrics\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[]"

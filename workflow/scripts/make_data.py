@@ -2,10 +2,7 @@
 that every hub model's context holds them."""
 from contextlib import redirect_stderr, redirect_stdout
 
-from transformers import AutoConfig, AutoTokenizer
-
 from logra.files import write_jsonl
-from logra.rl.models import check_context, context_needed
 from logra.rl.tasks import check_lengths, check_overlap, get_task
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
@@ -17,6 +14,10 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     check_lengths(task, splits, data["max_example_chars"], files)
     for line in check_overlap(splits, files, data["allow_overlap"]):
         print(f"kept (data.allow_overlap): {line}")
+    if snakemake.params.hub_models:  # torch and transformers, only when needed (start-up)
+        from transformers import AutoConfig, AutoTokenizer
+
+        from logra.rl.models import check_context, context_needed
     for name in snakemake.params.hub_models:  # before any job loads one: does the task fit?
         needed = context_needed(AutoTokenizer.from_pretrained(name), task,
                                 [e for split in splits.values() for e in split],
