@@ -96,11 +96,12 @@ def _header(inputs: ReportInputs) -> list[str]:
         out.append(f"- Config digest: `{inputs.digest}`.")
     if inputs.stale:
         out += ["", "**Stale opt-in results, left out of this report**: each was made under "
-                "another config than this one (or before results were stamped); rerun its "
-                "target to bring it up to date.", "", markdown_table(pd.DataFrame([
+                "another config than this one, has no readable stamp, or was changed after it "
+                "was stamped; rerun its target to bring it up to date.", "", markdown_table(pd.DataFrame([
                     {"result": f"`{s['result']}`", "made under config":
-                     f"`{s['config_digest']}`" if s["config_digest"] else "unknown (no stamp)",
-                     "rerun": f"`snakemake --cores all {s['target']}`"} for s in inputs.stale]))]
+                     f"`{s['config_digest']}`" if s["config_digest"] else "unknown",
+                     "why": s["why"], "rerun": f"`snakemake --cores all {s['target']}`"}
+                    for s in inputs.stale]))]
     return out
 
 
@@ -167,17 +168,28 @@ def report_markdown(inputs: ReportInputs) -> str:
 def current_opt_in(opt_in: dict[str, dict[str, str]],
                    digest: str) -> tuple[dict[str, Path], list[dict]]:
     """The opt-in results ({target: {result: its stamp}}) made under this config ({path: Path}:
-    each exists and its stamp holds `digest`), and the stale ones (each exists, its stamp is
-    another config's or missing)."""
+    each exists, its stamp holds `digest` and the result's SHA-256 is the one stamped), and the
+    stale ones, each with `why`: its stamp is another config's, missing or malformed, or the
+    result was changed after it was stamped."""
+    from logra.repro import file_digest
     current, stale = {}, []
     for target, stamps in opt_in.items():
         for path, stamp in ((Path(p), Path(s)) for p, s in stamps.items()):
             if not path.exists():
                 continue
-            made = json.loads(stamp.read_text())["config_digest"] if stamp.exists() else None
-            if made == digest:
+            try:
+                record = json.loads(stamp.read_text()) if stamp.exists() else {}
+                made = record.get("config_digest")
+            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+                record, made = None, None
+            why = ("no stamp" if not stamp.exists() else f"malformed stamp {stamp}"
+                   if record is None else "made under another config" if made != digest
+                   else "changed after it was stamped" if record.get("sha256") not in (
+                       None, file_digest(path)) else None)
+            if why is None:
                 current[str(path)] = path
             else:
-                stale.append({"result": str(path), "config_digest": made, "target": target})
+                stale.append({"result": str(path), "config_digest": made, "target": target,
+                              "why": why})
     return current, stale
 

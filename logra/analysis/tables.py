@@ -11,6 +11,7 @@ scripts write and `logra.analysis.report` formats.
 """
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -78,6 +79,41 @@ def summary_table(run_jsons: list[str | Path], eval_jsons: list[str | Path],
         row.update(base.get((s["task"], s["seed"]), {"base_accuracy": None}))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def read_summary(path: str | Path, run_jsons: list[str | Path]) -> pd.DataFrame:
+    """A summary table (`summary_table`'s, as the workflow wrote it at `path`) read back and
+    checked against the runs it was made from: every row whole, one row per run with the run's
+    task, method, seed, status and steps, none missing, none extra. A table that was cut,
+    edited or left from another grid raises a ValueError naming the file and the row or run
+    (removing the file makes the workflow write it again)."""
+    fix = "remove it and rerun snakemake, which writes it again from the runs"
+    with open(path, newline="") as f:
+        lines = list(csv.reader(f))
+    if not lines:
+        raise ValueError(f"{path}: empty; {fix}")
+    for n, fields in enumerate(lines[1:], start=2):
+        if len(fields) != len(lines[0]):
+            raise ValueError(f"{path}, line {n}: {len(fields)} fields where the header has "
+                             f"{len(lines[0])} (cut or malformed); {fix}")
+    table = pd.read_csv(path)
+    key = ("task", "method", "seed")
+    have = {tuple(r[k] for k in key): r for r in table.to_dict("records")}
+    if len(have) < len(table):
+        raise ValueError(f"{path}: a run has more than one row; {fix}")
+    for run in run_jsons:
+        s = json.loads(Path(run).read_text())
+        row = have.pop(tuple(s[k] for k in key), None)
+        if row is None:
+            raise ValueError(f"{path}: no row for the run {run}; {fix}")
+        for field in ("status", "steps"):
+            if row[field] != s[field]:
+                raise ValueError(f"{path}: the row of {run} has {field} {row[field]!r}, the run "
+                                 f"{s[field]!r}; {fix}")
+    if have:
+        raise ValueError(f"{path}: rows of runs not in this grid: "
+                         f"{', '.join('/'.join(map(str, k)) for k in have)}; {fix}")
+    return table
 
 
 def accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:

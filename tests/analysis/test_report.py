@@ -409,13 +409,15 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
         "eval": {"primary": "sampled", "protocols": protocols},
         "verdict": {"gate": {"alpha": 0.05, "share": 1.0}}}, margins)
     text = report_markdown(ReportInputs(summary, accuracy, [], [], ledger, plan=alone, stale=[
-        {"result": "results/trl/countdown.json", "config_digest": "abc", "target": "trl"}],
+        {"result": "results/trl/countdown.json", "config_digest": "abc", "target": "trl",
+         "why": "made under another config"}],
         digest="def"))
     assert ("- Compared: nothing (runs l; the reference, `d` (verdict.reference), is not among "
             "them), on a") in text
     assert "- Config digest: `def`." in text
     assert "(config/tuned.yaml): nothing adopted; every value as config/config.yaml" in text
-    assert "| `results/trl/countdown.json` | `abc` | `snakemake --cores all trl` |" in text
+    assert ("| `results/trl/countdown.json` | `abc` | made under another config | "
+            "`snakemake --cores all trl` |") in text
 
 
 def test_the_fit_sentence_says_what_the_planner_table_says():
@@ -501,17 +503,70 @@ def test_the_memory_real_section_sets_each_measured_phase_beside_its_prediction(
 
 
 def test_an_opt_in_result_is_current_only_under_the_config_its_stamp_holds(tmp_path):
-    """`current_opt_in`: a result whose stamp holds this config's digest is read; one whose stamp
-    holds another's, or that has none, is stale; one never made is neither."""
+    """`current_opt_in`: a result whose stamp holds this config's digest and its own SHA-256 is
+    read; one whose stamp holds another's, has none or a malformed one, or that was edited
+    after its stamp, is stale, saying why; one never made is neither."""
     import json
 
     from logra.analysis.report import current_opt_in
-    for name, digest in (("a", "now"), ("b", "before"), ("c", None)):
+    from logra.repro import file_digest
+    for name, digest in (("a", "now"), ("b", "before"), ("c", None), ("e", "now"), ("f", "now")):
         (tmp_path / f"{name}.csv").write_text("x\n1\n")
         if digest:
-            (tmp_path / f"{name}.stamp").write_text(json.dumps({"config_digest": digest}))
-    stamps = {str(tmp_path / f"{n}.csv"): str(tmp_path / f"{n}.stamp") for n in "abcd"}
+            (tmp_path / f"{name}.stamp").write_text(json.dumps(
+                {"config_digest": digest, "sha256": file_digest(tmp_path / f"{name}.csv")}))
+    (tmp_path / "e.csv").write_text("x\n2\n")  # edited by hand after its stamp
+    (tmp_path / "f.stamp").write_text('{"config_dig')  # a stamp cut short
+    stamps = {str(tmp_path / f"{n}.csv"): str(tmp_path / f"{n}.stamp") for n in "abcdef"}
     current, stale = current_opt_in({"t": stamps}, "now")
     assert list(current) == [str(tmp_path / "a.csv")]
-    assert stale == [{"result": str(tmp_path / "b.csv"), "config_digest": "before", "target": "t"},
-                     {"result": str(tmp_path / "c.csv"), "config_digest": None, "target": "t"}]
+    assert [(s["result"], s["config_digest"], s["why"]) for s in stale] == [
+        (str(tmp_path / "b.csv"), "before", "made under another config"),
+        (str(tmp_path / "c.csv"), None, "no stamp"),
+        (str(tmp_path / "e.csv"), "now", "changed after it was stamped"),
+        (str(tmp_path / "f.csv"), None, f"malformed stamp {tmp_path / 'f.stamp'}")]
+
+
+def _summary_of(tmp_path, runs):
+    """A summary.csv as the workflow writes it from (task, method, seed, status, steps) runs,
+    and the runs' summary.json paths."""
+    from logra.analysis.tables import summary_table
+    from logra.files import write_csv
+    paths, evals = [], []
+    for task, method, seed, status, steps in runs:
+        paths.append(tmp_path / f"runs/{task}/{method}/seed{seed}/summary.json")
+        evals.append(tmp_path / f"eval/{task}/{method}/seed{seed}.json")
+        for path, record in ((paths[-1], {"task": task, "method": method, "seed": seed,
+                                          "status": status, "steps": steps}),
+                             (evals[-1], {"accuracy": 0.5, "primary": "sampled", "metrics": {}})):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, record)
+    write_csv(summary_table(paths, evals, {}), tmp_path / "summary.csv")
+    return tmp_path / "summary.csv", paths
+
+
+RUNS = [("a", "dense_adam", 0, "ok", 3), ("a", "logra", 0, "ok", 3),
+        ("a", "logra", 1, "diverged", 2)]
+
+
+def test_a_summary_table_reads_back_only_whole_and_only_with_every_run_of_its_grid(tmp_path):
+    """read_summary: the table as written reads back; a row cut off, a line cut mid-way, a
+    run's status edited, or a run of another grid is a ValueError naming the file and the run
+    or line, never a table with fewer runs."""
+    from logra.analysis.tables import read_summary
+    path, runs = _summary_of(tmp_path, RUNS)
+    assert len(read_summary(path, runs)) == 3
+    lines = path.read_text().splitlines(keepends=True)
+
+    path.write_text("".join(lines[:-1]))  # cut short by one line
+    with pytest.raises(ValueError, match=rf"{path}: no row for the run .*logra/seed1"):
+        read_summary(path, runs)
+    path.write_text("".join(lines[:-1]) + lines[-1][:12])  # cut mid-line
+    with pytest.raises(ValueError, match=rf"{path}, line 4: \d+ fields where the header has"):
+        read_summary(path, runs)
+    path.write_text("".join(lines).replace("diverged", "ok"))
+    with pytest.raises(ValueError, match=r"seed1/summary.json has status 'ok', the run 'diverged'"):
+        read_summary(path, runs)
+    path.write_text("".join(lines))
+    with pytest.raises(ValueError, match=r"rows of runs not in this grid: a/logra/1"):
+        read_summary(path, runs[:2])

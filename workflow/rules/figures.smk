@@ -20,6 +20,7 @@ rule reward_curves:
     input:
         summary="results/summary.csv",
         metrics=expand("results/runs/{run}/metrics.csv", run=PLAN.runs["grid"]),
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["grid"]),
     output:
         png=report("figures/reward_curves.png", caption="../report/reward_curves.rst",
                    category="Figures"),
@@ -66,6 +67,7 @@ use rule reward_curves as reinforce_reward_curves with:
     input:
         summary="results/reinforce/summary.csv",
         metrics=expand("results/runs/{run}/metrics.csv", run=PLAN.runs["reinforce"]),
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["reinforce"]),
     output:
         png="figures/reinforce/reward_curves.png",
         pdf="figures/reinforce/reward_curves.pdf",
@@ -79,6 +81,7 @@ use rule reward_curves as ablation_reward_curves with:
     input:
         summary="results/ablations/summary.csv",
         metrics=expand("results/runs/{run}/metrics.csv", run=PLAN.runs["ablations"]),
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["ablations"]),
     output:
         png="figures/ablations/reward_curves.png",
         pdf="figures/ablations/reward_curves.pdf",
@@ -91,6 +94,7 @@ use rule reward_curves as ablation_reward_curves with:
 rule memory_reduction:
     input:
         summary="results/summary.csv",
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["grid"]),
         sweep="results/memory/sweep.csv",
     output:
         png=report("figures/memory_reduction.png", caption="../report/memory_reduction.rst",
@@ -112,6 +116,7 @@ rule sync_bytes:
     input:
         planner="results/memory/planner.csv",
         summary="results/summary.csv",
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["grid"]),
     output:
         png=report("figures/sync_bytes.png", caption="../report/sync_bytes.rst",
                    category="Figures"),

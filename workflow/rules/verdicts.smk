@@ -73,6 +73,7 @@ rule verdicts_figure:
     input:
         verdicts="results/verdicts.csv",
         summary="results/summary.csv",
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["grid"]),
     output:
         png=report("figures/verdicts.png", caption="../report/verdicts.rst",
                    category="Figures"),
@@ -106,6 +107,7 @@ use rule verdicts_figure as ablation_verdicts_figure with:
     input:
         verdicts="results/ablations/verdicts.csv",
         summary="results/ablations/summary.csv",
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["ablations"]),
     output:
         png="figures/ablations/verdicts.png",
         pdf="figures/ablations/verdicts.pdf",

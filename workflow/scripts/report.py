@@ -8,7 +8,7 @@ import pandas as pd
 
 from logra.analysis.report import (STABILITY_OPT_IN, ReportInputs, current_opt_in,
                                    report_markdown)
-from logra.analysis.tables import time_ledger
+from logra.analysis.tables import accuracy_table, read_summary, time_ledger
 from logra.files import atomic_path, progress
 from logra.harness.plan import STUDY_TABLES
 
@@ -45,8 +45,14 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     i = snakemake.input
     current, stale = current_opt_in(snakemake.params.opt_in, snakemake.params.digest)
     ledger = time_ledger(i.benchmarks)
+    summary, accuracy = read_summary(i.summary, i.runs), pd.read_csv(i.accuracy)
+    try:  # accuracy.csv is summary.csv's means, written beside it
+        pd.testing.assert_frame_equal(accuracy, accuracy_table(summary), check_dtype=False)
+    except AssertionError as e:
+        raise ValueError(f"{i.accuracy} is not the accuracy table of {i.summary}: remove both "
+                         f"and rerun snakemake, which writes them again ({e})") from None
     text = report_markdown(ReportInputs(
-        pd.read_csv(i.summary), pd.read_csv(i.accuracy),
+        summary, accuracy,
         [json.loads(Path(p).read_text()) for p in i.runs],
         [json.loads(Path(p).read_text()) for p in i.long_runs], ledger,
         plan=json.loads(Path(i.plan).read_text()), verdicts=table(i.verdicts),

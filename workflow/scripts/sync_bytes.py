@@ -5,7 +5,9 @@ from contextlib import redirect_stderr, redirect_stdout
 import pandas as pd
 
 from logra.analysis.figures import sync_bytes
+from logra.analysis.tables import read_summary
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
-    sync_bytes(pd.read_csv(snakemake.input.summary), pd.read_csv(snakemake.input.planner),
+    i = snakemake.input
+    sync_bytes(read_summary(i.summary, i.runs), pd.read_csv(i.planner),
                [snakemake.output.png, snakemake.output.pdf])
