@@ -64,6 +64,15 @@ def _section(title: str, source: str, intro: str, table: dict) -> list[str]:
     return ["", f"## {title} (`{source}`)", "", intro, "", markdown_table(pd.DataFrame(table))]
 
 
+def amended_lines(plan: dict) -> list[str]:
+    """A plan's amendments (logra/harness/freeze.py), one report line each: none for a plan
+    never amended."""
+    return [f"- **Plan amended after test results existed** ({a['at']}, "
+            f"{a['test_evaluations']} test evaluations; the plan before: `{a['archived']}`): "
+            + "; ".join(f"`{k}` {old!r} → {new!r}" for k, (old, new) in a["changed"].items())
+            + "." for a in plan.get("amendments") or []]
+
+
 def _metric_name(metric: str) -> str:
     return f"`{metric}` (the primary metric)"
 

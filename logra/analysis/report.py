@@ -11,8 +11,8 @@ import pandas as pd
 # sentences, the opt-in stability tables
 from logra.analysis.markdown import (  # noqa: F401
     ReportInputs, _accuracy_memory_section, _accuracy_section, _cost_section, _fmt,
-    _memory_sweep_section, _metric_name, _others, _section, _verdicts_section, low_rank_sentence,
-    markdown_table)
+    _memory_sweep_section, _metric_name, _others, _section, _verdicts_section, amended_lines,
+    low_rank_sentence, markdown_table)
 from logra.analysis.memory_report import _memory_real, _paper_setting, _planner, fit_sentences
 from logra.analysis.runs_report import (STABILITY_OPT_IN, _ablations, _kl_calibration, _lr_sweep,
                                         _scaling, _stability, _step_control, _study, _sync,
@@ -54,7 +54,7 @@ def _plan(inputs: ReportInputs) -> list[str]:
     steps = ", ".join(f"{m} {s}" for m, s in plan["steps"].items())
     gate = plan["gate"]
     return ["", "## Analysis plan (`results/analysis_plan.json`)", "",
-            f"Frozen {plan['frozen']}.", "",
+            f"Frozen {plan['frozen']}.", "", *amended_lines(plan),
             f"- Primary metric: `{primary['protocol']}`, {protocol(primary)}; "
             f"{primary['definition']}. Reported beside it: " + "; ".join(
                 f"`{k}` ({protocol(p)})" for k, p in plan["other_metrics"].items()) + ".",

@@ -8,7 +8,7 @@ import pandas as pd
 from logra.analysis.markdown import (SYNC_INTRO, ReportInputs, _accuracy_memory_section,
                                      _accuracy_section, _cost_section, _fmt,
                                      _memory_sweep_section, _metric_name, _pm, _section,
-                                     _sync_section, _verdicts_section)
+                                     _sync_section, _verdicts_section, amended_lines)
 from logra.analysis.stability import criterion_text
 from logra.analysis.tables import accuracy_table
 
@@ -331,6 +331,7 @@ def _study(inputs: ReportInputs) -> list[str]:
                     "validation accuracy": _fmt([c["val_accuracy"] for c in arms.values()]),
                     "chosen by": ["this run's grid" if not c.get("adopted") else
                                   "its grid, adopted (study.tuned)" for c in arms.values()]})
+    out += ["", *amended_lines(plan)] if plan.get("amendments") else []
     out += ["", "Validation spread per contrast (sd of the per-seed differences; the seeds it "
             "asks for): " + "; ".join(f"{k}: {c['sd']:.4f}; {c['seeds_needed']}"
                                      for k, c in rule["contrasts"].items()) + "."]

@@ -135,6 +135,21 @@ class Plan:
         return declared(self.grids[table])
 
     @property
+    def plan_spec(self) -> dict:
+        """What results/analysis_plan.json is written from (`analysis_plan`'s spec): the
+        reference, methods, tasks, seeds, n_test, eval and verdict sections, each method's
+        config and steps, and the lr sweep's choices the config adopted for these runs."""
+        methods = self.methods + self.ablations
+        return {"reference": self.reference, "methods": self.methods,
+                "ablation_methods": self.ablations, "tasks": self.tasks, "seeds": self.seeds,
+                "n_test": self.config["data"].get("n_test"), "eval": self.config["eval"],
+                "verdict": self.config["verdict"],
+                "method_config": {m: self.config["methods"][m] for m in methods},
+                "steps": {m: self.grpo(m)["steps"] for m in methods},
+                "tuned": {t: {m: c for m, c in chosen.items() if m in methods}
+                          for t, chosen in self.config["tuned"].items() if t in self.tasks}}
+
+    @property
     def sweep_knobs(self) -> dict[str, str]:
         return sweep_knobs(self.config)
 
@@ -143,7 +158,8 @@ class Plan:
         """The config's digest (SHA-256 of its canonical JSON, 16 hex digits): what an opt-in
         result is stamped with (`results/stamps/`), so the report tells one made under this
         config from one made under another."""
-        text = json.dumps(self.config, sort_keys=True, default=str)
+        config = {k: v for k, v in self.config.items() if k != "amend_plan"}  # not the config
+        text = json.dumps(config, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property

@@ -329,7 +329,8 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
     validation seeds under the bracket rule, the plan frozen (choices, test seeds from the
     validation spread, none of them a validation or margin seed) before any test evaluation,
     then every arm's chosen point on the test seeds scored at the snapshot and the last update,
-    the verdicts at both, and the report's Study section."""
+    the verdicts at both, and the report's Study section; an adopted choice freezes the same
+    plan, and a change of the plan is then refused (logra/harness/freeze.py)."""
     shutil.copytree(smoke_run / "results", tmp_path / "results")
     overlay = tmp_path / "study.yaml"
     overlay.write_text(STUDY_OVERLAY)
@@ -381,6 +382,15 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
     assert again["arms"]["logra_study"].pop("adopted")
     plan["arms"]["logra_study"].pop("adopted")
     assert again == plan
+    # its test evaluations exist: a change of the plan's half-width is refused before any job
+    wider = tmp_path / "wider.yaml"
+    wider.write_text("study: {seeds: {half_width: 0.03}}\n")
+    out = subprocess.run(SNAKEMAKE + [str(overlay), str(adopt), str(wider), "-n", "--directory",
+                                      str(tmp_path), "study"], capture_output=True, text=True,
+                         timeout=300)
+    console = out.stdout + out.stderr
+    assert out.returncode != 0 and "results/study/analysis_plan.json is frozen" in console
+    assert "study.seeds.half_width: 0.02 -> 0.03" in console, console[-3000:]
 
 
 def test_smoke_run_end_to_end(smoke_run):
@@ -731,5 +741,56 @@ def test_an_opt_in_result_leaves_the_report_when_the_config_changes(smoke_run, t
     assert out.returncode == 0, out.stderr[-3000:]
     report = (work / "results/REPORT.md").read_text()
     assert "## lr sweep (`results/lr_sweep.csv`)" not in report
-    assert (f"| `results/lr_sweep.csv` | `{digest}` | `snakemake --cores all lr_sweep` |"
+    assert (f"| `results/lr_sweep.csv` | `{digest}` | made under another config | "
+            "`snakemake --cores all lr_sweep` |"
             in report)
+
+
+def test_a_summary_cut_short_stops_the_report_naming_the_run(smoke_run, tmp_path):
+    """results/summary.csv cut by one line after a run: the next `snakemake` rebuilds the report
+    and figures from it (it is newer), and the first of them stops naming the missing run and
+    the file, in place of a report that counts one run fewer. A copy of the smoke run,
+    Snakemake's records too."""
+    work = tmp_path / "work"
+    shutil.copytree(smoke_run, work, symlinks=True)
+    summary = work / "results/summary.csv"
+    lines = summary.read_text().splitlines(keepends=True)
+    summary.write_text("".join(lines[:-1]))
+    out = subprocess.run(SNAKEMAKE + ["--cores", "2", "--directory", str(work)],
+                         capture_output=True, text=True, timeout=600)
+    console = out.stdout + out.stderr
+    assert out.returncode != 0, console[-3000:]
+    assert re.search(r"results/summary.csv: no row for the run \S+/summary.json; remove it "
+                     "and rerun snakemake", console), console[-3000:]
+
+
+def test_a_frozen_plan_refuses_a_changed_margin_until_amended(smoke_run, tmp_path):
+    """After test evaluations exist, a config that changes the plan (verdict.margin.fraction)
+    is refused before any job, naming the key with both values, and the plan is kept; with
+    `--config amend_plan=true` the plan is rewritten, the old one archived and the amendment
+    listed in the new plan for the report. A copy of the smoke run, Snakemake's records too."""
+    from logra.analysis.markdown import amended_lines
+    work = tmp_path / "work"
+    shutil.copytree(smoke_run, work, symlinks=True)
+    plan = work / "results/analysis_plan.json"
+    before = plan.read_text()
+    overlay = tmp_path / "margin.yaml"
+    overlay.write_text("verdict: {margin: {fraction: 0.25}}\n")
+    cmd = SNAKEMAKE + [str(overlay), "--cores", "2", "--directory", str(work)]
+    out = subprocess.run(cmd + ["-n"], capture_output=True, text=True, timeout=300)
+    console = out.stdout + out.stderr
+    assert out.returncode != 0, console[-3000:]
+    assert "results/analysis_plan.json is frozen" in console
+    assert "verdict.margin.fraction: 0.5 -> 0.25" in console
+    assert plan.read_text() == before
+
+    out = subprocess.run(cmd + ["results/analysis_plan.json", "--config", "amend_plan=true"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    amended = json.loads(plan.read_text())
+    (record,) = amended["amendments"]
+    assert record["changed"] == {"verdict.margin.fraction": [0.5, 0.25]}
+    assert (work / record["archived"]).read_text() == before
+    assert "`verdict.margin.fraction` 0.5 → 0.25" in amended_lines(amended)[0]
+    out = subprocess.run(cmd + ["-n"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]  # the amended plan holds

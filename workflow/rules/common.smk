@@ -2,14 +2,30 @@
 # method, i.e. its SFT base, and the resources a stage's jobs ask a cluster for). All else they
 # read is the plan (PLAN, logra/harness/plan.py) or `config`, its config.
 import json
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import IncompleteCheckpointException
+
+from logra.harness import freeze
 
 
 def base_input(wildcards):
     """{"base": the SFT base a job of `wildcards` starts from}, or {} for a hub model."""
     return PLAN.base_input(wildcards)
+
+
+def freeze_guard(plan, spec, test_dirs):
+    """Before any job: refuse a config that would rewrite `plan` while a test evaluation (a JSON
+    under `test_dirs`) exists under it, unless amend_plan (logra/harness/freeze.py)."""
+    if not workflow.is_main_process:
+        return
+    tests = sorted(p for d in test_dirs for p in Path(d).rglob("*.json"))
+    changed = freeze.guard(plan, spec, tests, config["amend_plan"], workflow.dryrun)
+    if changed:
+        print(f"{plan}: amended (amend_plan), {len(tests)} test evaluations existed: "
+              + "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items()),
+              file=sys.stderr)
 
 
 def stage_resources(stage):

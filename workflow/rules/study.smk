@@ -30,6 +30,22 @@ rule study_tuned:
         "../scripts/study_tuned.py"
 
 
+# what the study's plan is written from; once a test evaluation exists, a config that would
+# rewrite it is refused (logra/harness/freeze.py). An arm's choice adopted (study.tuned) as its
+# grid wrote it is no change.
+STUDY_PLAN = {
+    "sweep": STUDY_POINTS, "study": STUDY,
+    "pool": PLAN.study_seeds(STUDY["seeds"]["max"]) if STUDY else [],
+    "spec": {"eval": config["eval"], "verdict": config["verdict"],
+             "n_test": config["data"].get("n_test"),
+             "steps": {arm: PLAN.grpo(arm)["steps"] for arm in STUDY.get("arms", [])},
+             "configs": {name: config["methods"][name] for name in STUDY_POINTS}}}
+if STUDY:
+    freeze_guard("results/study/analysis_plan.json",
+                 STUDY_PLAN | {"study": {k: v for k, v in STUDY.items() if k != "tuned"}},
+                 ["results/study/eval"])
+
+
 checkpoint study_plan:
     input:
         tuned=[f"results/study/tuned/{arm}.yaml" for arm in STUDY.get("arms", [])
@@ -38,13 +54,7 @@ checkpoint study_plan:
     output:
         plan="results/study/analysis_plan.json",
     params:
-        sweep=STUDY_POINTS,
-        study=STUDY,
-        pool=PLAN.study_seeds(STUDY["seeds"]["max"]) if STUDY else [],
-        spec={"eval": config["eval"], "verdict": config["verdict"],
-              "n_test": config["data"].get("n_test"),
-              "steps": {arm: PLAN.grpo(arm)["steps"] for arm in STUDY.get("arms", [])},
-              "configs": {name: config["methods"][name] for name in STUDY_POINTS}},
+        **STUDY_PLAN,
     conda:
         "../../environment.yml"
     benchmark:

@@ -23,21 +23,16 @@ rule margin:
 
 
 # The analysis plan, frozen before any test evaluation (every eval_run and eval_base waits for
-# it): the primary metric, the margins, the gate, the seeds, steps and methods compared
+# it): the primary metric, the margins, the gate, the seeds, steps and methods compared; once a
+# test evaluation exists, a config that would rewrite it is refused (logra/harness/freeze.py)
+freeze_guard("results/analysis_plan.json", PLAN.plan_spec, ["results/eval", "results/stability"])
 rule analysis_plan:
     input:
         margin="results/margin.csv",
     output:
         "results/analysis_plan.json",
     params:
-        plan={"reference": PLAN.reference, "methods": PLAN.methods, "ablation_methods": PLAN.ablations,
-              "tasks": PLAN.tasks, "seeds": PLAN.seeds, "n_test": config["data"].get("n_test"),
-              "eval": config["eval"], "verdict": config["verdict"],
-              "method_config": {m: config["methods"][m] for m in PLAN.methods + PLAN.ablations},
-              "steps": {m: PLAN.grpo(m)["steps"] for m in PLAN.methods + PLAN.ablations},
-              # the lr sweep's choices the config adopted (config/tuned.yaml) for these runs
-              "tuned": {t: {m: c for m, c in chosen.items() if m in PLAN.methods + PLAN.ablations}
-                        for t, chosen in config["tuned"].items() if t in PLAN.tasks}},
+        plan=PLAN.plan_spec,
     conda:
         "../../environment.yml"
     benchmark:

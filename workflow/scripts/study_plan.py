@@ -9,6 +9,7 @@ import yaml
 
 from logra.analysis.study import adopted_choice, study_plan
 from logra.files import progress, write_json
+from logra.harness.freeze import amendments
 
 i, p = snakemake.input, snakemake.params
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
@@ -17,6 +18,11 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         records |= yaml.safe_load(Path(path).read_text())
     arms = {arm: adopted_choice(record, p.sweep, arm) for arm, record in records.items()}
     plan = study_plan(arms, p.study, p.pool, pd.read_csv(i.margin), p.spec)
+    # what it was written from, for freeze.guard (an adopted choice is no change), and its
+    # amendments, if any
+    plan["spec"] = {"sweep": p.sweep, "study": {k: v for k, v in p.study.items() if k != "tuned"},
+                    "pool": p.pool, "spec": p.spec}
+    plan["amendments"] = amendments(snakemake.output.plan)
     write_json(snakemake.output.plan, plan)
     rule = plan["seeds_rule"]
     progress("study plan", **{arm: f"{c['option']} {c['value']:g}"
