@@ -19,6 +19,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from logra.analysis.verdict import paired_difference, t_interval
@@ -92,11 +93,12 @@ def spikes(kl: pd.Series, s: dict) -> tuple[pd.Series, pd.Series]:
     """(spiked, judged), per step of `kl` (in step order): a step is judged when at least
     `min_history` steps precede it and their median is positive (a stretch of steps that did
     not move the policy gives no scale), and spikes when its KL exceeds `factor` x the median
-    of the (up to) `window` steps before it; a non-finite KL on a judged step spikes."""
-    kl = kl.astype(float)
+    of the (up to) `window` steps before it. A non-finite KL is no spike and no history: it is
+    `judge`'s to report."""
+    kl = kl.astype(float).where(np.isfinite(kl.astype(float)))
     median = kl.shift(1).rolling(s["window"], min_periods=s["min_history"]).median()
-    judged = median > 0
-    return judged & ~(kl <= s["factor"] * median), judged
+    judged = (median > 0) & kl.notna()
+    return judged & (kl > s["factor"] * median), judged
 
 
 def judge(summary: dict, metrics: pd.DataFrame, points: dict[int, dict],
@@ -116,16 +118,20 @@ def judge(summary: dict, metrics: pd.DataFrame, points: dict[int, dict],
         collapse, collapse_m, why["collapse"] = False, {}, ["no point after step 0"]
     spiked, judged = (int(x.sum()) for x in spikes(metrics["kl_batch"], criterion["spikes"]))
     share = spiked / judged if judged else math.nan
-    calm = judged > 0 and share <= criterion["spikes"]["share"]
-    why["spikes"] = [] if calm else [
+    bad = [int(i) + 1 for i in np.flatnonzero(~np.isfinite(metrics["kl_batch"].astype(float)))]
+    calm = judged > 0 and share <= criterion["spikes"]["share"] and not bad
+    why["spikes"] = ([] if judged > 0 and share <= criterion["spikes"]["share"] else [
         f"batch KL spiked on {spiked} of {judged} judged steps ({share:.1%})" if judged else
-        f"no step with {criterion['spikes']['min_history']} steps before it"]
+        f"no step with {criterion['spikes']['min_history']} steps before it"]) + ([
+        f"batch KL not finite at {len(bad)} steps (metrics.csv rows {bad[:5]}), not judged"]
+        if bad else [])
     ok = {"ended": ended, "held_out": held, "collapse": collapse, "spikes": calm}
     ratio = metrics["kl_real"].astype(float) / metrics["kl_pred"].astype(float)
     ratio = ratio[(metrics["kl_pred"].astype(float) > 0) & ratio.notna()]
     failed = [c for c in CLAUSES if not ok[c]]
     return ({f"{c}_ok": ok[c] for c in CLAUSES} | held_m | collapse_m | {
         "spikes": spiked, "spike_judged_steps": judged, "spike_share": share,
+        "kl_batch_non_finite": len(bad),
         "kl_batch_median": float(metrics["kl_batch"].median()),
         "kl_batch_max": float(metrics["kl_batch"].max()),
         # the diagnostic: realized over predicted KL on the probe (steps with a prediction)

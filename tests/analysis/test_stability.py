@@ -83,13 +83,21 @@ def test_spikes_are_judged_against_the_trailing_median_once_there_is_history():
     s = {"factor": 10, "window": 3, "min_history": 2, "share": 0.5}
     kl_ = pd.Series([1.0, 1.0, 30.0, 1.0, 1.0, 1.0, 9.0, float("nan")])
     spiked, judged = spikes(kl_, s)
-    assert judged.tolist() == [False, False] + [True] * 6
-    # step 3: median(1, 1) = 1 -> 30 spikes; step 4: median(1, 1, 30) = 1; step 7: 9 < 10;
-    # a non-finite KL spikes
-    assert spiked.tolist() == [False, False, True, False, False, False, False, True]
+    assert judged.tolist() == [False, False] + [True] * 5 + [False]  # a NaN is not judged
+    # step 3: median(1, 1) = 1 -> 30 spikes; step 4: median(1, 1, 30) = 1; step 7: 9 < 10
+    assert spiked.tolist() == [False, False, True, False, False, False, False, False]
     # a history that did not move the policy (median 0) gives no scale: not judged
     spiked, judged = spikes(pd.Series([0.0, 0.0, 0.0, 1e-3, 1e-3, 1e-3]), s)
     assert judged.tolist() == [False] * 5 + [True] and not spiked.any()
+
+
+def test_a_non_finite_batch_kl_is_reported_as_such_never_as_a_spike():
+    metrics = kl(0)
+    metrics.loc[100, "kl_batch"] = float("nan")
+    verdict = judge(OK, metrics, points(GOOD), CRITERION)
+    assert verdict["spikes"] == 0 and verdict["kl_batch_non_finite"] == 1
+    assert not verdict["spikes_ok"] and verdict["decided_by"] == "spikes"
+    assert "batch KL not finite at 1 steps (metrics.csv rows [101]), not judged" in verdict["why"]
 
 
 def test_the_criterion_names_no_method_and_no_method_option():
