@@ -24,6 +24,15 @@ if os.environ.get("CI") == "true":
 
 pytest_plugins = ["limits", "pytester"]  # the per-test limit (tests/limits.py) and its test
 
+
+def pytest_configure(config):
+    """LOGRA_TEST_SEED, where set, is a seed (tests/baselines): anything else stops the run
+    naming it."""
+    seed = os.environ.get("LOGRA_TEST_SEED")
+    if seed is not None and not (seed.isdigit() and int(seed) < 2**31):
+        raise pytest.UsageError(f"LOGRA_TEST_SEED={seed!r}: a seed is an integer from 0 to "
+                                f"{2**31 - 1} (tests/baselines/test_sketch_adam.py)")
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
              "--configfile", str(ROOT / "tests/data/smoke.yaml")]

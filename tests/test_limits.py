@@ -69,3 +69,14 @@ def test_each_process_keeps_the_test_it_runs_for_a_whole_run_limit(pytester, mon
     pytester.runpytest_subprocess("-p", "limits")
     (kept,) = tmp_path.iterdir()
     assert "test_suite.py::test_stopped (since " in kept.read_text()
+
+
+def test_a_test_seed_that_is_not_a_seed_stops_the_suite_naming_it():
+    """LOGRA_TEST_SEED (tests/conftest.py) is checked when pytest starts."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                          str(ROOT / "tests/test_limits.py")], capture_output=True, text=True,
+                         cwd=ROOT, env=dict(os.environ, LOGRA_TEST_SEED="x"), timeout=120)
+    assert out.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "LOGRA_TEST_SEED='x': a seed is an integer from 0 to 2147483647" in out.stderr

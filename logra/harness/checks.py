@@ -5,6 +5,7 @@ scaling settings, and each method's own checks (logra/harness/method_checks.py).
 from __future__ import annotations
 
 import difflib
+import math
 
 from logra.harness.method_checks import (check_method_grpo, check_method_options, check_options,
                                          check_prompts, check_rule_fits, trained_methods)
@@ -107,11 +108,26 @@ def _check_memory_sweep(config: dict, fit_rules: bool) -> None:
     not inside its job). The opt-in sizes are not built here (every rule on every point of
     config.yaml took 6 s on this project's 2-core CPU, against under a second for the default
     points): a rule that does not fit one stops its job with an error naming the point."""
+    from logra.rl.models import POSITIONS
     sweep = config.get("memory_sweep") or {}
     for part in ("sizes", "opt_in_sizes"):
         if "real" in sweep.get(part, {}):
             raise ConfigError(f"memory_sweep.{part}.real: `real` is memory_real's folder "
                               "(results/memory/real/); name the size otherwise")
+    for part in ("sizes", "opt_in_sizes"):  # what each point measures is what it says
+        for name, point in sweep.get(part, {}).items():
+            shape = {**sweep.get("shape", {}), **point.get("shape", {})}
+            key = f"memory_sweep.{part}.{name}"
+            if shape.get("micro_batch", 0) > shape.get("batch", 0):
+                raise ConfigError(f"{key}: micro_batch {shape['micro_batch']} is larger than "
+                                  f"the batch {shape['batch']} (memory_sweep.shape or the "
+                                  "point's shape): the step would measure a smaller one")
+            room, length = point.get("max_position_embeddings", POSITIONS), (
+                shape.get("prompt_len", 0) + shape.get("completion_len", 0))
+            if room < length:
+                raise ConfigError(f"{key}.max_position_embeddings: {room} positions, shorter "
+                                  f"than the measured sequence (prompt_len + completion_len = "
+                                  f"{length})")
     methods = dict.fromkeys([*sweep.get("methods", []), *sweep.get("ablation_methods", [])])
     for name, point in (sweep.get("sizes", {}) if fit_rules else {}).items():
         options = {k: v for k, v in point.items() if k != "shape"}
@@ -227,10 +243,19 @@ def _check_study(config: dict) -> None:
         if record["metric"] != config["eval"]["primary"]:
             raise ConfigError(f"study.tuned.{arm}.metric: chosen by {record['metric']!r}, but "
                               f"eval.primary is {config['eval']['primary']!r}")
-        if sorted(record["by_seed"]) != sorted(config["lr_sweep"]["seeds"]):
+        by_seed = record.get("by_seed")
+        if not (isinstance(by_seed, dict) and all(
+                isinstance(k, int) and isinstance(v, (int, float)) for k, v in by_seed.items())):
+            raise ConfigError(f"study.tuned.{arm}.by_seed: {by_seed!r} is not a map of seed "
+                              "(an integer, unquoted) to accuracy, as the grid wrote it")
+        if sorted(by_seed) != sorted(config["lr_sweep"]["seeds"]):
             raise ConfigError(f"study.tuned.{arm}.by_seed: chosen on seeds "
-                              f"{sorted(record['by_seed'])}, not lr_sweep.seeds "
+                              f"{sorted(by_seed)}, not lr_sweep.seeds "
                               f"{config['lr_sweep']['seeds']}")
+        if not math.isclose(record.get("val_accuracy", math.nan),
+                            sum(by_seed.values()) / len(by_seed), rel_tol=1e-9):
+            raise ConfigError(f"study.tuned.{arm}.val_accuracy: {record.get('val_accuracy')!r} "
+                              f"is not the mean of its by_seed accuracies")
 
 
 def _check_scaling(config: dict, fit_rules: bool = True) -> None:

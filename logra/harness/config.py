@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from logra import rules
+from logra.analysis.tuning import check_choice
 # the config's API, one import for its users: the checks and what runs derive from a config
 from logra.harness.checks import check
 from logra.harness.method_checks import check_method, trained_methods  # noqa: F401
@@ -252,6 +253,16 @@ def apply_tuned(config: dict, sources: dict) -> None:
                 raise ConfigError(f"tuned.{task}.{name}.option: {entry['option']!r}, but the "
                                   f"method's knob is {cls.tuning_option(here)!r}: the choice was "
                                   "made for another setting of it; rerun the lr sweep")
+            try:  # the sweep's rule's choice among the record's own scores
+                check_choice(f"tuned.{task}.{name}", entry, entry["option"],
+                             config["eval"]["primary"])
+            except ValueError as e:
+                raise ConfigError(f"{e}{_set_by(sources, ('tuned', task, name))}") from None
+            if set(entry.get("seeds") or []) & set(config["seeds"]):
+                raise ConfigError(f"tuned.{task}.{name}.seeds: chosen on seeds {entry['seeds']}, "
+                                  f"of which {sorted(set(entry['seeds']) & set(config['seeds']))}"
+                                  " are test seeds (seeds): a choice is made on validation "
+                                  f"runs alone{_set_by(sources, ('tuned', task, name))}")
             tuned = cls.tuned(here, entry["value"])
             # the options the choice sets: those `tuned` moves when the value moves
             moved = {o for o, v in cls.tuned(here, 2 * entry["value"]).items()

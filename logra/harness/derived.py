@@ -11,6 +11,7 @@ import inspect
 import math
 
 from logra import rules
+from logra.analysis.tuning import check_choice
 from logra.harness.config import ConfigError, margin_seeds, task_options
 
 
@@ -250,10 +251,16 @@ def _check_study_tuned(config: dict, arm: str, grid: Grid) -> None:
     record = (config["study"].get("tuned") or {}).get(arm)
     if record is None:
         return
-    name = next((n for n, (_, v) in grid.points().items() if v == record["value"]), None)
+    try:  # the grid's rule's choice among the record's own scores
+        check_choice(f"study.tuned.{arm}", record, sweep_knobs(config)[arm],
+                     config["eval"]["primary"])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    name = next((n for n, (_, v) in grid.points().items()
+                 if math.isclose(v, record["value"], rel_tol=1e-9)), None)
     if name is None:
-        raise ConfigError(f"study.tuned.{arm}.value: {record['value']:g} is not a point of its "
-                          f"grid ({', '.join(f'{v:g}' for v in grid.values.values())})")
+        raise ConfigError(f"study.tuned.{arm}.value: {record['value']!r} is not a point of its "
+                          f"grid ({', '.join(repr(v) for v in grid.values.values())})")
     now = config["methods"][name]
     if record["config"] != now:
         differ = [k for k in sorted(set(record["config"]) | set(now))

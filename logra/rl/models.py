@@ -75,10 +75,13 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
                                    model_max_length=1024)
 
 
+POSITIONS = 256  # a tiny model's context unless told (the workflow sizes it per task)
+
+
 def tiny_config(*, architecture: str = "llama", hidden_size: int = 256,
                 intermediate_size: int = 512, num_hidden_layers: int = 2,
                 num_attention_heads: int = 4, num_key_value_heads: int | None = None,
-                max_position_embeddings: int = 256, tie_word_embeddings: bool = False,
+                max_position_embeddings: int = POSITIONS, tie_word_embeddings: bool = False,
                 vocab_size: int | None = None):
     """The HF config of a tiny decoder over the character vocabulary (`vocab_size`: a larger
     one, for memory measurements at a real model's vocabulary size; token ids beyond the
@@ -89,6 +92,10 @@ def tiny_config(*, architecture: str = "llama", hidden_size: int = 256,
     if hidden_size % num_attention_heads:
         raise ValueError(f"model.hidden_size={hidden_size} is not divisible by "
                          f"model.num_attention_heads={num_attention_heads}")
+    if num_key_value_heads and num_attention_heads % num_key_value_heads:
+        raise ValueError(f"model.num_attention_heads={num_attention_heads} is not divisible by "
+                         f"model.num_key_value_heads={num_key_value_heads} (each key-value head "
+                         "serves a whole group of query heads)")
     pad, eos = SPECIAL_TOKENS.index("<pad>"), SPECIAL_TOKENS.index("<eos>")
     return ARCHITECTURES[architecture](
         vocab_size=vocab_size or len(SPECIAL_TOKENS) + len(CHARSET), hidden_size=hidden_size,

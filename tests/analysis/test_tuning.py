@@ -200,6 +200,39 @@ def test_a_tuned_value_for_another_knob_or_an_unknown_method_is_refused(tmp_path
             resolve([], default=tmp_path / "config.yaml", fit_rules=False)
 
 
+DENSE = {"option": "lr", "value": 1e-4, "bracketed": True, "metric": "sampled",
+         "seeds": [10, 11, 12], "scores": [[5e-5, 0.30], [1e-4, 0.35], [2e-4, 0.33]]}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"value": 1e6}, r"tuned.countdown.dense_adam.value: 1000000.0 is not the rule's choice "
+                     r"among its scores: 0.0001 scores 0.35"),
+    ({"value": 2e-4}, r"value: 0.0002 is not the rule's choice among its scores"),
+    ({"value": 1.0000000000001e-4}, None),  # the same float, written another way: adopted
+    ({"scores": [[5e-5, 0.30], [1e-4, 0.35]]},
+     r"bracketed: True, but its value 0.0001 is on an edge of them"),
+    ({"scores": [[5e-5, "0.30"], [1e-4, 0.35], [2e-4, 0.33]]},
+     r"scores: .* is not a list of \[value, accuracy or null\] pairs of numbers"),
+    ({"metric": "greedy"}, r"metric: 'greedy', but eval.primary is 'sampled'"),
+    ({"seeds": [0, 10]}, r"tuned.countdown.dense_adam.seeds: chosen on seeds \[0, 10\], of "
+                         r"which \[0\] are test seeds"),
+])
+def test_a_tuned_record_is_its_rules_choice_among_its_own_scores(tmp_path, change, message):
+    """config/tuned.yaml: each record's value is the best of its scores (within a float
+    tolerance), `bracketed` says where it lies, its metric is eval.primary, and its seeds are
+    no test seed; else the config stops naming the key, both values and the file."""
+    from logra.harness.config import ConfigError, resolve
+    root = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
+    (tmp_path / "config.yaml").write_text(root.read_text())
+    entry = {"dense_adam": DENSE | change}
+    (tmp_path / "tuned.yaml").write_text(yaml.safe_dump({"tuned": {"countdown": entry}}))
+    if message is None:
+        resolve([], default=tmp_path / "config.yaml", fit_rules=False)
+        return
+    with pytest.raises(ConfigError, match=message + r".*set by .*tuned.yaml"):
+        resolve([], default=tmp_path / "config.yaml", fit_rules=False)
+
+
 def test_a_variant_takes_the_choice_of_a_method_of_its_own_rule(tmp_path):
     from logra.harness.config import ConfigError, resolve
     root = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
@@ -224,8 +257,11 @@ def test_a_sweep_of_some_grids_keeps_the_choices_adopted_for_the_others(tmp_path
     from logra.harness.plan import build_plan
     root = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
     (tmp_path / "config.yaml").write_text(root.read_text())
-    adopted = {"countdown": {"muon": {"option": "lr", "value": 4e-4, "bracketed": False},
-                             "dense_adam": {"option": "lr", "value": 1e-4, "bracketed": True}}}
+    adopted = {"countdown": {
+        "muon": {"option": "lr", "value": 4e-4, "bracketed": False, "metric": "sampled",
+                 "seeds": [10], "scores": [[4e-4, 0.3], [8e-4, 0.28]]},
+        "dense_adam": {"option": "lr", "value": 1e-4, "bracketed": True, "metric": "sampled",
+                       "seeds": [10], "scores": [[5e-5, 0.3], [1e-4, 0.35], [2e-4, 0.33]]}}}
     (tmp_path / "tuned.yaml").write_text(yaml.safe_dump({"tuned": adopted}))
     (tmp_path / "some.yaml").write_text("lr_sweep: {methods: [muon, logra]}\n")
     config = resolve([tmp_path / "some.yaml"], default=tmp_path / "config.yaml", fit_rules=False)

@@ -63,6 +63,15 @@ def test_default_and_smoke_configs_are_valid():
     (lambda c: c.update(seeds=[10**30]), r"seeds.0: .* is greater than the maximum of 2147483647"),
     (lambda c: c["lr_sweep"].update(points=2200), r"lr_sweep.points: 2200 is greater than the "
                                                   r"maximum of 64"),
+    # what sizes work at parse time or in every evaluation is bounded
+    (lambda c: c.update(study={"task": "arithmetic", "arms": {"dense_adam": 1e-4, "logra": 2e-4},
+                               "reference": "dense_adam", "snapshot": 1,
+                               "seeds": {"min": 2, "max": 3_000_000_000, "half_width": 0.02}}),
+     r"study.seeds.max: 3000000000 is greater than the maximum of 1000"),
+    (lambda c: c["eval"].update(protocols={"sampled": {"samples": 100_000, "temperature": 1}}),
+     r"eval.protocols.sampled.samples: 100000 is greater than the maximum of 256"),
+    (lambda c: c["eval"].update(protocols={"sampled": {"samples": 4, "temperature": 1e6}}),
+     r"eval.protocols.sampled.temperature: 1000000.0 is greater than the maximum of 10"),
 ])
 def test_schema_rejects_with_the_key(tmp_path, edit, message):
     config = copy.deepcopy(SMOKE)
@@ -176,6 +185,14 @@ def test_schema_rejects_with_the_key(tmp_path, edit, message):
      r"grpo.importance_cap: 1e-300 is less than the minimum of 1"),
     (lambda c: c.update(rollout={"options": {"bogus_kw": 1}}),
      r"rollout.options.bogus_kw: not an option of rollout.engine 'hf' \(its options: \[\]"),
+    # shapes that would crash inside a job, or measure what they do not say
+    (lambda c: c["model"]["tiny"].update(num_key_value_heads=3),
+     r"model.tiny: model.num_attention_heads=2 is not divisible by model.num_key_value_heads=3"),
+    (lambda c: c["memory_sweep"]["shape"].update(micro_batch=8),
+     r"memory_sweep.sizes.s1: micro_batch 8 is larger than the batch 4"),
+    (lambda c: c["memory_sweep"]["sizes"]["s1"].update(max_position_embeddings=6),
+     r"memory_sweep.sizes.s1.max_position_embeddings: 6 positions, shorter than the measured "
+     r"sequence \(prompt_len \+ completion_len = 8\)"),
     (lambda c: c["memory_sweep"]["sizes"]["s1"].update(num_attention_heads=3),
      r"memory_sweep.sizes.s1: model.hidden_size=64 is not divisible by "
      r"model.num_attention_heads=3"),
@@ -707,7 +724,8 @@ def _adopted(config: dict, arm: str, point: float, **change) -> dict:
     name = next(n for n, (a, v) in plan.grids["study"][arm].points().items() if v == point)
     seeds = config["lr_sweep"]["seeds"]
     return {"option": "lr", "value": point, "bracketed": True, "metric": "sampled",
-            "val_accuracy": 0.3, "by_seed": dict.fromkeys(seeds, 0.3), "scores": [[point, 0.3]],
+            "val_accuracy": 0.3, "by_seed": dict.fromkeys(seeds, 0.3),
+            "scores": [[point / 2, 0.25], [point, 0.3], [point * 2, 0.2]],
             "config": plan.config["methods"][name]} | change
 
 
@@ -717,8 +735,20 @@ def _adopted(config: dict, arm: str, point: float, **change) -> dict:
      r"study.tuned.dense_adam_study.metric: chosen by 'greedy', but eval.primary is 'sampled'"),
     ("dense_adam_study", {"by_seed": {0: 0.3, 1: 0.3, 2: 0.3}},
      r"study.tuned.dense_adam_study.by_seed: chosen on seeds \[0, 1, 2\], not lr_sweep.seeds"),
-    ("dense_adam_study", {"value": 3e-5},
+    ("dense_adam_study", {"value": 3e-5, "scores": [[1.5e-5, 0.2], [3e-5, 0.3], [6e-5, 0.2]]},
      r"study.tuned.dense_adam_study.value: 3e-05 is not a point of its grid \(3.125e-06, "),
+    # the record is its grid's rule's choice among its own scores, its types as written
+    ("dense_adam_study", {"value": 2e-4},
+     r"study.tuned.dense_adam_study.value: 0.0002 is not the rule's choice among its scores: "
+     r"0.0001 scores 0.3"),
+    ("dense_adam_study", {"bracketed": False},
+     r"study.tuned.dense_adam_study.bracketed: False, but its value 0.0001 is inside"),
+    ("dense_adam_study", {"scores": [["5e-5", "0.25"], [1e-4, 0.3]]},
+     r"study.tuned.dense_adam_study.scores: .* is not a list of \[value, accuracy or null\]"),
+    ("dense_adam_study", {"by_seed": {"10": 0.3, "11": 0.3, "12": 0.3}},
+     r"study.tuned.dense_adam_study.by_seed: .* is not a map of seed \(an integer, unquoted\)"),
+    ("dense_adam_study", {"val_accuracy": 0.5},
+     r"study.tuned.dense_adam_study.val_accuracy: 0.5 is not the mean of its by_seed"),
     ("dense_adam_study", "grpo",
      r"study.tuned.dense_adam_study: chosen under another config of dense_adam_study_lr0p0001 "
      r"\(it differs in grpo\): remove the entry"),

@@ -18,6 +18,9 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     except (TypeError, ValueError) as e:  # a rule that does not fit the point's model
         raise ValueError(f"memory sweep point {snakemake.wildcards.size}: methods."
                          f"{snakemake.wildcards.method}.options: {e}") from None
+    except Exception as e:  # any other failure, named with its point (a CUDA OOM is a result)
+        raise RuntimeError(f"memory sweep point {snakemake.wildcards.size} (memory_sweep sizes), "
+                           f"method {snakemake.wildcards.method}: {type(e).__name__}: {e}") from e
     point.update(size=snakemake.wildcards.size, method=snakemake.wildcards.method,
                  threads=snakemake.threads)
     write_json(snakemake.output[0], point)
