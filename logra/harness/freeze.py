@@ -2,7 +2,8 @@
 results/study/analysis_plan.json).
 
 Each plan records the config it was written from (its `spec`: what its rule's params hold).
-When Snakemake is started and a test evaluation exists under a plan, `guard` compares that
+When Snakemake is started and a test evaluation exists under a plan (of a task both the plan
+and the config evaluate: a grid switched to other tasks is a new plan), `guard` compares that
 spec with the config's: any difference would make Snakemake write another plan and score the
 test split again, so it is refused before any job runs, naming each changed key with its old
 and new values. `--config amend_plan=true` replaces the plan on purpose: the old plan is kept
@@ -50,22 +51,28 @@ def amendments(plan: str | Path) -> list[dict]:
     return json.loads(path.read_text()) if path.exists() else []
 
 
-def guard(plan: str | Path, spec: dict, tests: list[Path], amend: bool,
-          dry_run: bool = False) -> dict[str, tuple]:
-    """Refuse (`PlanFrozen`) a `spec` other than the one `plan` was written from while any of
-    `tests` (the test evaluations made under it) exists, unless `amend`: then archive the old
-    plan and record the amendment (not in a dry run). Returns the changes ({} if none)."""
+def guard(plan: str | Path, spec: dict, test_dirs: list[str | Path], tasks_of,
+          amend: bool, dry_run: bool = False) -> dict[str, tuple]:
+    """Refuse (`PlanFrozen`) a `spec` other than the one `plan` was written from while a test
+    evaluation exists under it (a JSON under `<test dir>/<task>/`, for a task `tasks_of` finds
+    in both specs), unless `amend`: then archive the old plan and record the amendment (not in
+    a dry run). Returns the changes ({} if none)."""
     plan = Path(plan)
-    if not plan.exists() or not tests:
+    if not plan.exists():
         return {}
     try:
         frozen = json.loads(plan.read_text()).get("spec")
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PlanFrozen(f"{plan}: not a plan ({e}); {len(tests)} test evaluations exist under "
-                         "it: restore it, or remove it with the test evaluations") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+        raise PlanFrozen(f"{plan}: not a plan ({e}); restore it, or remove it with the test "
+                         "evaluations made under it") from None
     if frozen is None:
         return {}
-    changed = changes(frozen, canonical(spec))
+    spec = canonical(spec)
+    shared = sorted(set(tasks_of(frozen)) & set(tasks_of(spec)))
+    tests = sorted(p for d in test_dirs for t in shared for p in (Path(d) / t).rglob("*.json"))
+    if not tests:
+        return {}
+    changed = changes(frozen, spec)
     if not changed:
         return {}
     listed = "; ".join(f"{k}: {json.dumps(old)} -> {json.dumps(new)}"

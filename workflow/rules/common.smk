@@ -15,15 +15,16 @@ def base_input(wildcards):
     return PLAN.base_input(wildcards)
 
 
-def freeze_guard(plan, spec, test_dirs):
-    """Before any job: refuse a config that would rewrite `plan` while a test evaluation (a JSON
-    under `test_dirs`) exists under it, unless amend_plan (logra/harness/freeze.py)."""
+def freeze_guard(plan, spec, test_dirs, tasks_of):
+    """Before any job: refuse a config that would rewrite `plan` while a test evaluation of one
+    of its tasks (a JSON under `<test dir>/<task>/`; `tasks_of(spec)`) exists under it, unless
+    amend_plan (logra/harness/freeze.py)."""
     if not workflow.is_main_process:
         return
-    tests = sorted(p for d in test_dirs for p in Path(d).rglob("*.json"))
-    changed = freeze.guard(plan, spec, tests, config["amend_plan"], workflow.dryrun)
+    changed = freeze.guard(plan, spec, test_dirs, tasks_of, config["amend_plan"],
+                           workflow.dryrun)
     if changed:
-        print(f"{plan}: amended (amend_plan), {len(tests)} test evaluations existed: "
+        print(f"{plan}: amended (amend_plan): "
               + "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items()),
               file=sys.stderr)
 

@@ -43,7 +43,7 @@ STUDY_PLAN = {
 if STUDY:
     freeze_guard("results/study/analysis_plan.json",
                  STUDY_PLAN | {"study": {k: v for k, v in STUDY.items() if k != "tuned"}},
-                 ["results/study/eval"])
+                 ["results/study/eval"], lambda spec: [spec["study"]["task"]])
 
 
 checkpoint study_plan:

@@ -25,7 +25,8 @@ rule margin:
 # The analysis plan, frozen before any test evaluation (every eval_run and eval_base waits for
 # it): the primary metric, the margins, the gate, the seeds, steps and methods compared; once a
 # test evaluation exists, a config that would rewrite it is refused (logra/harness/freeze.py)
-freeze_guard("results/analysis_plan.json", PLAN.plan_spec, ["results/eval", "results/stability"])
+freeze_guard("results/analysis_plan.json", PLAN.plan_spec,
+             ["results/eval", "results/stability"], lambda spec: spec["tasks"])
 rule analysis_plan:
     input:
         margin="results/margin.csv",
