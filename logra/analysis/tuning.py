@@ -13,7 +13,6 @@ and the validation split enter it.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Collection
 from pathlib import Path
 
@@ -126,42 +125,3 @@ def tuned_file(table: pd.DataFrame, seeds: list[int], source: str,
             "adopted.\n# Adopt it: cp results/tuned.yaml config/tuned.yaml\n")
     return head + yaml.safe_dump({"tuned": tuned}, sort_keys=False, width=100)
 
-
-def check_choice(key: str, record: dict, option: str, metric: str) -> None:
-    """A tuned record as adopted (config/tuned.yaml's `tuned.<task>.<method>`, the study's
-    `study.tuned.<arm>`) is what `lr_sweep_table`'s rule chooses among the record's own
-    `scores` ([value, mean validation accuracy or null]): the best accuracy, the smaller value
-    on a tie, within a float tolerance; `bracketed` as its position says (not the smallest or
-    largest value scored); its knob is `option` and its metric `metric`. Else a ValueError
-    naming `key`, the field and both values (repr)."""
-    def fail(field, why):
-        raise ValueError(f"{key}.{field}: {why}; rerun its grid, or adopt the record as it "
-                         "wrote it")
-
-    if record.get("option") != option:
-        fail("option", f"{record.get('option')!r}, but the method's knob is {option!r}")
-    if record.get("metric") != metric:
-        fail("metric", f"{record.get('metric')!r}, but eval.primary is {metric!r}")
-    scores = record.get("scores")
-    if not (isinstance(scores, list) and scores and all(
-            isinstance(p, (list, tuple)) and len(p) == 2 and _number(p[0])
-            and (p[1] is None or _number(p[1])) for p in scores)):
-        fail("scores", f"{scores!r} is not a list of [value, accuracy or null] pairs of numbers")
-    if not _number(record.get("value")):
-        fail("value", f"{record.get('value')!r} is not a number")
-    done = sorted((float(v), float(a)) for v, a in scores if a is not None)
-    if not done:
-        fail("scores", "no point has an accuracy")
-    best = max(done, key=lambda p: p[1])  # the first, i.e. smaller, value of a tie
-    if not math.isclose(record["value"], best[0], rel_tol=1e-9):
-        fail("value", f"{record['value']!r} is not the rule's choice among its scores: "
-                      f"{best[0]!r} scores {best[1]!r}")
-    values = [float(v) for v, _ in scores]
-    inside = min(values) < best[0] < max(values)
-    if record.get("bracketed") is not inside:
-        fail("bracketed", f"{record.get('bracketed')!r}, but its value {best[0]!r} is "
-                          + ("inside its scored points" if inside else "on an edge of them"))
-
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -27,9 +27,8 @@ from pathlib import Path
 import yaml
 
 from logra import rules
-from logra.analysis.tuning import check_choice
 # the config's API, one import for its users: the checks and what runs derive from a config
-from logra.harness.checks import check
+from logra.harness.checks import check, check_choice
 from logra.harness.method_checks import check_method, trained_methods  # noqa: F401
 from logra.harness.runs import (  # noqa: F401
     DEVICE_STAGES, generation_room, gpus_per_run, grpo_settings, hub_models, job_resources,

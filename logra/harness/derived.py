@@ -11,7 +11,7 @@ import inspect
 import math
 
 from logra import rules
-from logra.analysis.tuning import check_choice
+from logra.harness.checks import check_choice
 from logra.harness.config import ConfigError, margin_seeds, task_options
 
 
