@@ -94,14 +94,14 @@ def local_jobs(console: str) -> set[int]:
 
 
 # the smallest target that sends every rule of STAGE through slurm: the smoke config's default
-# target narrowed to one task and seed (19 slurm jobs: one per rule, but the 2 bases, 3 GRPO
+# target narrowed to one task and seed (18 slurm jobs: one per rule, but the 2 bases, 3 GRPO
 # runs, 2 evaluations and 2 memory points the DAG and the memory figure need; the smoke grid is
 # 39). Every one of its jobs is a job of the smoke grid with the same inputs, so its outputs are
 # the shared local run's, bit for bit.
 NARROW = "seeds: [0]\nrun_tasks: [arithmetic]\n"
 
 
-@pytest.mark.slow(reason="19 jobs, each a slurm job polled by the executor")
+@pytest.mark.slow(reason="18 jobs, each a slurm job polled by the executor")
 def test_smoke_grid_on_slurm_matches_the_local_run(partition, smoke_run, tmp_path):
     """Every stage's rule through the slurm executor, on the smoke grid narrowed to one task and
     seed: every job but the Snakefile's localrules is a slurm job of its own, which slurm ran
@@ -123,7 +123,7 @@ def test_smoke_grid_on_slurm_matches_the_local_run(partition, smoke_run, tmp_pat
     assert here < set(jobs) and set(slurm_jobs) == set(jobs) - here, console[-5000:]
     # the smoke grid's default target runs the margin's validation run, as the lr sweep's
     assert {jobs[job] for job in slurm_jobs} == set(STAGE)
-    assert len(slurm_jobs) == 19
+    assert len(slurm_jobs) == 18
     assert {"summary", "report", "planner"} <= {jobs[job] for job in here}
 
     config = validate_file(ROOT / "tests/data/smoke.yaml")
