@@ -433,9 +433,10 @@ def check_choice(key: str, record: dict, option: str, metric: str) -> None:
     """A tuned record as adopted (config/tuned.yaml's `tuned.<task>.<method>`, the study's
     `study.tuned.<arm>`) is what the grids' rule (logra.analysis.tuning.lr_sweep_table, which
     wrote it) chooses among the record's own `scores` ([value, mean validation accuracy or
-    null]): the best accuracy, the smaller value on a tie, within a float tolerance; `bracketed` as its position says (not the smallest or
-    largest value scored); its knob is `option` and its metric `metric`. Else a ValueError
-    naming `key`, the field and both values (repr)."""
+    null]): the best accuracy, the smaller value on a tie, within a float tolerance;
+    `bracketed` as its position says (not the smallest or largest value scored); its knob is
+    `option` and its metric `metric`. Else a ValueError naming `key`, the field and both values
+    (repr)."""
     def fail(field, why):
         raise ValueError(f"{key}.{field}: {why}; rerun its grid, or adopt the record as it "
                          "wrote it")
