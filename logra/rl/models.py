@@ -10,12 +10,14 @@ The character vocabulary is printable ASCII plus newline; anything else maps to 
 completion ends with the `<eos>` token, which is also the padding token's neighbour rather than
 the padding token itself, so that padded positions are never mistaken for a stop.
 
-Deviation, for start-up time: transformers' generation module imports scikit-learn (with
-scipy.stats, about 1 s of every job's start-up) for one feature, assisted decoding's dynamic
-confidence threshold (`roc_curve`). Nothing here decodes with an assistant, so this module,
-which the harness's jobs import before transformers' models (`sklearn_hidden`), loads that
-module with scikit-learn hidden; scikit-learn itself imports as usual afterwards, and in a
-process that imported it first nothing changes.
+Deviation, for start-up time: transformers' model code imports three packages this harness
+never uses through it, about 2 s of every job's start-up: scikit-learn (with scipy.stats) for
+assisted decoding's confidence threshold (`roc_curve`), scipy.optimize for object-detection
+losses, and torchao for loading torchao-quantized checkpoints. This module, which the harness's
+jobs import before transformers' models, loads that code with the three hidden
+(`extras_hidden`): in such a process transformers treats them as not installed, so those three
+features are off. The packages themselves import as usual afterwards (torchao's 8-bit AdamW,
+lm-eval's metrics); a process that loaded transformers' model code first is unchanged.
 """
 from __future__ import annotations
 
@@ -27,19 +29,31 @@ from pathlib import Path
 import torch
 
 
-def sklearn_hidden() -> None:
-    """Load transformers' generation module without scikit-learn (the module docstring), once
-    per process, unless it or scikit-learn is loaded already."""
-    if "sklearn" in sys.modules or "transformers.generation.candidate_generator" in sys.modules:
+EXTRAS = ("sklearn", "scipy", "torchao")  # what transformers' model code needs no more of
+
+
+def extras_hidden() -> None:
+    """Load transformers' model code (`modeling_utils`) and generation with `EXTRAS` hidden (the
+    module docstring), once per process, unless it is loaded already."""
+    if {"transformers.modeling_utils", "transformers.generation.candidate_generator"} & set(
+            sys.modules):
         return
-    sys.modules["sklearn"] = None  # find_spec and import both answer "not installed"
+    from transformers.utils import import_utils
+    hidden = [name for name in EXTRAS if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # find_spec and import both answer "not installed"
+    for check in (import_utils.is_sklearn_available, import_utils.is_scipy_available,
+                  import_utils.is_torchao_available):
+        check.cache_clear()  # asked again now, and the answer kept: what the import saw
     try:
         import transformers.generation.candidate_generator  # noqa: F401
+        import transformers.modeling_utils  # noqa: F401
     finally:
-        del sys.modules["sklearn"]
+        for name in hidden:
+            del sys.modules[name]
 
 
-sklearn_hidden()  # before transformers' models load, below
+extras_hidden()  # before transformers' models load, below
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
 from transformers import (  # noqa: E402

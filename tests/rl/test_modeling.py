@@ -69,18 +69,29 @@ def test_context_is_sized_from_the_data_and_a_short_model_is_named_with_its_task
         check_context(tiny_config(max_position_embeddings=39), 40, "sums", "org/m")
 
 
-def test_a_jobs_imports_load_transformers_models_without_scikit_learn():
+def test_a_jobs_imports_load_transformers_models_without_its_extras(tmp_path):
     """A GRPO run's, a memory point's and an evaluation's imports (lm-eval's HF model after
-    logra.rl.models, as logra.harness.evaluate orders them) load transformers' generation
-    without scikit-learn, about a second of every job's start-up; scikit-learn still imports
-    afterwards."""
+    logra.rl.models, as logra.harness.evaluate orders them), and a model's load, bring in none
+    of scikit-learn, scipy and torchao (about 2 s of every job's start-up); each still imports
+    afterwards, and torchao's 8-bit AdamW steps."""
     import subprocess
     import sys
     code = ("import sys\nimport logra.rl.loop, logra.harness.memory_point\n"
             "from lm_eval.models.huggingface import HFLM\n"
+            "from logra.rl.models import build_tiny, load\n"
+            "load(build_tiny(sys.argv[1], hidden_size=8, intermediate_size=8,\n"
+            "                num_hidden_layers=1, num_attention_heads=2))\n"
             "assert 'transformers.generation.candidate_generator' in sys.modules\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))\n"
-            "import sklearn.metrics\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in\n"
+            "             ('sklearn', 'scipy', 'torchao')))\n"
+            "import sklearn.metrics, scipy.optimize, torch\n"
+            "from torchao.optim import AdamW8bit\n"
+            "w = torch.nn.Parameter(torch.ones(256, 256))\n"
+            "opt = AdamW8bit([w], lr=0.1)\n"
+            "w.sum().backward()\n"
+            "opt.step()\n"
+            "assert (w < 1).all()\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m")], capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "[]"
