@@ -7,11 +7,15 @@ BIN := $(VENV)/bin
 
 env: $(VENV)/.installed
 
+# torch with pip, which takes the build this machine's pip is set up for (a local CPU wheel
+# here, PyPI's otherwise); everything else with uv (pinned), which installs the same pinned set
+# about 10x faster and keeps that torch: 2.13.0+cpu satisfies torch==2.13.0
+UV_VERSION := 0.13.9
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION) $$(grep -E '^torch==' requirements.txt)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.txt
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	touch $@
 
 reproduce: env
@@ -38,8 +42,12 @@ check-gpu-pins: env
 GPU_CHECK_VENV ?= .venv-gpu-check
 gpu-check-cpu:
 	rm -rf $(GPU_CHECK_VENV) && $(PYTHON) -m venv $(GPU_CHECK_VENV)
-	$(GPU_CHECK_VENV)/bin/python -m pip install --quiet -r benchmarks/gpu_check-requirements.txt
-	$(GPU_CHECK_VENV)/bin/python -m pip install --quiet --no-deps galore-torch==1.0 bitsandbytes==0.50.2
+	$(GPU_CHECK_VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION) \
+		$$(grep -E '^torch==' benchmarks/gpu_check-requirements.txt)
+	$(GPU_CHECK_VENV)/bin/uv pip install --quiet --python $(GPU_CHECK_VENV)/bin/python \
+		-r benchmarks/gpu_check-requirements.txt
+	$(GPU_CHECK_VENV)/bin/uv pip install --quiet --python $(GPU_CHECK_VENV)/bin/python --no-deps \
+		galore-torch==1.0 bitsandbytes==0.50.2
 	! $(GPU_CHECK_VENV)/bin/python -c "import snakemake" 2>/dev/null
 	! $(GPU_CHECK_VENV)/bin/python -c "import lm_eval" 2>/dev/null
 	! $(GPU_CHECK_VENV)/bin/python -c "import vllm" 2>/dev/null
