@@ -21,11 +21,12 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 reproduce: env
 	$(BIN)/snakemake --cores all
 
-# the unit tests on both cores (pytest-xdist), then the end-to-end runs one at a time: each
-# of those runs a workflow or torchrun on both cores itself
+# the unit tests on both cores (pytest-xdist), then the end-to-end runs one at a time (each
+# runs a workflow or torchrun on both cores itself), with the slurm tests, which mostly wait on
+# the cluster, beside them (tests/conftest.py)
 test: env
 	$(BIN)/python -m pytest -q -m "not e2e" -n 2
-	$(BIN)/python -m pytest -q -m e2e
+	$(BIN)/python -m pytest -q -m e2e -n 2 --dist loadgroup
 
 # rewrite this CPU's reference fingerprints of the smoke run (tests/data/fingerprints/), when
 # the numerics change on purpose

@@ -8,6 +8,8 @@ from logra.repro import pin_cpu
 
 pin_cpu()  # before torch loads: the tests, and every process they start, compute as CPU jobs do
 
+import fcntl  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -43,14 +45,34 @@ CONSOLE = "console.txt"  # what the smoke run printed, beside its results
 def smoke_run(tmp_path_factory) -> Path:
     """The smoke config's default target, run once, locally, as the README writes a complete
     config from the repository root (tests/e2e/test_workflow.py; the slurm run of
-    tests/e2e/test_cluster.py is compared with it)."""
-    tmp_path = tmp_path_factory.mktemp("smoke")
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--configfile",
-                          "tests/data/smoke.yaml", "--cores", "2", "--directory", str(tmp_path)],
-                         capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (tmp_path / CONSOLE).write_text(out.stdout + out.stderr)
-    return tmp_path
+    tests/e2e/test_cluster.py is compared with it). Under pytest-xdist its workers share one
+    run: the first to need it runs it, and the others wait for it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's, above each worker's own
+    path = root / "smoke"
+    with open(root / "smoke.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (path / CONSOLE).exists():
+            shutil.rmtree(path, ignore_errors=True)  # from a worker that failed
+            path.mkdir()
+            out = subprocess.run([sys.executable, "-m", "snakemake", "--configfile",
+                                  "tests/data/smoke.yaml", "--cores", "2", "--directory",
+                                  str(path)], capture_output=True, text=True, timeout=900,
+                                 cwd=ROOT)
+            assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+            (path / CONSOLE).write_text(out.stdout + out.stderr)
+    return path
+
+
+def pytest_collection_modifyitems(items):
+    """Under `-n 2 --dist loadgroup` (`make test`'s end-to-end part) the end-to-end tests run one
+    at a time on one worker, each a workflow on both cores, and the slurm tests on the other:
+    those mostly wait on the cluster's status checks."""
+    for item in items:
+        if item.get_closest_marker("e2e"):
+            group = "cluster" if item.path.name == "test_cluster.py" else "e2e"
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
