@@ -12,6 +12,10 @@ Typical use (e.g. from a Snakemake script):
     evaluate(ckpt_dir, out / "lmeval_task", "countdown", out / "eval.json", PROTOCOLS, "sampled")
 
 The protocols, what lm-eval supplies and what the summary holds: docs/evaluation.md.
+
+Deviation, for start-up time: `simple_evaluate` also collects an environment report that the
+summary does not keep (torch's `collect_env`: `pip list` and a dozen other subprocesses, about
+1 s of every evaluation); `evaluate` leaves it out. The summary records lm-eval's version.
 """
 from __future__ import annotations
 
@@ -147,6 +151,10 @@ def write_lmeval_task(task_name: str, task_options: dict, split_jsonl: Path, out
     return paths
 
 
+def _no_env_info(results: dict) -> None:
+    """lm-eval's `add_env_info`, left out (the module docstring)."""
+
+
 def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Path,
              protocols: dict = PROTOCOLS, primary: str = "sampled", *, seed: int = 0,
              limit: int | None = None, batch_size: int = 64, device: str = "cpu",
@@ -165,8 +173,11 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
     from logra.rl.models import load  # before lm-eval loads transformers' models (its docstring)
     quiet()  # before lm-eval, which imports peft (and with it torchao, bitsandbytes)
     import lm_eval
+    import lm_eval.evaluator
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
+
+    lm_eval.evaluator.add_env_info = _no_env_info  # the module docstring
 
     if primary not in protocols:
         raise ValueError(f"eval.primary: {primary!r} is not a protocol ({', '.join(protocols)})")
