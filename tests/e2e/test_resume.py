@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -56,10 +57,13 @@ def test_every_registered_rule_is_resumed():
 @pytest.mark.parametrize("method", list(METHODS))
 def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, tiny_dir, method):
     cfg, train_jsonl = make_run(tmp_path, method)
-    reference = train(cfg, tiny_dir, train_jsonl, tmp_path / "reference")
-
     out, ckpt = tmp_path / "run", tmp_path / "ckpt"
-    killed_run(cfg, tiny_dir, train_jsonl, out, ckpt)
+    # the run to be killed, in its own process, beside the reference in this one: each
+    # computes on one thread (logra.repro.PIN), so the two take both cores
+    with ThreadPoolExecutor(1) as pool:
+        killed = pool.submit(killed_run, cfg, tiny_dir, train_jsonl, out, ckpt)
+        reference = train(cfg, tiny_dir, train_jsonl, tmp_path / "reference")
+        killed.result()
     summary = train(cfg, tiny_dir, train_jsonl, out, ckpt)
 
     assert summary["resumed_from_steps"] in ([2], [4])
@@ -169,9 +173,11 @@ def genuine(tmp_path_factory, tiny_dir):
     """A run killed after a checkpoint, its checkpoint, and the uninterrupted run's weights."""
     tmp_path = tmp_path_factory.mktemp("genuine")
     cfg, train_jsonl = make_run(tmp_path, "dense_adam")
-    train(cfg, tiny_dir, train_jsonl, tmp_path / "reference")
     ckpt = tmp_path / "ckpt"
-    killed_run(cfg, tiny_dir, train_jsonl, tmp_path / "killed", ckpt)
+    with ThreadPoolExecutor(1) as pool:  # on both cores, as in the test above
+        killed = pool.submit(killed_run, cfg, tiny_dir, train_jsonl, tmp_path / "killed", ckpt)
+        train(cfg, tiny_dir, train_jsonl, tmp_path / "reference")
+        killed.result()
     return cfg, train_jsonl, checkpoint.path(ckpt, cfg), weights(tmp_path / "reference")
 
 
