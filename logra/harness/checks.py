@@ -24,6 +24,8 @@ def check(config: dict, fit_rules: bool = True) -> None:
         load_task_files(config.get("task_files", []))
     except (OSError, ValueError) as e:  # each message starts "task_files: <the file>"
         raise ConfigError(str(e)) from None
+    for name in config["methods"]:  # first: memory_real and paper_setting combine with them
+        check_method_options(config, name)
     paper = config.get("paper_setting") or {}
     for name, m in paper.get("methods", {}).items():
         check_options(f"paper_setting.methods.{name}", m)  # predicted only: no runs
@@ -40,8 +42,6 @@ def check(config: dict, fit_rules: bool = True) -> None:
             m = config["methods"][name]
             check_options(f"memory_real.methods.{name}",
                            m | {"options": m.get("options", {}) | options})
-    for name in config["methods"]:
-        check_method_options(config, name)
     _check_data_sizes(config)
     if config["device"] == "cpu" and config["reproducible"] and config["threads"] != 1:
         raise ConfigError(f"threads: {config['threads']}; reproducible CPU runs use one thread "

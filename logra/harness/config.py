@@ -127,9 +127,7 @@ def resolve(files: list[str | Path], overrides: Mapping | None = None,
             for note in _grpo_not_reaching(config, sources, str(default)):
                 print(f"note: {note}", file=sys.stderr)
     except ConfigError as e:  # "key: message" (a line each): who set each key, how files combine
-        lines = [line + _set_by(sources, tuple(re.sub(r"\[\d+\]$", "", re.split(
-                     r"[:= ]", line.strip(), maxsplit=1)[0]).split(".")))
-                 for line in str(e).split("\n")]
+        lines = [line + _named_by(sources, config, line) for line in str(e).split("\n")]
         raise ConfigError("\n".join(lines) + (f"\n{how}" if how and len(lines) > 1 else
                                               f"; {how}" if how else "")) from None
     return config
@@ -210,6 +208,42 @@ def _source(sources: dict, path: tuple) -> str | None:
 def _set_by(sources: dict, path: tuple) -> str:
     source = _source(sources, path)
     return f" (set by {source})" if source else ""
+
+
+def _named_by(sources: dict, config: dict, line: str) -> str:
+    """Which files set what an error line names: its key (the text before its first `:`, `=`
+    or space) and the config's other keys it names (`data.n_test`), each with the keys under
+    it that another file set (model.tiny's num_attention_heads, from an overlay), e.g.
+    " (set by config/config.yaml; data.n_test by my.yaml)"."""
+    first = re.sub(r"\[\d+\]$", "", re.split(r"[:= ]", line.strip(), maxsplit=1)[0])
+    named = [first] + [k for k in re.findall(r"\b[a-z_]\w*(?:\.\w+)+", line) if k != first]
+    by: dict[str, list[str]] = {}  # file -> the keys it set, in the order they are named
+    for key in named:
+        path = tuple(key.split("."))
+        if key != first and not _holds(config, path):
+            continue
+        found = {".".join(map(str, k)): v for k, v in sources.items()
+                 if k[:len(path)] == path and len(k) > len(path)}
+        source = _source(sources, path)
+        for k, v in [(key, source)] * bool(source) + list(found.items()):
+            if k not in by.setdefault(v, []):
+                by[v].append(k)
+    if not by:
+        return ""
+    (own, _), *others = sorted(by.items(), key=lambda item: first not in item[1])
+    if first not in by[own]:  # nothing set the line's own key: name each file with its keys
+        return " (set by " + "; ".join(f"{', '.join(keys)} by {f}" for f, keys in by.items()) + ")"
+    return f" (set by {own}" + "".join(f"; {', '.join(keys)} by {f}" for f, keys in others) + ")"
+
+
+def _holds(config: dict, path: tuple) -> bool:
+    """Whether `path` names a key of the config."""
+    node = config
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
 
 
 def apply_tuned(config: dict, sources: dict) -> None:

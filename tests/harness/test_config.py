@@ -357,6 +357,16 @@ def test_a_complete_config_replaces_what_came_before():
      r"`default`:\n  methods.mine.options.lr: no value for 'countdown', 'successor' \(given for: "
      r"\['arithmetic'\]\) \(set by .*overlay.yaml\)\n  methods.yours.options.lr: no value "
      r"for 'arithmetic', 'successor' .*\nconfig merged from"),
+    # a key the overlay set under the one the error names, and another key the error names
+    ("model: {tiny: {num_attention_heads: 3}}\n",
+     r"model.tiny: .* \(set by .*config/config.yaml; model.tiny.num_attention_heads by "
+     r".*overlay.yaml\)"),
+    ("data: {n_test: 100000}\n",
+     r"data.n_train: .*data.n_test 100000 .*\(set by .*config/config.yaml; data.n_test by "
+     r".*overlay.yaml\)"),
+    # a method's own option, named as such before memory_real's combination with it
+    ("methods: {dense_adam: {options: {lr: -1}}}\n",
+     r"^methods.dense_adam.options.lr: -1 is less than .*\(set by .*overlay.yaml\)"),
 ])
 def test_a_broken_overlay_names_the_key_the_file_and_how_files_combine(tmp_path, text, message):
     overlay = tmp_path / "overlay.yaml"
