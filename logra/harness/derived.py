@@ -129,10 +129,17 @@ def margin_runs(config: dict, sweep: dict[str, tuple[str, float]]) -> dict[str, 
         lr = lr.get(task, lr.get("default")) if isinstance(lr, dict) else lr
         match = [name for point, name in points.items() if lr is not None
                  and math.isclose(point, lr, rel_tol=1e-9)]
-        if not match:
-            raise ConfigError(f"verdict.margin: {reference}'s {knob} on {task} ({lr}) is not a "
-                              f"point of its lr_sweep grid ({sorted(points)}): the margin is set "
-                              "on the sweep's validation run at the configured lr")
+        if not match:  # named by the key that gave the lr: an adopted choice, or the method's
+            adopted = reference in ((config.get("tuned") or {}).get(task) or {})
+            key = (f"tuned.{task}.{reference}.value" if adopted
+                   else f"methods.{reference}.options.{knob}")
+            raise ConfigError(f"{key}: {reference}'s {knob} on {task} ({lr!r}) is not a point "
+                              f"of its lr_sweep grid ({', '.join(map(repr, sorted(points)))}), "
+                              "and verdict.margin is set on the sweep's validation run of the "
+                              f"reference at its configured {knob}: "
+                              + ("adopt a choice of this grid (rerun the lr sweep)" if adopted
+                                 else f"give it a point of the grid, or move lr_sweep.anchors."
+                                      f"{reference}"))
         runs[task] = match[0]
     return runs
 

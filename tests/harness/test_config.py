@@ -621,9 +621,16 @@ def test_the_margin_is_set_by_the_sweeps_run_of_the_reference_at_its_configured_
     assert margin_seeds(config) == [13, 14, 15]  # after the grid's 0-4 and the sweep's 10-12
     config = copy.deepcopy(SMOKE)
     config["methods"]["dense_adam"]["options"]["lr"] = 3e-4
-    config = validate_file(_write(tmp_path, config))
-    with pytest.raises(ConfigError, match=r"verdict.margin: dense_adam's lr on arithmetic "
-                                          r"\(0.0003\) is not a point of its lr_sweep grid"):
+    base = validate_file(_write(tmp_path, config))
+    config = copy.deepcopy(base)
+    with pytest.raises(ConfigError, match=r"^methods.dense_adam.options.lr: dense_adam's lr on "
+                                          r"arithmetic \(0.0003\) is not a point of its "
+                                          r"lr_sweep grid \(1e-05, 0.0001, 0.001, 0.01\)"):
+        margin_runs(config, grid_points(add_lr_sweep_methods(config)))
+    # an adopted choice off the grid (a sweep about another anchor): named as the tuned value
+    config = copy.deepcopy(base) | {"tuned": {"arithmetic": {"dense_adam": {"value": 3e-4}}}}
+    with pytest.raises(ConfigError, match=r"^tuned.arithmetic.dense_adam.value: .*\(0.0003\) "
+                                          r"is not a point .*adopt a choice of this grid"):
         margin_runs(config, grid_points(add_lr_sweep_methods(config)))
 
 
