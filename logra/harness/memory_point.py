@@ -8,7 +8,9 @@ with `MemoryMeter` (peak and breakdown), steps 3.. are timed (median); on CUDA,
 `train_peak_mean_bytes` is the authors' memory statistic. Beside the measurement: the planner's
 prediction (`logra.measure.planner.plan`) and its relative error.
 
-With a memory budget the point records `status: oom` and what it needed instead of failing.
+With a memory budget the point records `status: oom` and what it needed instead of failing. A
+point whose planned bytes exceed the memory available (`available_bytes`) is not allocated: it
+records `status: oom` with the planner's bytes as what it needed, a prediction.
 
 The batch, the step's phases, the CUDA statistic and the budget check in full: docs/memory.md,
 "One point of the memory sweep".
@@ -16,8 +18,10 @@ The batch, the step's phases, the CUDA statistic and the budget check in full: d
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -70,6 +74,18 @@ def _planned(hf_config, method: dict, shape: dict, grpo: dict, compute_dtype: st
     return planned
 
 
+def available_bytes(device: torch.device) -> int:
+    """The memory a point may take: the device's free bytes on CUDA, else the machine's
+    available memory (/proc/meminfo's MemAvailable, else all of its physical memory)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4,
             device: str = "cpu", budget_bytes: int | None = None, seed: int = 0,
             compute_dtype: str = "float32", lengths: list[int] | None = None) -> dict:
@@ -88,22 +104,28 @@ def measure(size: dict, method: dict, shape: dict, grpo: dict, *, steps: int = 4
     torch.manual_seed(seed)
     dev = torch.device(device)
     hf_config = tiny_config(**size)
-    model = AutoModelForCausalLM.from_config(
-        hf_config, dtype=getattr(torch, grpo.get("param_dtype", "float32"))).to(dev)
-    settings = Grpo.from_dict(dict(grpo, micro_batch_size=shape["micro_batch"]))
     n, p_len = shape["batch"], shape["prompt_len"]
     lengths = list(lengths or [shape["completion_len"]])
     shape = {**shape, "completion_len": lengths[0]}
+    point = {"vocab_size": hf_config.vocab_size, "rule": method["rule"], "device": str(dev),
+             "threads": torch.get_num_threads(), "compute_dtype": compute_dtype,
+             "batch": n, "micro_batch": shape["micro_batch"], "seq_len": p_len + lengths[0],
+             "memory_budget_bytes": budget_bytes, "status": "ok",
+             "planned": _planned(hf_config, method, shape, grpo, compute_dtype)}
+    room = available_bytes(dev)
+    if point["planned"]["total"] > room:  # refused before allocating: a prediction
+        with torch.device("meta"):  # the parameters counted, none allocated
+            point["n_params"] = n_params(AutoModelForCausalLM.from_config(hf_config))
+        return point | {"status": "oom", "peak_mem_bytes": None, "oom_needed_bytes": point[
+            "planned"]["total"], "oom_check": f"the planner's bytes (a prediction) against the "
+            f"{room} bytes available on {dev.type}, before allocating"}
+    model = AutoModelForCausalLM.from_config(
+        hf_config, dtype=getattr(torch, grpo.get("param_dtype", "float32"))).to(dev)
+    point["n_params"] = n_params(model)
+    settings = Grpo.from_dict(dict(grpo, micro_batch_size=shape["micro_batch"]))
     batches = {c: fixed_batch(hf_config.vocab_size, n, p_len, c, grpo["probe_size"],
                               torch.Generator().manual_seed(seed), dev) for c in set(lengths)}
     cap_cuda_memory(budget_bytes, dev)
-
-    point = {"n_params": n_params(model), "vocab_size": hf_config.vocab_size,
-             "rule": method["rule"], "device": str(dev),
-             "threads": torch.get_num_threads(), "compute_dtype": compute_dtype,
-             "batch": n, "micro_batch": shape["micro_batch"], "seq_len": p_len + lengths[0],
-             "memory_budget_bytes": budget_bytes, "status": "ok"}
-    point["planned"] = _planned(hf_config, method, shape, grpo, compute_dtype)
     times, rollout_times, sync, train_peaks, ran = [], [], [], [], []
     try:  # building the rule allocates too (its state; 8-bit AdamW compiles on throwaway weights)
         rule = rules.build(method["rule"], model, method["options"])

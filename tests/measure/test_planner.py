@@ -67,6 +67,29 @@ def test_sharding_and_policy_and_a_known_parameter_count():
         plan(qwen, "dense_adam", micro_batch=1, seq_len=8, rollout_share=0.3)
 
 
+def test_a_point_planned_past_the_available_memory_is_an_oom_without_allocating(monkeypatch):
+    """A vocabulary of 10^9 (a 256 GB embedding at hidden size 64): the planner's bytes exceed
+    what the machine has, so the point records an oom with them as what it needed, a
+    prediction, and allocates nothing; one that fits is measured as before."""
+    from logra.harness import memory_point
+    size = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+            "num_attention_heads": 2}
+    shape = {"batch": 4, "micro_batch": 2, "prompt_len": 4, "completion_len": 4}
+    room = memory_point.available_bytes(torch.device("cpu"))
+    assert 0 < room < 2**50
+    built = []
+    monkeypatch.setattr(memory_point, "n_params", lambda m: built.append(m) or 123)
+    point = measure(size | {"vocab_size": 10**9}, {"rule": "dense_adam", "options": {}}, shape,
+                    GRPO, steps=3)
+    assert point["status"] == "oom" and point["peak_mem_bytes"] is None
+    assert point["oom_needed_bytes"] == point["planned"]["total"] > 10 * room
+    assert "(a prediction)" in point["oom_check"] and "bytes available on cpu" in point[
+        "oom_check"]
+    assert [p.device.type for p in built[0].parameters()][0] == "meta"  # counted, not allocated
+    assert measure(size, {"rule": "dense_adam", "options": {}}, shape, GRPO,
+                   steps=3)["status"] == "ok"
+
+
 @pytest.mark.parametrize("rule, options", RULES)
 def test_planned_total_within_10_percent_of_a_measured_step(rule, options):
     size = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
