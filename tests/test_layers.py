@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # layer -> the layers its modules may import besides its own (docs/architecture.md)
 ALLOWED = {
-    "shared": set(),        # logra.files, logra.common, logra.repro, logra.noise
+    "shared": set(),        # logra.files, logra.common, logra.repro, logra.noise, logra.tracking
     "optim": set(),                                    # the algorithm a user imports: torch only
     "baselines": {"optim"},
     "rules": {"shared", "optim"},                      # the registry; rule modules load by path
@@ -22,7 +22,7 @@ ALLOWED = {
     "harness": {"shared", "optim", "rules", "measure", "rl"},
     "analysis": {"shared"},
 }
-SHARED = {"logra.files", "logra.common", "logra.repro", "logra.noise"}
+SHARED = {"logra.files", "logra.common", "logra.repro", "logra.noise", "logra.tracking"}
 
 
 def layer(module: str) -> str | None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from logra.files import atomic_path, write_json
 from logra.rl.tasks import get_task
+from logra.tracking import log_evaluation
 
 TASK_PREFIX = "logra_"
 
@@ -158,7 +159,7 @@ def _no_env_info(results: dict) -> None:
 def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Path,
              protocols: dict = PROTOCOLS, primary: str = "sampled", *, seed: int = 0,
              limit: int | None = None, batch_size: int = 64, device: str = "cpu",
-             dtype: str = "float32") -> dict:
+             dtype: str = "float32", tracking: dict | None = None) -> dict:
     """Evaluate the checkpoint at `model_dir` under every protocol on the lm-eval tasks written
     into `task_dir` (`write_lmeval_task`), in one lm-eval call seeded by `seed`.
 
@@ -167,7 +168,9 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
     protocol: `accuracy`, `pass_at_k`, `samples`, lm-eval's `generation_kwargs` and `scores`,
     the task's extra scores' `accuracy` and `pass_at_k` by name) and `problems` (per problem:
     doc_id, prompt, answer and per protocol its `responses`, `acc` and `pass`, and
-    `acc_<name>`, `pass_<name>` per extra score).
+    `acc_<name>`, `pass_<name>` per extra score). A checkpoint of a GRPO run (its model or a
+    snapshot) also logs each protocol's scores at its step to the run's trackers
+    (`tracking`, config `tracking`: logra/tracking.py).
     """
     from logra.noise import quiet
     from logra.rl.models import load  # before lm-eval loads transformers' models (its docstring)
@@ -234,4 +237,5 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
     }
     summary = json.loads(json.dumps(summary, default=str))  # what is returned is what is stored
     write_json(out_json, summary)
+    log_evaluation(tracking, model_dir, metrics)
     return summary

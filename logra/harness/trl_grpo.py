@@ -19,6 +19,7 @@ import math
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 from logra.noise import quiet
 
@@ -36,6 +37,7 @@ from logra.optim.optimizer import LoGRAOptimizer, LoGRATrainerMixin
 from logra.rl.loss import GRPO, estimator
 from logra.rl.models import load, n_params
 from logra.rl.settings import Grpo
+from logra.tracking import Trackers
 
 METHODS = ("logra", "adamw")  # compare()'s two runs: LoGRAOptimizer, TRL's default AdamW
 ROLLOUT_STEPS = 2  # optimizer steps served by one generation (steps_per_generation / accum)
@@ -95,6 +97,17 @@ class ControlLog(TrainerCallback):
         last = logra_or_torch(optimizer).last_control
         if last:
             self.rows.append(dict(last))
+
+
+class Tracked(TrainerCallback):
+    """TRL's log rows (loss, reward, grad_norm, ...) to the run's trackers (logra/tracking.py)
+    at the trainer's step, as the harness's own loop logs its metrics."""
+
+    def __init__(self, trackers):
+        self.trackers = trackers
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.trackers.log(state.global_step, logs or {})
 
 
 def grpo_config(out_dir: str, *, steps: int, prompts_per_step: int, group_size: int,
@@ -188,12 +201,15 @@ def config_options(config: dict, task: str) -> dict:
 
 
 def compare(base_dir, task, rows: list[dict], *, steps: int, logra: dict, adamw_lr: float,
-            seed: int = 0, **grpo) -> dict:
+            seed: int = 0, tracking: dict | None = None, track_dir: str | Path | None = None,
+            **grpo) -> dict:
     """`steps` GRPOTrainer steps from the model in `base_dir`, once with LoGRA (`logra`:
     LoGRAOptimizer's options) and once with TRL's AdamW at `adamw_lr`, on the
     same rollouts at step 1; `grpo`: train_grpo's batch sizes. Returns what each measured: the
     peak memory of the profiled update step, its breakdown, the optimizer state, the mean
-    reward of the first and last steps' rollouts, the last loss and the wall time."""
+    reward of the first and last steps' rollouts, the last loss and the wall time. With
+    `track_dir`, each method's log rows also go to the trackers `tracking` asks for (config
+    `tracking`), in `track_dir/<method>`."""
     logra = {k: v for k, v in logra.items() if k != "seed"} | {"seed": seed}
     lrs = {"logra": None, "adamw": adamw_lr}
     out = {"task": task.name, "device": "cpu", "steps": steps, "seed": seed,
@@ -207,8 +223,10 @@ def compare(base_dir, task, rows: list[dict], *, steps: int, logra: dict, adamw_
                         "num_hidden_layers": config.num_hidden_layers,
                         "vocab_size": config.vocab_size}
         t0 = time.time()
-        run = train_grpo(model, tokenizer, task, rows, steps=steps, lr=lrs[method] or 1.0,
-                         logra=options, seed=seed, **grpo)
+        with Trackers(tracking if track_dir else None, Path(track_dir or "."), f"{task.name}/"
+                      f"{method}", f"trl/{task.name}") as trackers:
+            run = train_grpo(model, tokenizer, task, rows, steps=steps, lr=lrs[method] or 1.0,
+                             logra=options, seed=seed, callbacks=[Tracked(trackers)], **grpo)
         opt, memory = run["optimizer"], run["memory"]
         out["profile_step"] = run["profile_step"]
         out[method] = {

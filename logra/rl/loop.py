@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import random
 import shutil
@@ -39,6 +40,7 @@ from logra.rl.step import batch_kl, cap_cuda_memory, compute_context, cuda_oom, 
 from logra.rl.summary import save_model, summarise
 from logra.rl.tasks import get_task
 from logra.rl.weight_sync import EngineSync, payload_bytes
+from logra.tracking import Trackers
 
 def pad_batch(rollouts, pad_id: int):
     """Left-pad prompts and right-pad completions into (input_ids, attention_mask, loss_mask,
@@ -204,7 +206,8 @@ def restore(run: Run) -> tuple[dict, dict | None, list[str]]:
             state = checkpoint.set_aside(ckpt)
             print(f"{e}; set aside as {state}: the run starts from its base")
     if not isinstance(state, dict) and run.rank == 0:  # from the base: no earlier snapshot holds
-        shutil.rmtree(run.out_dir / "snapshots", ignore_errors=True)
+        for earlier in ("snapshots", "tb"):  # nor an earlier start's events (logra/tracking.py)
+            shutil.rmtree(run.out_dir / earlier, ignore_errors=True)
     if isinstance(state, Path):  # corrupt, set aside: the run starts from its base
         return Progress(), None, [str(state)]
     if state is None:
@@ -380,15 +383,22 @@ def save_snapshot(run: Run, engine, step: int) -> None:
 
 
 def train(cfg: RunSettings | dict, base_dir: str | Path, train_jsonl: str | Path,
-          out_dir: str | Path, checkpoint_dir: str | Path | None = None) -> dict:
+          out_dir: str | Path, checkpoint_dir: str | Path | None = None,
+          tracking: dict | None = None) -> dict:
     """Run GRPO with the run's settings `cfg` (logra/rl/settings.py; a dict is the resolved run
     config, logra/harness/config.py `run_config`); returns the summary. Writes
     `out_dir/metrics.csv` and `out_dir/model`; resumes from `checkpoint_dir` if it holds a
     checkpoint of this run. The phases: setup, restore, then per step sample,
-    update, stopped?, sync, record, save_checkpoint; then save_model and summarise."""
+    update, stopped?, sync, record, save_checkpoint; then save_model and summarise. Each
+    step's row of metrics.csv also goes to the trackers `tracking` asks for (config
+    `tracking`, logra/tracking.py), which are no part of the run's settings or results."""
     run = setup(cfg, base_dir, train_jsonl, out_dir, checkpoint_dir)
     cfg = run.cfg
     progress, engine_weights, set_aside = restore(run)
+    trackers = Trackers(tracking if run.rank == 0 else None, run.out_dir, cfg.run_id,
+                        f"{cfg.task_name}/{cfg.method_name}",
+                        purge_step=progress.step + 1 if progress.step else None)
+    trackers.text("config", "<pre>" + json.dumps(cfg.to_dict(), indent=1) + "</pre>")
     end = {"status": "ok", "diverged_at_step": None, "diverged_because": None}
     cap_cuda_memory(cfg.memory_budget_bytes, run.device)
     t_start = time.time() - progress.wall_s
@@ -431,6 +441,7 @@ def train(cfg: RunSettings | dict, base_dir: str | Path, train_jsonl: str | Path
                 "loss": loss, "kl_pred": kl_pred, "kl_real": kl_real, "step_scale": eta,
                 "step_time_s": time.time() - t0 - progress.diagnostic_s})
             progress.wall_s = time.time() - t_start
+            trackers.log(step, {k: v for k, v in progress.metrics[-1].items() if k != "step"})
             if tick:
                 tick(step, reward=progress.metrics[-1]["reward_mean"])
             save_snapshot(run, engine, step)  # first: a checkpoint never outlives its snapshot
@@ -442,25 +453,27 @@ def train(cfg: RunSettings | dict, base_dir: str | Path, train_jsonl: str | Path
     finally:
         if engine:
             engine.close()
+        trackers.close()
     model_step, fingerprint = save_model(run, end["status"], progress.metrics)
     return summarise(run, progress, end, syncer, model_step, fingerprint, set_aside,
                      time.time() - t_start)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m logra.rl.loop RUN_JSON BASE TRAIN_JSONL OUT_DIR [CHECKPOINT_DIR]`, the command
-    torchrun starts on every rank: train with the run config in RUN_JSON; rank 0 writes
-    OUT_DIR/summary.json."""
+    """`python -m logra.rl.loop RUN_JSON BASE TRAIN_JSONL OUT_DIR [CHECKPOINT_DIR] [--tracking
+    JSON]`, the command torchrun starts on every rank: train with the run config in RUN_JSON;
+    rank 0 writes OUT_DIR/summary.json and logs to the trackers."""
     import argparse
-    import json
 
     parser = argparse.ArgumentParser(prog="python -m logra.rl.loop", description=main.__doc__)
     for name in ("run_json", "base", "train_jsonl", "out_dir"):
         parser.add_argument(name)
     parser.add_argument("checkpoint_dir", nargs="?")
+    parser.add_argument("--tracking", type=json.loads, help="config `tracking`, as JSON")
     args = parser.parse_args(argv)
     cfg = json.loads(Path(args.run_json).read_text())
-    summary = train(cfg, args.base, args.train_jsonl, args.out_dir, args.checkpoint_dir)
+    summary = train(cfg, args.base, args.train_jsonl, args.out_dir, args.checkpoint_dir,
+                    args.tracking)
     if collectives.rank() == 0:
         write_json(Path(args.out_dir) / "summary.json", summary)
     if torch.distributed.is_initialized():  # every rank waits for rank 0's files, then leaves

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -19,6 +20,7 @@ from logra.files import read_jsonl
 from logra.harness import fingerprints
 from logra.harness.config import job_resources, validate_file
 from logra.rl.tasks import get_task
+from logra.tracking import tensorboard_scalars
 
 pytestmark = pytest.mark.e2e  # README: `pytest -m "not e2e"` leaves these out
 
@@ -410,6 +412,18 @@ def test_smoke_run_end_to_end(smoke_run):
     assert s["config"]["method"]["options"]["lr"] == 2e-4  # the smoke config's countdown lr
     assert s["mem_breakdown"]["optimizer"] == s["optimizer_state_bytes"]
     assert (run / "model/config.json").exists()
+    # TensorBoard (config tracking, on by default): every metrics.csv column at its steps, as
+    # float32, and the evaluations' scores at the step they scored (the last; the snapshot)
+    scalars = tensorboard_scalars(run)
+    for column in metrics.columns.drop("step"):
+        logged = {int(k): v for k, v in zip(metrics["step"], metrics[column]) if np.isfinite(v)}
+        assert scalars.get(column, {}) == {k: np.float32(v) for k, v in logged.items()}, column
+    evaluated = json.loads((tmp_path / "results/eval/countdown/dense_adam/seed1.json").read_text())
+    for protocol, m in evaluated["metrics"].items():
+        assert scalars[f"eval/{protocol}/accuracy"][3] == np.float32(m["accuracy"]), protocol
+    assert set(scalars["eval/sampled/accuracy"]) == {3}  # countdown has no stability run
+    stability = tensorboard_scalars(tmp_path / "results/runs/arithmetic/dense_adam/seed0")
+    assert set(stability["eval/sampled/accuracy"]) == {2, 3}  # its snapshot's, its last's
     # the divergence bounds are far from every run of the smoke grid, 50x (a diverged run would
     # be scored on its last good checkpoint and move the verdicts)
     for path in (tmp_path / "results/runs").glob("*/*/seed*/summary.json"):

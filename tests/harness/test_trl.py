@@ -40,6 +40,7 @@ import re
 import runpy
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import TrainerCallback
@@ -48,6 +49,7 @@ from logra.optim.optimizer import LoGRAOptimizer, logra_optimizer
 from logra.optim.rule import tensor_bytes
 from logra.rl.models import load, n_params
 from logra.rl.tasks import ArithmeticTask
+from logra.tracking import Trackers, tensorboard_scalars
 
 TARGET_NAME = re.compile(r"\.(q|k|v|o|gate|up|down)_proj\.weight$")  # independent of the code
 RANK, RATIO, STEPS = 2, 1e-2, 4
@@ -97,18 +99,21 @@ def task_rows():
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_dir, task_rows):
-    from logra.harness.trl_grpo import train_grpo
+def runs(tiny_dir, task_rows, tmp_path_factory):
+    from logra.harness.trl_grpo import Tracked, train_grpo
     task, rows = task_rows
     out = {}
     for method in ("logra", "adamw"):
         model, tokenizer = load(tiny_dir)
         record = Record(model)
-        out[method] = train_grpo(model, tokenizer, task, rows,
-                                 logra=dict(rank=RANK, update_ratio=RATIO)
-                                 if method == "logra" else None,
-                                 callbacks=[record] if method == "logra" else [], **GRPO)
-        out[method] |= {"model": model, "record": record}
+        track = tmp_path_factory.mktemp(f"trl_{method}")
+        with Trackers({"tensorboard": True}, track, method, "trl") as trackers:
+            out[method] = train_grpo(model, tokenizer, task, rows,
+                                     logra=dict(rank=RANK, update_ratio=RATIO)
+                                     if method == "logra" else None,
+                                     callbacks=[Tracked(trackers)] + (
+                                         [record] if method == "logra" else []), **GRPO)
+        out[method] |= {"model": model, "record": record, "scalars": tensorboard_scalars(track)}
     return out
 
 
@@ -160,6 +165,8 @@ def test_grpo_trainer_with_logra(runs):
     logged = [r["grad_norm"] for r in logs]
     assert any(n > 1.0 for n in logged), logged
     assert logged == pytest.approx(record.norms, rel=1e-5)
+    for key in ("loss", "grad_norm", "reward"):  # TRL's log rows, in the run's TensorBoard
+        assert run["scalars"][key] == {r["step"]: np.float32(r[key]) for r in logs if key in r}
 
     logra_peak, adamw_peak = run["memory"].peak_bytes, runs["adamw"]["memory"].peak_bytes
     assert logra_peak < adamw_peak, (run["memory"].by_category,

@@ -24,7 +24,8 @@ with open(snakemake.log[0], "a") as log, redirect_stdout(log), redirect_stderr(l
         log.flush()
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                                f"--nproc-per-node={nproc}", "-m", "logra.rl.loop",
-                               str(out / "run_config.json"), *args],
+                               str(out / "run_config.json"), *args,
+                               "--tracking", json.dumps(snakemake.config["tracking"])],
                               stdout=log, stderr=subprocess.STDOUT)
         ooms = sorted(out.glob("oom.rank*.json"))
         if proc.returncode and not ooms:
@@ -34,7 +35,7 @@ with open(snakemake.log[0], "a") as log, redirect_stdout(log), redirect_stderr(l
             write_json(snakemake.output.summary, summary)
         summary = json.loads(Path(snakemake.output.summary).read_text())
     else:
-        summary = train(cfg, *args)
+        summary = train(cfg, *args, tracking=snakemake.config["tracking"])
         write_json(snakemake.output.summary, summary)
     progress(f"train {cfg['run_id']}", summary["status"], steps=summary["steps"],
              reward=summary["final_reward"], peak=mib(summary["peak_mem_bytes"]))

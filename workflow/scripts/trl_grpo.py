@@ -14,7 +14,9 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     task = get_task(spec["type"], **spec.get("options", {}))
     rows = read_jsonl(snakemake.input.train, required=("prompt", "answer"))
     result = compare(snakemake.input.model, task, rows, steps=snakemake.params.steps,
-                     **config_options(snakemake.config, snakemake.wildcards.task), seed=0)
+                     **config_options(snakemake.config, snakemake.wildcards.task), seed=0,
+                     tracking=snakemake.config["tracking"],
+                     track_dir=f"results/trl/{snakemake.wildcards.task}")
     result["base"] = snakemake.input.model
     write_json(snakemake.output[0], result)
     progress(f"trl {snakemake.wildcards.task}", **{
