@@ -26,7 +26,7 @@ reproduce: env
 # the cluster, beside them (tests/conftest.py)
 test: env
 	$(BIN)/python -m pytest -q -m "not e2e" -n 2
-	$(BIN)/python -m pytest -q -m e2e -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -m e2e -n 2 --dist loadscope
 
 # rewrite this CPU's reference fingerprints of the smoke run (tests/data/fingerprints/), when
 # the numerics change on purpose

@@ -65,14 +65,20 @@ def smoke_run(tmp_path_factory) -> Path:
     return path
 
 
-def pytest_collection_modifyitems(items):
-    """Under `-n 2 --dist loadgroup` (`make test`'s end-to-end part) the end-to-end tests run one
-    at a time on one worker, each a workflow on both cores, and the slurm tests on the other:
-    those mostly wait on the cluster's status checks."""
-    for item in items:
-        if item.get_closest_marker("e2e"):
-            group = "cluster" if item.path.name == "test_cluster.py" else "e2e"
-            item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config, log):
+    """`make test`'s end-to-end part (`-n 2 --dist loadscope`) in two scopes, one per worker:
+    the slurm tests (tests/e2e/test_cluster.py), which mostly wait on the cluster, and every
+    other end-to-end test, one at a time, each a workflow on both cores. (pytest-xdist's own
+    `loadgroup` cannot do this under pytest 9: its group suffix no longer reaches the node id.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TwoScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "cluster" if nodeid.startswith("tests/e2e/test_cluster.py") else "e2e"
+
+    return TwoScopes(config, log)
 
 
 @pytest.fixture(scope="session")
