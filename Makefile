@@ -21,12 +21,11 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 reproduce: env
 	$(BIN)/snakemake --cores all
 
-# the unit tests on both cores (pytest-xdist), then the end-to-end runs one at a time (each
-# runs a workflow or torchrun on both cores itself), with the slurm tests, which mostly wait on
-# the cluster, beside them (tests/conftest.py)
+# the unit tests on both cores (pytest-xdist), then the end-to-end runs one at a time: each
+# of those runs a workflow or torchrun on both cores itself
 test: env
 	$(BIN)/python -m pytest -q -m "not e2e" -n 2
-	$(BIN)/python -m pytest -q -m e2e -n 2 --dist loadscope
+	$(BIN)/python -m pytest -q -m e2e
 
 # rewrite this CPU's reference fingerprints of the smoke run (tests/data/fingerprints/), when
 # the numerics change on purpose
