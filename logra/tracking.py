@@ -71,9 +71,9 @@ class Trackers:
     `run_dir`; `purge_step`: the first step this process logs, for a resumed run."""
 
     def __init__(self, tracking: dict | None, run_dir: str | Path, name: str, group: str,
-                 purge_step: int | None = None, backends: list | None = None):
+                 purge_step: int | None = None):
         tracking, run_dir = tracking or {}, Path(run_dir)
-        self.backends = list(backends or [])
+        self.backends = []
         opens = []
         if tracking.get("tensorboard"):
             opens.append(("tensorboard", lambda: TensorBoard(run_dir, purge_step)))
