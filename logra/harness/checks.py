@@ -12,6 +12,7 @@ from logra.harness.method_checks import (check_method_grpo, check_method_options
 from logra.harness.runs import margin_seeds, method_grpo
 from logra.harness.schema import SCHEMA, ConfigError
 from logra.rl.tasks import TASKS, HubTask, SyntheticTask, get_task, load_task_files
+from logra.rl.tiny import POSITIONS, tiny_shape
 
 
 def check(config: dict, fit_rules: bool = True) -> None:
@@ -78,10 +79,9 @@ def _tiny_models(config: dict) -> list[tuple[str, dict]]:
 def _check_tiny_models(config: dict) -> None:
     """Every tiny model's options build a config (its heads divide its width, its architecture
     is known), before any job builds it."""
-    from logra.rl.models import tiny_config
     for key, options in _tiny_models(config):
         try:
-            tiny_config(**options)
+            tiny_shape(**options)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{key}: {e}") from None
 
@@ -108,7 +108,6 @@ def _check_memory_sweep(config: dict, fit_rules: bool) -> None:
     not inside its job). The opt-in sizes are not built here (every rule on every point of
     config.yaml took 6 s on this project's 2-core CPU, against under a second for the default
     points): a rule that does not fit one stops its job with an error naming the point."""
-    from logra.rl.models import POSITIONS
     sweep = config.get("memory_sweep") or {}
     for part in ("sizes", "opt_in_sizes"):
         if "real" in sweep.get(part, {}):

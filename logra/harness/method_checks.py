@@ -169,9 +169,9 @@ def check_rule_fits(config: dict, name: str, size: str | None = None,
     the rule's own message naming the module (a hub name offline is checked when the run
     starts)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     from logra.rl.models import model_config
+    from transformers import AutoModelForCausalLM  # after logra.rl.models (its docstring)
     m = config["methods"][name]
     size = size or m.get("size")
     spec = ({"name": "tiny", "tiny": on[1]} if on else

@@ -22,7 +22,6 @@ lm-eval's metrics); a process that loaded transformers' model code first is unch
 from __future__ import annotations
 
 import json
-import string
 import sys
 from pathlib import Path
 
@@ -56,27 +55,23 @@ def extras_hidden() -> None:
 extras_hidden()  # before transformers' models load, below
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
+import transformers  # noqa: E402
 from transformers import (  # noqa: E402
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
-    LlamaConfig,
     PreTrainedTokenizerFast,
-    Qwen2Config,
 )
 from transformers.utils import logging as transformers_logging  # noqa: E402
 
 from logra.noise import quiet
+from logra.rl.tiny import ARCHITECTURES, CHARSET, SPECIAL_TOKENS, tiny_shape
 
 quiet()  # transformers imports torchao when it builds, saves or loads a model (logra/noise.py)
 # transformers' own "Loading weights" / "Writing model shards" bars, one per model a job builds,
 # loads or saves, reach the console past the job's log (the hub's download bars stay)
 transformers_logging.disable_progress_bar()
 
-SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
-CHARSET = "\n" + "".join(c for c in string.printable if c.isprintable())  # 95 printable + newline
-
-ARCHITECTURES = {"qwen2": Qwen2Config, "llama": LlamaConfig}
 
 def char_tokenizer() -> PreTrainedTokenizerFast:
     """A character-level tokenizer: one token per character, `<eos>` closes a completion."""
@@ -89,35 +84,11 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
                                    model_max_length=1024)
 
 
-POSITIONS = 256  # a tiny model's context unless told (the workflow sizes it per task)
-
-
-def tiny_config(*, architecture: str = "llama", hidden_size: int = 256,
-                intermediate_size: int = 512, num_hidden_layers: int = 2,
-                num_attention_heads: int = 4, num_key_value_heads: int | None = None,
-                max_position_embeddings: int = POSITIONS, tie_word_embeddings: bool = False,
-                vocab_size: int | None = None):
-    """The HF config of a tiny decoder over the character vocabulary (`vocab_size`: a larger
-    one, for memory measurements at a real model's vocabulary size; token ids beyond the
-    characters mean nothing)."""
-    if architecture not in ARCHITECTURES:
-        raise ValueError(f"model.architecture: unknown {architecture!r}; "
-                         f"known: {sorted(ARCHITECTURES)}")
-    if hidden_size % num_attention_heads:
-        raise ValueError(f"model.hidden_size={hidden_size} is not divisible by "
-                         f"model.num_attention_heads={num_attention_heads}")
-    if num_key_value_heads and num_attention_heads % num_key_value_heads:
-        raise ValueError(f"model.num_attention_heads={num_attention_heads} is not divisible by "
-                         f"model.num_key_value_heads={num_key_value_heads} (each key-value head "
-                         "serves a whole group of query heads)")
-    pad, eos = SPECIAL_TOKENS.index("<pad>"), SPECIAL_TOKENS.index("<eos>")
-    return ARCHITECTURES[architecture](
-        vocab_size=vocab_size or len(SPECIAL_TOKENS) + len(CHARSET), hidden_size=hidden_size,
-        intermediate_size=intermediate_size, num_hidden_layers=num_hidden_layers,
-        num_attention_heads=num_attention_heads,
-        num_key_value_heads=num_key_value_heads or num_attention_heads,
-        max_position_embeddings=max_position_embeddings, tie_word_embeddings=tie_word_embeddings,
-        pad_token_id=pad, eos_token_id=eos, bos_token_id=eos)
+def tiny_config(**options):
+    """The HF config of a tiny decoder (`logra.rl.tiny.tiny_shape(**options)`, which checks
+    them)."""
+    architecture, kwargs = tiny_shape(**options)
+    return getattr(transformers, ARCHITECTURES[architecture])(**kwargs)
 
 
 def build_tiny(out_dir: str | Path, *, seed: int = 0, **options) -> Path:

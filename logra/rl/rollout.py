@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import torch
-from transformers import GenerationConfig
 
 from logra.rl.weight_sync import apply_payload, deserialize, payload_to, serialize
 
@@ -48,6 +47,7 @@ class Rollout:
 def generate_rollouts(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
                       temperature: float, seed: int) -> list[Rollout]:
     """n completions per prompt (temperature 0 = greedy), grouped by prompt."""
+    from transformers import GenerationConfig  # here: the config's checks import this module
     torch.manual_seed(seed)
     enc = tokenizer(prompts, return_tensors="pt", padding=True)
     sample = temperature > 0
@@ -81,6 +81,8 @@ def generate_rollouts(model, tokenizer, prompts: list[str], n: int, max_new_toke
 
 def _serve(conn, model_dir: str, dtype: str, threads: int) -> None:
     """Engine process: load the model, then answer requests until told to close."""
+    from transformers import GenerationConfig
+
     from logra.rl.models import load
     torch.set_num_threads(threads)
     model, tokenizer = load(model_dir, dtype=getattr(torch, dtype))

@@ -2,10 +2,12 @@
 import shutil
 
 import pytest
+from conftest import ROOT
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from logra.rl.models import CHARSET, SPECIAL_TOKENS, build_tiny, char_tokenizer, load, n_params
+from logra.rl.models import build_tiny, char_tokenizer, load, n_params
+from logra.rl.tiny import CHARSET, SPECIAL_TOKENS
 
 TOK = char_tokenizer()
 
@@ -95,3 +97,23 @@ def test_a_jobs_imports_load_transformers_models_without_its_extras(tmp_path):
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_the_workflows_config_check_imports_no_more_than_it_needs():
+    """Snakemake's main process checks the config in full (each rule built on a meta model):
+    it loads transformers' model code as the jobs do, without scikit-learn, scipy and torchao;
+    a job that re-reads the Snakefile in a process of its own (a slurm job) checks it without
+    building the rules, and loads no transformers at all (about 2 s of each such job)."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom logra.harness.config import resolve\n"
+            "resolve(['tests/data/smoke.yaml'], fit_rules=sys.argv[1] == 'main')\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} &\n"
+            "             {'transformers', 'sklearn', 'scipy', 'torchao'}))\n")
+    loaded = {}
+    for process in ("main", "job"):
+        out = subprocess.run([sys.executable, "-c", code, process], capture_output=True,
+                             text=True, timeout=120, cwd=ROOT)
+        assert out.returncode == 0, out.stderr[-3000:]
+        loaded[process] = out.stdout.strip()
+    assert loaded == {"main": "['transformers']", "job": "[]"}
