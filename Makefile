@@ -21,11 +21,11 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 reproduce: env
 	$(BIN)/snakemake --cores all
 
-# the unit tests on both cores (pytest-xdist), then the end-to-end runs one at a time: each
-# of those runs a workflow or torchrun on both cores itself
+# the unit tests on both cores (pytest-xdist), then the end-to-end runs two at a time, each a
+# workflow or torchrun on both cores: what one leaves idle the other uses (tests/conftest.py)
 test: env
 	$(BIN)/python -m pytest -q -m "not e2e" -n 2
-	$(BIN)/python -m pytest -q -m e2e
+	$(BIN)/python -m pytest -q -m e2e -n 2 --dist loadscope
 
 # rewrite this CPU's reference fingerprints of the smoke run (tests/data/fingerprints/), when
 # the numerics change on purpose

@@ -8,6 +8,8 @@ from logra.repro import pin_cpu
 
 pin_cpu()  # before torch loads: the tests, and every process they start, compute as CPU jobs do
 
+import fcntl  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -43,14 +45,52 @@ CONSOLE = "console.txt"  # what the smoke run printed, beside its results
 def smoke_run(tmp_path_factory) -> Path:
     """The smoke config's default target, run once, locally, as the README writes a complete
     config from the repository root (tests/e2e/test_workflow.py; the slurm run of
-    tests/e2e/test_cluster.py is compared with it)."""
-    tmp_path = tmp_path_factory.mktemp("smoke")
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--configfile",
-                          "tests/data/smoke.yaml", "--cores", "2", "--directory", str(tmp_path)],
-                         capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (tmp_path / CONSOLE).write_text(out.stdout + out.stderr)
-    return tmp_path
+    tests/e2e/test_cluster.py is compared with it). Under pytest-xdist its workers share one
+    run: the first to need it runs it, and the others wait for it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's, above each worker's own
+    path = root / "smoke"
+    with open(root / "smoke.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (path / CONSOLE).exists():
+            shutil.rmtree(path, ignore_errors=True)  # from a worker that failed
+            path.mkdir()
+            out = subprocess.run([sys.executable, "-m", "snakemake", "--configfile",
+                                  "tests/data/smoke.yaml", "--cores", "2", "--directory",
+                                  str(path)], capture_output=True, text=True, timeout=900,
+                                 cwd=ROOT)
+            assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+            (path / CONSOLE).write_text(out.stdout + out.stderr)
+    return path
+
+
+BESIDE_LAST = "tests/e2e/test_cluster.py"  # the second scope's last: they need the smoke run
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`make test`'s end-to-end part (`-n 2 --dist loadscope`) in two scopes of about equal
+    time, one per worker: tests/e2e/test_workflow.py, which starts with the smoke run, and every
+    other end-to-end test, the slurm tests last (by then the smoke run they compare with is
+    there; they mostly wait on the cluster's status checks). Each end-to-end test runs its
+    workflow on both cores, so two at a time share them: what one leaves idle (a Snakemake
+    process planning, a run on one thread, a status check's wait) the other uses. (pytest-xdist's
+    own `loadgroup` cannot do this under pytest 9: its group suffix no longer reaches the node
+    id.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TwoScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "workflow" if nodeid.startswith("tests/e2e/test_workflow.py") else "beside"
+
+    return TwoScopes(config, log)
+
+
+def pytest_collection_modifyitems(items):
+    """The slurm tests after the other end-to-end tests (`pytest_xdist_make_scheduler`)."""
+    items.sort(key=lambda item: item.nodeid.startswith(BESIDE_LAST))
 
 
 @pytest.fixture(scope="session")
