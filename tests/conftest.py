@@ -66,24 +66,29 @@ def smoke_run(tmp_path_factory) -> Path:
 
 
 BESIDE_LAST = "tests/e2e/test_cluster.py"  # the second scope's last: they need the smoke run
+# runs of their own (no smoke run) in test_workflow.py, in the second scope: it evens the two
+# (a run here: the first ended 6 minutes after the second without them)
+BESIDE = ("tests/e2e/test_workflow.py::test_an_overlay_of_one_key_plans_and_runs_the_default",
+          "tests/e2e/test_workflow.py::test_own_task_and_local_gsm8k_each_in_one_config_line")
 
 
 def pytest_xdist_make_scheduler(config, log):
     """`make test`'s end-to-end part (`-n 2 --dist loadscope`) in two scopes of about equal
     time, one per worker: tests/e2e/test_workflow.py, which starts with the smoke run, and every
-    other end-to-end test, the slurm tests last (by then the smoke run they compare with is
-    there; they mostly wait on the cluster's status checks). Each end-to-end test runs its
-    workflow on both cores, so two at a time share them: what one leaves idle (a Snakemake
-    process planning, a run on one thread, a status check's wait) the other uses. (pytest-xdist's
-    own `loadgroup` cannot do this under pytest 9: its group suffix no longer reaches the node
-    id.)"""
+    other end-to-end test (with `BESIDE`), the slurm tests last (by then the smoke run they
+    compare with is there; they mostly wait on the cluster's status checks). Each end-to-end
+    test runs its workflow on both cores, so two at a time share them: what one leaves idle (a
+    Snakemake process planning, a run on one thread, a status check's wait) the other uses.
+    (pytest-xdist's own `loadgroup` cannot do this under pytest 9: its group suffix no longer
+    reaches the node id.)"""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class TwoScopes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "workflow" if nodeid.startswith("tests/e2e/test_workflow.py") else "beside"
+            return ("workflow" if nodeid.startswith("tests/e2e/test_workflow.py")
+                    and not nodeid.startswith(BESIDE) else "beside")
 
     return TwoScopes(config, log)
 
