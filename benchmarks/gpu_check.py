@@ -165,9 +165,12 @@ def vllm_sync(size: str, syncs: int = 5) -> None:
             times.append(time.perf_counter() - t0)
         drift = sync_drift(engine.state_dict(), {n: w.cpu() for n, w in
                                                  rule.engine_weights().items()})
-        print(f"vLLM sync of LoGRA payloads: {syncs} syncs, {sent / syncs / 1e6:.2f} MB each, "
-              f"median {sorted(times)[len(times) // 2] * 1e3:.1f} ms; drift of vLLM's bf16 "
-              f"weights after them {drift:.2e} (bf16 resolution ~4e-3)")
+        path = engine.sync_path()  # in place on a GPU, unless vLLM repacked the weights
+        print(f"vLLM sync of LoGRA payloads ({path['path']}, host copy "
+              f"{path['host_copy_bytes'] / 1e6:.1f} MB): {syncs} syncs, "
+              f"{sent / syncs / 1e6:.2f} MB each, median "
+              f"{sorted(times)[len(times) // 2] * 1e3:.1f} ms; drift of vLLM's bf16 weights "
+              f"after them {drift:.2e} (bf16 resolution ~4e-3)")
         engine.close()
 
 
@@ -202,7 +205,8 @@ def main() -> None:
     if args.device == "cuda":
         vllm_sync(sizes[0])
     else:
-        print("\nvLLM sync path: skipped (vLLM runs on CUDA only)")
+        print("\nvLLM sync path: skipped on --device cpu (vLLM's CPU build and its sync: "
+              "tests/rl/test_vllm.py, from .venv-vllm)")
 
 
 if __name__ == "__main__":
