@@ -173,10 +173,13 @@ def test_paper_config_resolves_on_slurm(paper_dag):
     assert logra["method"]["options"] == {"seed": 0} and logra["grpo"]["length_reference"] is None
 
 
+@pytest.mark.slow(reason="a run of its own at the default config's sizes, beside another e2e test")
 def test_an_overlay_of_one_key_plans_and_runs_the_default_with_it(tmp_path):
     """The README's overlay: a file holding `grpo: {steps: 2}` plans the default grid, and its
     run (SFT shortened by --config, to be quick) trains 2 steps with every other grpo key as
-    config/config.yaml gives it. A run of its own: its config is the default's, not the smoke's."""
+    config/config.yaml gives it. A run of its own: its config is the default's, not the smoke's.
+    Slow: about 75 s alone, up to twice that beside another end-to-end test (`make test` runs
+    two at a time)."""
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text("grpo: {steps: 2}\n")
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--configfile",
@@ -395,7 +398,11 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
     assert "study.seeds.half_width: 0.02 -> 0.03" in console, console[-3000:]
 
 
+@pytest.mark.slow(reason="the lr sweep on the smoke run, beside another e2e test")
 def test_smoke_run_end_to_end(smoke_run):
+    """Every table, figure and curve of the smoke run, then the lr sweep on its results. Slow:
+    the sweep's runs take about 70 s alone, up to 100 s or more beside another end-to-end test
+    (`make test` runs two at a time)."""
     tmp_path = smoke_run
     summary = pd.read_csv(tmp_path / "results/summary.csv")
     assert len(summary) == 2 * 2 * 2  # tasks x methods x seeds
@@ -662,12 +669,15 @@ def test_killed_workflow_resumes_and_records_divergence(smoke_run, tmp_path):
     assert list(acc["method"]) == ["dense_adam"]  # means over finished runs only
 
 
+@pytest.mark.slow(reason="two tasks of its own end to end, beside another e2e test")
 def test_own_task_and_local_gsm8k_each_in_one_config_line(tmp_path):
     """The README's recipe, literally, on the smoke config: a task type registered in a file of
     one's own (`task_files`) and GSM8K from local JSONL, each one line under `tasks`. A per-task
     lr that names neither stops the dry run naming the key; with a `default` they run end to
     end (one seed, one method), each base model's context sized from its own task's data, so
-    lm-eval keeps every prompt whole. A run of its own: its tasks are not the smoke run's."""
+    lm-eval keeps every prompt whole. A run of its own: its tasks are not the smoke run's. Slow:
+    about 80 s alone, up to twice that beside another end-to-end test (`make test` runs two at
+    a time)."""
     import yaml
 
     (tmp_path / "my_tasks.py").write_text(
