@@ -132,6 +132,6 @@ def test_every_transport_leaves_the_engine_at_the_trainers_weights(engine, model
     assert path["host_copy_bytes"] == sum(t.numel() * t.element_size() for t in base.values())
     gap = _logprob_gap(engine, model, tok)
     if dtype == torch.float32:
-        assert [r.completion_ids for r in engine.generate(PROMPTS, 1, 8, 0.0, seed=0)] == \
+        assert [x.completion_ids for x in engine.generate(PROMPTS, 1, 8, 0.0, seed=0)] == \
             _greedy(model, tok, 8)
     assert gap < (1e-4 if dtype == torch.float32 else 0.5), gap
