@@ -28,7 +28,8 @@ SCALARS = ["status", "diverged_at_step", "oom_needed_bytes", "memory_budget_byte
 
 # a run's sync means (summary.json, logra/rl/loop.py): the applied transport, the engine's dtype,
 # every transport's bytes, sync seconds, changed fraction and trainer-vs-engine mismatch
-SYNC_FIELDS = ("sync_transport", "rollout_dtype", *(f"{k}_per_step" for k in SYNC_METRICS[1:]),
+SYNC_FIELDS = ("sync_transport", "rollout_engine", "rollout_dtype", "engine_sync_path",
+               "engine_host_copy_bytes", *(f"{k}_per_step" for k in SYNC_METRICS[1:]),
                "logp_mismatch_mean", "logp_mismatch_max")
 
 

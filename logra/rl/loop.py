@@ -409,8 +409,9 @@ def train(cfg: RunSettings | dict, base_dir: str | Path, train_jsonl: str | Path
                              timeout_s=cfg.rollout.timeout_s,
                              timeout_factor=cfg.rollout.timeout_factor,
                              **cfg.rollout.options) if run.rank == 0 else None
-        syncer = EngineSync(run.rule, cfg.rollout.sync,
-                            getattr(torch, cfg.rollout.dtype), has_engine=engine is not None)
+        syncer = EngineSync(run.rule, cfg.rollout.sync, getattr(torch, cfg.rollout.dtype),
+                            has_engine=engine is not None,
+                            engine_path=engine.sync_path() if engine else None)
         if engine_weights is None and run.grpo.param_dtype != "float32" and engine:
             engine_weights = run.rule.engine_weights()  # the base as the trainer stores it
         if engine_weights is not None:  # the engine starts from the base weights: restore its own

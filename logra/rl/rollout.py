@@ -202,6 +202,10 @@ class HFRolloutEngine:
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self._call("state_dict")
 
+    def sync_path(self) -> dict:
+        """How the engine takes payloads: applied to its model's own parameters (`_serve`)."""
+        return {"path": "in_place", "host_copy_bytes": 0}
+
     def close(self) -> None:
         if self._proc.poll() is None:
             try:
@@ -216,6 +220,30 @@ class HFRolloutEngine:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def vllm_engine_args(dtype: str, threads: int, gpu_memory_utilization: float = 0.3,
+                     kv_cache_memory_bytes: int | None = None,
+                     enforce_eager: bool | None = None) -> tuple[dict, dict]:
+    """(environment, `vllm.LLM` keyword arguments) of a vLLM engine on this machine, the rollout
+    engine's and lm-eval's (`eval.backend: vllm`): the options `VLLMRolloutEngine` documents,
+    with the CPU build's defaults where it runs on a CPU. A clear error where vLLM is absent or
+    is a CUDA build without a GPU."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError as e:
+        raise RuntimeError("vllm is selected (rollout.engine or eval.backend) but not installed "
+                           "(GPU machines: pip install -r requirements-gpu.txt; a CPU: make "
+                           "vllm-env, then run from .venv-vllm)") from e
+    cpu = current_platform.is_cpu()
+    if not cpu and not torch.cuda.is_available():
+        raise RuntimeError("vllm is installed for CUDA and no GPU is visible; on a CPU use "
+                           "vLLM's CPU build (make vllm-env), or the hf engine and backend")
+    env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads)} if cpu else {}
+    return env, {"dtype": dtype, "enforce_eager": cpu if enforce_eager is None else enforce_eager,
+                 "gpu_memory_utilization": gpu_memory_utilization,
+                 "kv_cache_memory_bytes": (kv_cache_memory_bytes or 256 * 2**20) if cpu
+                 else kv_cache_memory_bytes}
 
 
 class VLLMRolloutEngine:
@@ -262,28 +290,14 @@ class VLLMRolloutEngine:
                  gpu_memory_utilization: float = 0.3, kv_cache_memory_bytes: int | None = None,
                  enforce_eager: bool | None = None, timeout_s: float = 600.0,
                  timeout_factor: float = 20.0):
-        try:
-            import vllm
-            from vllm.platforms import current_platform
-        except ImportError as e:
-            raise RuntimeError("rollout.engine: vllm is selected but not installed (GPU "
-                               "machines: pip install -r requirements-gpu.txt; a CPU: make "
-                               "vllm-env, then run from .venv-vllm)") from e
-        cpu = current_platform.is_cpu()
-        if not cpu and not torch.cuda.is_available():
-            raise RuntimeError("rollout.engine: vllm is installed for CUDA and no GPU is "
-                               "visible; on a CPU use vLLM's CPU build (make vllm-env) or "
-                               "rollout.engine: hf")
+        env, engine_args = vllm_engine_args(dtype, threads, gpu_memory_utilization,
+                                            kv_cache_memory_bytes, enforce_eager)
+        import vllm
         self._vllm = vllm
         self.timeout_s = timeout_s  # bounds each sync (collective_rpc's timeout)
-        env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads)}
-        with _environment(env if cpu else {}):  # read by the engine-core process it starts
+        with environment(env):  # read by the engine-core process it starts
             self.llm = vllm.LLM(
-                model=model_dir, dtype=dtype, seed=0, enable_prefix_caching=True,
-                enforce_eager=cpu if enforce_eager is None else enforce_eager,
-                gpu_memory_utilization=gpu_memory_utilization,
-                kv_cache_memory_bytes=(kv_cache_memory_bytes or 256 * 2**20) if cpu
-                else kv_cache_memory_bytes,
+                model=model_dir, seed=0, enable_prefix_caching=True, **engine_args,
                 logprobs_mode="processed_logprobs",
                 worker_extension_cls="logra.rl.rollout.VLLMSyncExtension")
 
@@ -336,7 +350,7 @@ class VLLMRolloutEngine:
 
 
 @contextlib.contextmanager
-def _environment(values: dict[str, str]):
+def environment(values: dict[str, str]):
     """os.environ with `values` set, restored afterwards."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)

@@ -147,6 +147,11 @@ def summarise(run, progress, end: dict, syncer: EngineSync, model_step: int,
         # per-step means of the sync metrics (logra/rl/weight_sync.py): the applied transport
         # and the bytes of each that applies; the engine's dtype; trainer-vs-engine mismatch
         "sync_transport": syncer.transport, "rollout_dtype": cfg.rollout.dtype,
+        # the engine, and how it takes payloads: in place, or reloaded from its host copy of the
+        # trained weights (vLLM where its layout is not the checkpoint's: logra/rl/rollout.py)
+        "rollout_engine": cfg.rollout.engine,
+        "engine_sync_path": (syncer.engine_path or {}).get("path"),
+        "engine_host_copy_bytes": (syncer.engine_path or {}).get("host_copy_bytes"),
         "base_median_abs_weight": run.base_median_w,
         **{f"{k}_per_step": _mean(m[k] for m in metrics) for k in SYNC_METRICS[1:]},
         **{k: _mean(m[k] for m in metrics) for k in ("logp_mismatch_mean", "logp_mismatch_max")},

@@ -183,8 +183,10 @@ class EngineSync:
     it is measured once, on `held`.
     """
 
-    def __init__(self, rule, transport_name: str, dtype: torch.dtype, has_engine: bool):
+    def __init__(self, rule, transport_name: str, dtype: torch.dtype, has_engine: bool,
+                 engine_path: dict | None = None):
         self.rule, self.dtype = rule, dtype
+        self.engine_path = engine_path  # the engine's `sync_path()`: where payloads land
         self.transport = transport(transport_name, type(rule))
         weights = rule.engine_weights()  # a collective under FSDP
         self.held = self._cast(weights) if has_engine else None

@@ -6,7 +6,8 @@ CI=true a missing vLLM fails them.
 The engine samples what the trainer scores (greedy tokens as HF `generate`'s, the sampled
 tokens' log-probs as `token_logprobs` at the temperature), and every transport leaves it at the
 trainer's weights: on a CPU through vLLM's reload path (its linear layers repack their
-weights), read back in HF names and checked by what the engine then generates."""
+weights), read back in HF names and checked by what the engine then generates. A run on a bf16
+engine records how it synced and the mismatch; lm-eval through vLLM scores as through HF."""
 import os
 
 import pytest
@@ -135,3 +136,43 @@ def test_every_transport_leaves_the_engine_at_the_trainers_weights(engine, model
         assert [x.completion_ids for x in engine.generate(PROMPTS, 1, 8, 0.0, seed=0)] == \
             _greedy(model, tok, 8)
     assert gap < (1e-4 if dtype == torch.float32 else 0.5), gap
+
+
+def test_a_run_on_the_bf16_engine_records_how_it_synced_and_the_mismatch(model_dir, tmp_path):
+    """A LoGRA run of three updates (`logra.rl.loop.train`) with rollouts from a bf16 vLLM
+    engine: its low-rank payloads reach the engine through vLLM's reload path on this CPU, and
+    the summary says so, with the engine's host copy in bytes (every weight of the checkpoint
+    in bf16) and each step's sync bytes; the log-prob mismatch between engine and trainer is
+    real, not the HF engine's zero, and within bf16's rounding."""
+    from runs import make_run
+
+    from logra.rl.loop import train
+    cfg, train_jsonl = make_run(tmp_path, "logra", measure_memory=False)
+    cfg["grpo"]["steps"] = 3
+    cfg["rollout"] |= {"engine": "vllm", "dtype": "bfloat16"}
+    s = train(cfg, model_dir, train_jsonl, tmp_path / "run")
+    model, _ = load(model_dir)
+    assert s["status"] == "ok" and s["steps"] == 3 and s["sync_transport"] == "low_rank"
+    assert (s["rollout_engine"], s["rollout_dtype"], s["engine_sync_path"]) == (
+        "vllm", "bfloat16", "reload")
+    assert s["engine_host_copy_bytes"] == 2 * sum(p.numel() for p in model.parameters())
+    assert 0 < s["sync_bytes_per_step"] < s["sync_full_bytes"]
+    assert 0 < s["logp_mismatch_mean"] <= s["logp_mismatch_max"] < 0.5
+
+
+def test_lm_eval_through_vllm_scores_greedy_as_the_hf_backend(model_dir, tmp_path):
+    """`eval.backend: vllm` (lm-eval's `vllm` model on the checkpoint) and the default `hf`
+    give the same greedy responses to every problem, so the same scores."""
+    from logra.files import write_jsonl
+    from logra.harness.evaluate import evaluate, write_lmeval_task
+    from logra.rl.tasks import get_task
+    write_jsonl(tmp_path / "test.jsonl",
+                get_task("arithmetic", digits=1).splits(seed=1, n_train=0, n_test=8)["test"])
+    greedy = {"greedy": {"samples": 1, "temperature": 0}}
+    task = write_lmeval_task("arithmetic", {}, tmp_path / "test.jsonl", tmp_path / "task",
+                             greedy, max_gen_toks=8)["greedy"].parent
+    hf, vl = (evaluate(model_dir, task, "arithmetic", tmp_path / f"{b}.json", greedy, "greedy",
+                       batch_size=8, backend=b) for b in ("hf", "vllm"))
+    assert (hf["backend"], vl["backend"], vl["n"]) == ("hf", "vllm", 8)
+    assert [p["greedy"] for p in vl["problems"]] == [p["greedy"] for p in hf["problems"]]
+    assert vl["accuracy"] == hf["accuracy"]

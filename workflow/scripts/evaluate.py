@@ -13,6 +13,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
                    snakemake.output[0], e["protocols"], e["primary"],
                    seed=int(snakemake.wildcards.seed), limit=e["limit"],
                    batch_size=e["batch_size"], device=snakemake.config["device"],
-                   dtype=e["dtype"], tracking=snakemake.config["tracking"])
+                   dtype=e["dtype"], backend=e["backend"],
+                   tracking=snakemake.config["tracking"])
     progress(snakemake.output[0].removeprefix("results/").removesuffix(".json"),
              **{f"{e['primary']} accuracy": out["accuracy"]}, problems=out["n"])

@@ -40,7 +40,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
                          Path(tmp) / "eval.json", e["protocols"], e["primary"],
                          seed=seed, limit=e["limit"], batch_size=e["batch_size"],
                          device=snakemake.config["device"], dtype=e["dtype"],
-                         tracking=snakemake.config["tracking"])
+                         backend=e["backend"], tracking=snakemake.config["tracking"])
             policy, tokenizer = load(model, **where)
             drift = policy_drift(policy, base_model, tokenizer, prompts,
                                  temperature=grpo["temperature"],
