@@ -223,10 +223,10 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
                                     "written (see logra.harness.evaluate.write_lmeval_task)")
     import torch
     if backend == "vllm":
-        from logra.rl.rollout import environment, vllm_engine_args
+        from logra.rl.rollout import vllm_engine_args, vllm_starting
         VLLM = _lm_eval_vllm()
         env, engine_args = vllm_engine_args(dtype, torch.get_num_threads())
-        with environment(env):  # read by the engine-core process it starts
+        with vllm_starting(env):
             lm = VLLM(pretrained=str(model_dir), batch_size=batch_size, seed=seed,
                       **engine_args)
     elif backend == "hf":

@@ -295,7 +295,7 @@ class VLLMRolloutEngine:
         import vllm
         self._vllm = vllm
         self.timeout_s = timeout_s  # bounds each sync (collective_rpc's timeout)
-        with environment(env):  # read by the engine-core process it starts
+        with vllm_starting(env):
             self.llm = vllm.LLM(
                 model=model_dir, seed=0, enable_prefix_caching=True, **engine_args,
                 logprobs_mode="processed_logprobs",
@@ -350,10 +350,17 @@ class VLLMRolloutEngine:
 
 
 @contextlib.contextmanager
-def environment(values: dict[str, str]):
-    """os.environ with `values` set, restored afterwards."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
+def vllm_starting(env: dict[str, str]):
+    """While a vLLM engine starts its processes: `env` (`vllm_engine_args`) set in os.environ,
+    where they read it, and the caller's main script hidden from multiprocessing's spawn.
+    vLLM starts them by spawn on a CPU (and once CUDA is initialised), and spawn runs the
+    caller's main script again in each child unless it was started with `python -m`: a
+    Snakemake job's script, which has no `if __name__ == "__main__":` guard, would run again
+    there and fail. The children need nothing from it: their targets are vLLM's own functions."""
+    main = sys.modules["__main__"]
+    script = main.__dict__.pop("__file__", None)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         yield
     finally:
@@ -362,6 +369,8 @@ def environment(values: dict[str, str]):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        if script is not None:
+            main.__file__ = script
 
 
 class VLLMSyncExtension:

@@ -162,17 +162,31 @@ def test_a_run_on_the_bf16_engine_records_how_it_synced_and_the_mismatch(model_d
 
 def test_lm_eval_through_vllm_scores_greedy_as_the_hf_backend(model_dir, tmp_path):
     """`eval.backend: vllm` (lm-eval's `vllm` model on the checkpoint) and the default `hf`
-    give the same greedy responses to every problem, so the same scores."""
+    give the same greedy responses to every problem, so the same scores; evaluated from a
+    script without an `if __name__ == "__main__":` guard, as a Snakemake job runs one (vLLM
+    starts its processes by spawn, which would run such a script again: `vllm_starting`)."""
+    import json
+    import subprocess
+    import sys
+
     from logra.files import write_jsonl
-    from logra.harness.evaluate import evaluate, write_lmeval_task
+    from logra.harness.evaluate import write_lmeval_task
     from logra.rl.tasks import get_task
     write_jsonl(tmp_path / "test.jsonl",
                 get_task("arithmetic", digits=1).splits(seed=1, n_train=0, n_test=8)["test"])
     greedy = {"greedy": {"samples": 1, "temperature": 0}}
     task = write_lmeval_task("arithmetic", {}, tmp_path / "test.jsonl", tmp_path / "task",
                              greedy, max_gen_toks=8)["greedy"].parent
-    hf, vl = (evaluate(model_dir, task, "arithmetic", tmp_path / f"{b}.json", greedy, "greedy",
-                       batch_size=8, backend=b) for b in ("hf", "vllm"))
+    script = tmp_path / "job.py"
+    script.write_text(
+        "from logra.harness.evaluate import evaluate\n"
+        "for b in ('hf', 'vllm'):\n"
+        f"    evaluate({str(model_dir)!r}, {str(task)!r}, 'arithmetic', {str(tmp_path)!r} + "
+        f"f'/{{b}}.json', {greedy!r}, 'greedy', batch_size=8, backend=b)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    hf, vl = (json.loads((tmp_path / f"{b}.json").read_text()) for b in ("hf", "vllm"))
     assert (hf["backend"], vl["backend"], vl["n"]) == ("hf", "vllm", 8)
     assert [p["greedy"] for p in vl["problems"]] == [p["greedy"] for p in hf["problems"]]
     assert vl["accuracy"] == hf["accuracy"]
