@@ -110,3 +110,19 @@ def make_run(tmp_path, method, nan_after=0, **grpo):
 
 def weights(run_dir):
     return load_file(run_dir / "model" / "model.safetensors")
+
+
+def assert_tensorboard_holds_metrics(run_dir) -> dict:
+    """The run's TensorBoard events hold every metrics.csv column with its finite values at
+    their steps, as float32 (config tracking, on by default); returns every scalar by tag."""
+    import numpy as np
+    import pandas as pd
+
+    from logra.tracking import tensorboard_scalars
+    # pandas' default float parser may miss a value's last bit, enough to move its float32
+    metrics = pd.read_csv(Path(run_dir) / "metrics.csv", float_precision="round_trip")
+    scalars = tensorboard_scalars(run_dir)
+    for column in metrics.columns.drop("step"):
+        logged = {int(k): v for k, v in zip(metrics["step"], metrics[column]) if np.isfinite(v)}
+        assert scalars.get(column, {}) == {k: np.float32(v) for k, v in logged.items()}, column
+    return scalars

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import ROOT
+from runs import assert_tensorboard_holds_metrics
 
 QUICK = str(ROOT / "config/quick.yaml")
 
@@ -62,6 +63,7 @@ def test_own_task_on_the_quick_start_then_a_task_switch_leaves_no_stale_table(tm
     for table in ("summary.csv", "accuracy.csv", "verdicts.csv"):
         assert set(pd.read_csv(results / table)["task"]) == {"successor"}, table
     assert "successor" in (results / "REPORT.md").read_text()
+    assert_tensorboard_holds_metrics(results / "runs/successor/logra/seed0")  # the README's line
 
     (tmp_path / "switch.yaml").write_text("run_tasks: [countdown]\n")
     snakemake(tmp_path, "--configfile", QUICK, "own.yaml", "switch.yaml")

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from conftest import CONSOLE, ROOT, SNAKEMAKE
 from dag import counts, dry_run, needed
+from runs import assert_tensorboard_holds_metrics
 
 from logra import repro
 from logra.analysis.verdict import CALLS
@@ -421,10 +422,7 @@ def test_smoke_run_end_to_end(smoke_run):
     assert (run / "model/config.json").exists()
     # TensorBoard (config tracking, on by default): every metrics.csv column at its steps, as
     # float32, and the evaluations' scores at the step they scored (the last; the snapshot)
-    scalars = tensorboard_scalars(run)
-    for column in metrics.columns.drop("step"):
-        logged = {int(k): v for k, v in zip(metrics["step"], metrics[column]) if np.isfinite(v)}
-        assert scalars.get(column, {}) == {k: np.float32(v) for k, v in logged.items()}, column
+    scalars = assert_tensorboard_holds_metrics(run)
     evaluated = json.loads((tmp_path / "results/eval/countdown/dense_adam/seed1.json").read_text())
     for protocol, m in evaluated["metrics"].items():
         assert scalars[f"eval/{protocol}/accuracy"][3] == np.float32(m["accuracy"]), protocol
