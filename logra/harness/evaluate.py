@@ -193,8 +193,7 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
     `accuracy` (the primary protocol's), `n`, `seed`, `lm_eval_version`, `metrics` (per
     protocol: `accuracy`, `pass_at_k`, `samples`, lm-eval's `generation_kwargs` and `scores`,
     the task's extra scores' `accuracy` and `pass_at_k` by name), `backend` and `problems` (per
-    problem:
-    doc_id, prompt, answer and per protocol its `responses`, `acc` and `pass`, and
+    problem: doc_id, prompt, answer and per protocol its `responses`, `acc` and `pass`, and
     `acc_<name>`, `pass_<name>` per extra score). A checkpoint of a GRPO run (its model or a
     snapshot) also logs each protocol's scores at its step to the run's trackers
     (`tracking`, config `tracking`: logra/tracking.py).
