@@ -32,9 +32,22 @@ LOGITS = ("chunked", "full")
 PROBES = ("project", "authors")
 
 
+_SHAPES: dict[tuple[str, str], tuple] = {}  # shapes' results, by (config's JSON, modules)
+
+
 def shapes(hf_config, modules: str = DEFAULT_MODULES):
     """(all parameter shapes, low-rank weight shapes, largest decoder-layer parameter count)
-    of the model `hf_config` describes, built on the meta device."""
+    of the model `hf_config` describes, built on the meta device once per config and modules
+    in a process (a 27B model's build takes about a second; a planner table asks for each
+    model's shapes once per method and phase)."""
+    key = (hf_config.to_json_string(), modules)
+    if key not in _SHAPES:
+        _SHAPES[key] = _shapes(hf_config, modules)
+    params, low_rank, layer = _SHAPES[key]
+    return dict(params), list(low_rank), layer
+
+
+def _shapes(hf_config, modules: str):
     from transformers import AutoModelForCausalLM
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config)
