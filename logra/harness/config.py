@@ -107,6 +107,8 @@ def resolve(files: list[str | Path], overrides: Mapping | None = None,
     for path in ([default] if default else []) + ([tuned] if tuned and tuned.exists() else []) \
             + list(files):
         data = read_yaml(path)
+        if _values(data, MAX_VALUES) <= MAX_VALUES:  # else _check_size stops it, naming the key
+            data = _unaliased(data)
         complete = data.get("complete") is True  # else the schema names a non-boolean
         if complete:  # a config written whole: what came before is dropped
             config, sources, order = {}, {}, []
@@ -151,6 +153,17 @@ def _grpo_not_reaching(config: dict, sources: dict, default: str) -> list[str]:
                          f"their own grpo.{key}: {', '.join(beaten)}; set "
                          f"methods.<name>.grpo.{key} for those too")
     return notes
+
+
+def _unaliased(value):
+    """`value` with every map and list its own: a YAML alias (`grpo: *regime` in two methods)
+    reads as one shared object, and a later file merged into one method's would change the
+    other's too (copy.deepcopy keeps the sharing)."""
+    if isinstance(value, dict):
+        return {k: _unaliased(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unaliased(v) for v in value]
+    return value
 
 
 def _values(value, limit: int) -> int:

@@ -894,5 +894,17 @@ def test_an_overlay_grpo_key_that_a_method_overrides_is_named(tmp_path, capsys):
     resolve([overlay])
     err = capsys.readouterr().err
     assert re.search(r"note: grpo.steps=2 \(.*short.yaml\) does not reach the methods that set "
-                     r"their own grpo.steps: .*logra_stable_short \(200\)", err)
+                     r"their own grpo.steps: .*logra_bf16 \(20\), .*logra_stable_short \(200\)",
+                     err)
     assert "dense_adam_bf16" not in err and err.count("\n") == 1
+
+
+def test_an_overlay_into_one_method_leaves_a_method_sharing_its_yaml_anchor(tmp_path):
+    """dense_adam_bf16 and logra_bf16 share one YAML anchor (`grpo: *regime`): an overlay that
+    shortens the first leaves the second's steps as config.yaml sets them."""
+    overlay = tmp_path / "one.yaml"
+    overlay.write_text("methods: {dense_adam_bf16: {grpo: {steps: 2}}}\n")
+    config = resolve([overlay], fit_rules=False)
+    assert config["methods"]["dense_adam_bf16"]["grpo"]["steps"] == 2
+    assert config["methods"]["logra_bf16"]["grpo"]["steps"] == resolve(
+        [], fit_rules=False)["methods"]["logra_bf16"]["grpo"]["steps"] == 20
