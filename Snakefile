@@ -1,7 +1,7 @@
 """logra-repro: tasks x methods x seeds GRPO runs, lm-eval, summary table and figures.
 
-Targets: `all` (the default grid of run_methods, the memory sweep, the planner, the long
-stability runs, every figure and results/REPORT.md), `ablations` (run_methods + ablation_methods,
+Targets: `all` (the default grid of run_methods, the memory sweep, the planner, stability.methods'
+runs (none in config/config.yaml), every figure and results/REPORT.md), `ablations` (run_methods + ablation_methods,
 under results/ablations/ and figures/ablations/, and the memory sweep's default sizes with
 memory_sweep.ablation_methods: results/ablations/memory_sweep.csv), `lr_sweep` (every grid under the
 bracket rule: results/lr_sweep.csv, and the choices for config/tuned.yaml: results/tuned.yaml),
@@ -89,7 +89,8 @@ rule all:
             "figures/{fig}.{ext}",
             fig=["reward_curves"]
             + (["verdicts"] if PLAN.verdicts else [])
-            + (["memory_reduction", "stability_27b", "sync_bytes"] if PLAN.paper else []),
+            + (["memory_reduction", "sync_bytes"] if PLAN.paper else [])
+            + (["stability_27b"] if PLAN.runs["long"] else []),
             ext=["png", "pdf"],
         ),
 

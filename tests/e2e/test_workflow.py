@@ -44,14 +44,14 @@ def default_dag(tmp_path_factory):
 
 # (target, {rule: jobs}) that `snakemake -n TARGET` plans on the default config
 PLANNED = [
-    # 1 run task x 2 run_methods x 3 seeds + the short stability run (seed 0's base), its
-    # held-out curve and table + the margin's validation runs of the reference (seeds 13-15,
-    # their own bases); 2 sizes x 4 methods; an SFT base and its evaluation per seed
-    ("all", {"train": 6 + 1 + 3, "eval_run": 6, "base": 3 + 3, "eval_base": 3,
-             "stability_eval": 1, "stability_table": 1,
+    # 1 run task x 2 run_methods x 3 seeds + the margin's validation runs of the reference
+    # (seeds 13-15, their own bases); 2 sizes x 4 methods; an SFT base and its evaluation per
+    # seed; no stability run (stability.methods: [])
+    ("all", {"train": 6 + 3, "eval_run": 6, "base": 3 + 3, "eval_base": 3,
+             "stability_eval": 0, "stability_table": 0, "stability_27b": 0,
              "lr_sweep_eval": 3, "lr_sweep_eval_base": 3, "margin": 1, "analysis_plan": 1,
              "memory_point": 8, "planner": 1, "verdicts": 1, "fingerprints": 1,
-             "stability_27b": 1, "memory_reduction": 1, "sync_bytes": 1}),
+             "memory_reduction": 1, "sync_bytes": 1}),
     # the two run_methods are shared; the 20 ablation methods (LoGRA's 7 component ablations,
     # Sketch-Adam, the peers, dense AdamW on LoGRA's weights) add 3 seeds each, beside the
     # margin's validation runs; the memory sweep's 2 default sizes x (its 4 methods +
