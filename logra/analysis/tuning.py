@@ -105,9 +105,9 @@ def tuned_file(table: pd.DataFrame, seeds: list[int], source: str,
     """results/tuned.yaml from the final lr sweep table: under `tuned`, per task and method,
     the chosen point of its knob (`option`, `value`), whether it is bracketed, and every point
     scored ([point, mean validation accuracy]), over the choices already `adopted` (the
-    config's `tuned`: a sweep of some grids keeps the others'); copied to config/tuned.yaml,
-    the config adopts each value (logra.harness.config.apply_tuned). A method without a choice
-    keeps what was adopted for it."""
+    config's `tuned`: a sweep of some grids keeps the others'); adopted into config/tuned.yaml
+    (logra.harness.adopt), the config takes each value (logra.harness.config.apply_tuned). A
+    method without a choice keeps what was adopted for it."""
     tuned = {task: dict(chosen) for task, chosen in (adopted or {}).items()}
     for (task, method), t in table.groupby(["task", "method"], sort=False):
         best = t[t["chosen"]]
@@ -122,6 +122,6 @@ def tuned_file(table: pd.DataFrame, seeds: list[int], source: str,
     head = (f"# Written by the lr_sweep target from {source}: per task and method, the point of "
             "its knob\n# with the best mean validation accuracy over the seeds, under the bracket "
             "rule (lr_sweep.extend);\n# the grids it did not run keep the choices the config had "
-            "adopted.\n# Adopt it: cp results/tuned.yaml config/tuned.yaml\n")
+            "adopted.\n# Adopt it: python -m logra.harness.adopt (config/tuned.yaml)\n")
     return head + yaml.safe_dump({"tuned": tuned}, sort_keys=False, width=100)
 

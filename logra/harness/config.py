@@ -5,12 +5,12 @@ order, then `--config key=value`: each merged over what came before as Snakemake
 (nested maps merge key by key; any other value, a list too, replaces), except that a file with
 `complete: true` replaces everything before it (the default included): a config written whole,
 such as `config/paper.yaml`. Files are read strictly (a key given twice is an error naming the
-file and line); `config/tuned.yaml`, the adopted sweep choices, is read after the default. The
-merged config is then validated by the schema (logra/harness/schema.py, which fills defaults)
-and by the cross-key checks (logra/harness/checks.py), so a bad key or value stops the workflow
-before any job starts, naming the key and the file that set it. `validate_file` does the same
-for one complete file. What runs derive from a config is logra/harness/runs.py; all of it is
-importable from here.
+file and line); `config/tuned.yaml`, every grid's adopted choices (logra.harness.adopt), is
+read after the default. The merged config is then validated by the schema
+(logra/harness/schema.py, which fills defaults) and by the cross-key checks
+(logra/harness/checks.py), so a bad key or value stops the workflow before any job starts,
+naming the key and the file that set it. `validate_file` does the same for one complete file.
+What runs derive from a config is logra/harness/runs.py; all of it is importable from here.
 """
 from __future__ import annotations
 
@@ -261,13 +261,13 @@ def _holds(config: dict, path: tuple) -> bool:
 
 def apply_tuned(config: dict, sources: dict) -> None:
     """Adopt `tuned` (config/tuned.yaml, read after config/config.yaml: results/tuned.yaml as the
-    lr sweep wrote it, logra.analysis.tuning.tuned_file): per task and method, the chosen point
-    of its knob through its rule's `tuned` (LoGRA's update_ratio and final budget follow), each
-    option it changes given that value for that task (a per-task map; the value it had is the
-    map's `default` where it had one value). A method whose `tuned_as` names it (a variant:
-    an ablation, a longer run) takes the same values. A choice made for another knob, an
-    unknown task or method, or a variant that names an undefined method, one of another rule,
-    or is itself chosen, stops the config."""
+    lr sweep wrote it, logra.analysis.tuning.tuned_file, adopted by logra.harness.adopt): per
+    task and method, the chosen point of its knob through its rule's `tuned` (LoGRA's
+    update_ratio and final budget follow), each option it changes given that value for that
+    task (a per-task map; the value it had is the map's `default` where it had one value). A
+    method whose `tuned_as` names it (a variant: an ablation, a longer run) takes the same
+    values. A choice made for another knob, an unknown task or method, or a variant that names
+    an undefined method, one of another rule, or is itself chosen, stops the config."""
     methods = config["methods"]
     for name, m in methods.items():
         leader = m.get("tuned_as")

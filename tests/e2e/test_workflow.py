@@ -369,10 +369,17 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
                     "## Study: verdicts at update 2", "## Study: accuracy and memory",
                     "## Study: secondary endpoints"):
         assert section in report
-    # LoGRA's choice adopted (study.tuned) and its grid's files gone: the plan is frozen again
-    # from the config alone, no grid job runs, and it is the plan the grid froze
+    # every arm's choice adopted (`python -m logra.harness.adopt`, into an overlay here) and
+    # LoGRA's grid's files gone: the plan is frozen again from the config alone, no grid job
+    # runs, and it is the plan the grid froze
     adopt = tmp_path / "adopt.yaml"
-    adopt.write_text(yaml.safe_dump({"study": {"tuned": {"logra_study": records["logra_study"]}}}))
+    out = subprocess.run([sys.executable, "-m", "logra.harness.adopt", "--results",
+                          str(tmp_path / "results"), "--to", str(adopt), "--configfile",
+                          str(ROOT / "tests/data/smoke.yaml"), str(overlay)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "study.tuned.logra_study: (new) " in out.stdout
+    assert yaml.safe_load(adopt.read_text())["study"]["tuned"] == records
     for gone in [*(tmp_path / "results/runs/arithmetic").glob("logra_study_lr*"),
                  tmp_path / "results/tuning/study/arithmetic/logra_study"]:
         shutil.rmtree(gone)
@@ -385,8 +392,8 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
     assert re.search(r"^study_plan\s+1$", console, re.M) and not re.search(
         r"^(train|tuning_round|study_tuned)\s", console[console.index("Job stats"):], re.M)
     again = json.loads((tmp_path / "results/study/analysis_plan.json").read_text())
-    assert again["arms"]["logra_study"].pop("adopted")
-    plan["arms"]["logra_study"].pop("adopted")
+    for arm in plan["arms"]:
+        assert again["arms"][arm].pop("adopted") and not plan["arms"][arm].pop("adopted")
     assert again == plan
     # its test evaluations exist: a change of the plan's half-width is refused before any job
     wider = tmp_path / "wider.yaml"

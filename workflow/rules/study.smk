@@ -9,7 +9,7 @@ STUDY_POINTS = {name: point for grid in PLAN.grids["study"].values()
 
 
 # an arm's choice on the validation split from its grid's last window, the record
-# `study.tuned.<arm>` adopts (paste it there: the arm's grid then does not run again)
+# `study.tuned.<arm>` adopts (`python -m logra.harness.adopt`: the grid then does not run again)
 rule study_tuned:
     input:
         unpack(lambda w: study_arm_inputs(w.arm)),

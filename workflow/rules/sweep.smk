@@ -62,7 +62,7 @@ checkpoint tuning_round:
 
 
 # results/lr_sweep.csv: every point each grid ran (the bracket rule's added points too); the
-# choices for config/tuned.yaml
+# choices for config/tuned.yaml (`python -m logra.harness.adopt`)
 rule lr_sweep_table:
     input:
         unpack(lambda w: tuning_inputs("lr_sweep", config["lr_sweep"]["tasks"])),

@@ -23,7 +23,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     with atomic_path(snakemake.output[0]) as tmp:
         tmp.write_text(
             f"# {arm}'s choice on the validation split (results/study/tuned/{arm}.yaml).\n"
-            "# Adopt it: paste the entry under study.tuned in the config; the arm's grid then "
+            "# Adopt it: python -m logra.harness.adopt (config/tuned.yaml); the arm's grid then "
             "does not run again\n" + yaml.safe_dump({arm: record}, sort_keys=False, width=100,
                                                          default_flow_style=None))
     progress(f"study tuned {arm}", f"{record['option']} {record['value']:g}",
