@@ -1,11 +1,12 @@
 """logra-repro: tasks x methods x seeds GRPO runs, lm-eval, summary table and figures.
 
-Targets: `all` (the default grid of run_methods, the memory sweep, the planner, stability.methods'
-runs (none in config/config.yaml), every figure and results/REPORT.md), `ablations` (run_methods + ablation_methods,
-under results/ablations/ and figures/ablations/, and the memory sweep's default sizes with
-memory_sweep.ablation_methods: results/ablations/memory_sweep.csv), `lr_sweep` (every grid under the
-bracket rule: results/lr_sweep.csv, and the choices for config/tuned.yaml: results/tuned.yaml,
-adopted by `python -m logra.harness.adopt`),
+Targets: `all` (the default grid of run_methods, the memory sweep, the planner,
+stability.methods' runs (none in config/config.yaml), every figure and results/REPORT.md),
+`ablations` (run_methods + ablation_methods, under results/ablations/ and figures/ablations/,
+and the memory sweep's default sizes with memory_sweep.ablation_methods:
+results/ablations/memory_sweep.csv), `lr_sweep` (every grid under the bracket rule:
+results/lr_sweep.csv, and the choices for config/tuned.yaml: results/tuned.yaml, adopted by
+`python -m logra.harness.adopt`),
 `memory_large` (the memory sweep with memory_sweep.opt_in_sizes: results/memory/sweep_large.csv),
 `memory_real` (the planner against each phase measured at memory_real's architecture, Qwen2.5-0.5B's
 shapes: results/memory/real.csv),
