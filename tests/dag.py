@@ -28,8 +28,9 @@ def _pairs(line: str | None) -> dict:
 
 
 def parse(console: str) -> list[Job]:
-    """Every job a dry run printed. A job whose input waits for a checkpoint prints it as
-    `<TBD>`; its reason names the checkpoints' outputs it waits for."""
+    """Every job a dry run printed, its benchmark file among its outputs (REPORT.md's ledger
+    asks for each job's). A job whose input waits for a checkpoint prints it as `<TBD>`; its
+    reason names the checkpoints' outputs it waits for."""
     jobs = []
     for rule, body in JOB.findall(console):
         field = dict(re.findall(r"^    (\w+): (.*)$", body, re.M))
@@ -39,7 +40,8 @@ def parse(console: str) -> list[Job]:
             inputs = tuple(i for i in inputs if i != "<TBD>") + tuple(waits.group(1).split(", "))
         jobs.append(Job(rule, int(field["jobid"]), _pairs(field.get("wildcards")),
                         _pairs(field.get("resources")), inputs,
-                        tuple(field["output"].split(", ")) if "output" in field else ()))
+                        (tuple(field["output"].split(", ")) if "output" in field else ())
+                        + ((field["benchmark"],) if "benchmark" in field else ())))
     return jobs
 
 

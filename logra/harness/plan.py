@@ -276,7 +276,8 @@ def _default_benchmarks(plan: Plan) -> list[str]:
     tables = (["summary", "fingerprints", "margin", "analysis_plan"]
               + (["verdicts"] if plan.verdicts else []) + (["stability"] if runs["long"] else []))
     figures = (["reward_curves"] + (["verdicts"] if plan.verdicts else [])
-               + (["memory_reduction", "stability_27b", "sync_bytes"] if plan.paper else []))
+               + (["memory_reduction", "sync_bytes"] if plan.paper else [])
+               + (["stability_27b"] if runs["long"] else []))
     jobs = ([f"data/data/{task}" for task in sorted({task for task, _ in bases})]
             + [f"data/lmeval_task/{task}" for task in plan.tasks]
             + ([] if plan.start_model() else [f"base/base/{t}/seed{s}" for t, s in bases])
