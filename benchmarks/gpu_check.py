@@ -140,7 +140,7 @@ def vllm_sync(size: str, syncs: int = 5) -> None:
     from logra.optim.logra_rule import LoGRA
     from logra.rl.guards import sync_drift
     from logra.rl.models import build_tiny
-    from logra.rl.rollout import VLLMRolloutEngine
+    from logra.rl.vllm_engine import VLLMRolloutEngine
     from logra.rl.settings import Grpo
     from logra.rl.step import accumulate_gradients
     with tempfile.TemporaryDirectory() as tmp:

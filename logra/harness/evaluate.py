@@ -200,7 +200,7 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
 
     `backend` (config `eval.backend`): `hf`, lm-eval's `HFLM` on the model loaded here; `vllm`,
     lm-eval's `vllm` model on the checkpoint directory, with the rollout engine's vLLM settings
-    on this machine (`logra.rl.rollout.vllm_engine_args`; `device` is vLLM's own choice).
+    on this machine (`logra.rl.vllm_engine.vllm_engine_args`; `device` is vLLM's own choice).
     """
     from logra.noise import quiet
     from logra.rl.models import load  # before lm-eval loads transformers' models (its docstring)
@@ -222,7 +222,7 @@ def evaluate(model_dir: Path | str, task_dir: Path, task_name: str, out_json: Pa
                                     "written (see logra.harness.evaluate.write_lmeval_task)")
     import torch
     if backend == "vllm":
-        from logra.rl.rollout import vllm_engine_args, vllm_starting
+        from logra.rl.vllm_engine import vllm_engine_args, vllm_starting
         VLLM = _lm_eval_vllm()
         env, engine_args = vllm_engine_args(dtype, torch.get_num_threads())
         with vllm_starting(env):

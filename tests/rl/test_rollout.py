@@ -127,7 +127,7 @@ def test_vllm_worker_extension_applies_payloads_into_fused_weights(tiny_dir):
     import pickle
     from types import SimpleNamespace
 
-    from logra.rl.rollout import VLLMSyncExtension
+    from logra.rl.vllm_engine import VLLMSyncExtension
     hf, _ = load(tiny_dir)
     hf_params = {n: p.detach().clone() for n, p in hf.named_parameters()}
     model = _vllm_llama(hf_params, hf.config.vocab_size)
