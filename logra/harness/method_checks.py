@@ -146,7 +146,7 @@ def _check_rollout_options(config: dict, name: str) -> None:
     """Method `name`'s `rollout.options` (its own over the rollout section's) are keyword
     arguments its engine takes, besides those the run sets from the rollout section (dtype,
     threads, timeouts)."""
-    from logra.rl.rollout import engine_class
+    from logra.rl.engines import engine_class
     m = config["methods"][name]
     rollout = dict(config["rollout"]) | m.get("rollout", {})
     taken = inspect.signature(engine_class(rollout["engine"]).__init__).parameters

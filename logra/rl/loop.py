@@ -31,10 +31,11 @@ from logra.optim import collectives
 from logra.optim.kl_control import KLControl
 from logra.optim.rule import tensor_bytes
 from logra.rl import checkpoint, fsdp
+from logra.rl.engines import make_engine
 from logra.rl.guards import divergence, diverged, sync_drift, weight_norm
 from logra.rl.loss import estimator
 from logra.rl.models import load, median_abs_weight
-from logra.rl.rollout import EngineError, make_engine
+from logra.rl.rollout import EngineError
 from logra.rl.settings import Grpo, RunSettings
 from logra.rl.step import batch_kl, cap_cuda_memory, compute_context, cuda_oom, update_step
 from logra.rl.summary import save_model, summarise

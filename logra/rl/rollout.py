@@ -221,22 +221,6 @@ class HFRolloutEngine:
         self.close()
 
 
-def engine_class(name: str) -> type:
-    """The engine class of a config name (`rollout.engine`); vLLM's module is imported only
-    when named (logra/rl/vllm_engine.py)."""
-    if name == "hf":
-        return HFRolloutEngine
-    if name == "vllm":
-        from logra.rl.vllm_engine import VLLMRolloutEngine
-        return VLLMRolloutEngine
-    raise ValueError(f"rollout.engine: unknown {name!r}; known: ['hf', 'vllm']")
-
-
-def make_engine(name: str, model_dir: str, **options):
-    """Engine by config name (`rollout.engine`)."""
-    return engine_class(name)(model_dir, **options)
-
-
 if __name__ == "__main__":
     from logra.rl.rollout import _serve as serve
     fd, model_dir, dtype, threads = sys.argv[1:]

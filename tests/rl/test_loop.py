@@ -11,8 +11,8 @@ from runs import CoinFlip, make_run
 from logra.common import warmup_cosine
 from logra.harness.config import grpo_settings
 from logra.rl import checkpoint, guards, loop
+from logra.rl.engines import make_engine
 from logra.rl.models import load
-from logra.rl.rollout import make_engine
 from logra.rl.summary import METRIC_COLUMNS, memory_summary, save_model, summarise
 
 

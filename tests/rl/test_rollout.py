@@ -70,7 +70,7 @@ def test_lowrank_payload_applies_lift_on_the_right_side():
 
 
 def test_vllm_engine_without_gpu_or_vllm_says_so(tiny_dir):
-    from logra.rl.rollout import make_engine
+    from logra.rl.engines import make_engine
     with pytest.raises(RuntimeError, match=r"vllm is selected \(rollout.engine or eval.backend"
                                            r"\) but not installed"):
         make_engine("vllm", str(tiny_dir))

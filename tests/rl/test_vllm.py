@@ -15,10 +15,10 @@ import torch
 
 from logra.optim.dense_adam import DenseAdam
 from logra.optim.logra_rule import LoGRA
+from logra.rl.engines import make_engine
 from logra.rl.loop import pad_batch
 from logra.rl.loss import token_logprobs
 from logra.rl.models import build_tiny, load
-from logra.rl.rollout import make_engine
 from logra.rl.weight_sync import EngineSync
 
 pytestmark = pytest.mark.vllm  # `make test` runs these from .venv-vllm
