@@ -66,8 +66,7 @@ def _plan(inputs: ReportInputs) -> list[str]:
                if plan["ablation_methods"] else "")
             + f", on {', '.join(plan['tasks'])}, seeds {', '.join(map(str, plan['seeds']))}, "
             f"{plan['n_test']} test problems; GRPO steps: {steps}.",
-            f"- Gate: {gate['test']}, at level {gate['alpha']:g}; informative when at least "
-            f"{gate['share']:.0%} of the seeds pass.",
+            f"- Gate: {gate['test']}, at level {gate['alpha']:g}; informative when it passes.",
             f"- Interval: {plan['interval']}. Call: {plan['call']}. Power: {plan['power']}.",
             "- Tuned on the validation split (config/tuned.yaml): " + ("; ".join(
                 f"{m} on {t}, {c['option']} {c['value']:g} ("

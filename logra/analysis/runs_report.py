@@ -321,7 +321,9 @@ def _study(inputs: ReportInputs) -> list[str]:
                    f"(seeds {', '.join(map(str, rule['validation_seeds']))}) by the lr sweep's "
                    f"grid and bracket rule, then run on {rule['n']} test seeds (at least "
                    f"{rule['min']}, at most {rule['max']}): the most any contrast needs for a "
-                   f"95% half-width of {rule['half_width']:g} at its validation spread is "
+                   f"95% half-width of {rule['half_width']:g} at "
+                   + (f"the {rule['sd_level']:g} upper confidence bound on "
+                      if rule.get("sd_level") else "") + f"its validation spread is "
                    f"{need}. The plan was frozen before any test run; margin "
                    f"{plan['margins'][plan['task']]['margin']:.3f} (results/margin.csv).",
                    {"arm": list(arms), "knob": [c["option"] for c in arms.values()],
@@ -332,9 +334,12 @@ def _study(inputs: ReportInputs) -> list[str]:
                     "chosen by": ["this run's grid" if not c.get("adopted") else
                                   "its grid, adopted (study.tuned)" for c in arms.values()]})
     out += ["", *amended_lines(plan)] if plan.get("amendments") else []
-    out += ["", "Validation spread per contrast (sd of the per-seed differences; the seeds it "
-            "asks for): " + "; ".join(f"{k}: {c['sd']:.4f}; {c['seeds_needed']}"
-                                     for k, c in rule["contrasts"].items()) + "."]
+    out += ["", "Validation spread per contrast (sd of the per-seed differences and its upper "
+            f"bound; the seeds it asks for; the 95% half-width {rule['n']} seeds give at each): "
+            + "; ".join(f"{k}: {c['sd']:.4f}, {c.get('sd_upper', c['sd']):.4f}; "
+                        f"{c['seeds_needed']}; " + ", ".join(
+                            f"{h:.3f}" for h in (c.get("half_width_at_n") or {}).values())
+                        for k, c in rule["contrasts"].items()) + "."]
     for step in sorted(set(v["step"]), reverse=True):
         what = "primary" if step == last else "secondary"
         out += _verdicts_section(v[v["step"] == step], f"Study: verdicts at update {step} "

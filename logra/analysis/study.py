@@ -4,7 +4,8 @@ tuned there on the validation split, then compared on the test split over enough
 1. `study_plan`, before any test run: each arm's choice from its grid (the lr sweep's table and
    bracket rule: `arm_choice`) or as `study.tuned` adopted it (`adopted_choice`); the test
    seeds, max(min, n) capped at max, n the most any contrast needs for a 95% half-width ≤
-   `half_width` at its validation seeds' spread (`seeds_for`); the analysis, frozen as the
+   `half_width` at an upper confidence bound on its validation seeds' spread (`seeds_for`,
+   `sd_upper` at `sd_level`), and the half-width n gives each; the analysis, frozen as the
    default target's (`logra.analysis.verdict.analysis_plan`): the primary metric at the last
    update, the declared margin, the gate, paired per-seed t-intervals, the three answers
    Holm-adjusted over the contrasts.
@@ -34,16 +35,37 @@ def contrasts(arms: list[str], reference: str) -> list[tuple[str, str]]:
         (b, a) for i, a in enumerate(others) for b in others[i + 1:]]
 
 
-def seeds_for(d, half_width: float, level: float = 0.95, most: int = 10_000) -> float:
-    """The fewest seeds n ≥ 2 whose `level` t-interval of a mean has half-width ≤ `half_width`
-    at the spread (sd, ddof 1) of the per-seed differences `d`: t_(1+level)/2, n−1 · sd / √n;
-    NaN with fewer than two differences, inf past `most`."""
+def sd_upper(d, level: float) -> float:
+    """The one-sided `level` upper confidence bound on the sd of the per-seed differences `d`
+    (ddof 1), from the chi-square law of their variance, sd · √((k−1) / χ²_(1−level), k−1) for k
+    differences; the sd itself at level 0; NaN with fewer than two. Three validation seeds give
+    an sd that is itself noisy (at level 0.8 the bound is 2.1x it), and a plan on the bare sd
+    undershoots its target whenever the test spread comes out wider."""
     d = np.asarray(d, dtype=float)
     if len(d) < 2:
         return math.nan
     sd = float(d.std(ddof=1))
+    if not level:
+        return sd
+    from scipy import stats  # as t_quantile: only where a plan is made
+    return sd * math.sqrt((len(d) - 1) / stats.chi2.ppf(1 - level, len(d) - 1))
+
+
+def half_width(sd: float, n: int, level: float = 0.95) -> float:
+    """The half-width of a `level` t-interval of a mean over n seeds at spread `sd`."""
+    return t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+
+
+def seeds_for(d, target: float, level: float = 0.95, most: int = 10_000,
+              sd_level: float = 0.0) -> float:
+    """The fewest seeds n ≥ 2 whose `level` t-interval of a mean has half-width ≤ `target` at
+    the spread of the per-seed differences `d` (`sd_upper` at `sd_level`; 0: their sd):
+    t_(1+level)/2, n−1 · sd / √n; NaN with fewer than two differences, inf past `most`."""
+    sd = sd_upper(d, sd_level)
+    if math.isnan(sd):
+        return math.nan
     for n in range(2, most + 1):
-        if t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n) <= half_width:
+        if half_width(sd, n, level) <= target:
             return n
     return math.inf
 
@@ -102,15 +124,21 @@ def study_plan(arms: dict[str, dict], study: dict, pool: list[int], margins: pd.
         if sorted(c["by_seed"]) != val_seeds:
             raise ValueError(f"study.arms.{arm}: chosen on validation seeds {sorted(c['by_seed'])}"
                              f", the reference on {val_seeds}: the arms are compared by seed")
+    bounds = study["seeds"]
+    sd_level = bounds.get("sd_level", 0.0)
     need = {}
     for a, b in pairs:
         d = [chosen[a]["by_seed"][s] - chosen[b]["by_seed"][s] for s in val_seeds]
         need[f"{a} - {b}"] = {"by_seed": d, "sd": float(np.std(d, ddof=1)),
-                              "seeds_needed": seeds_for(d, study["seeds"]["half_width"])}
-    bounds = study["seeds"]
+                              "sd_upper": sd_upper(d, sd_level),
+                              "seeds_needed": seeds_for(d, bounds["half_width"],
+                                                        sd_level=sd_level)}
     wanted = max(n["seeds_needed"] for n in need.values())
     n = int(min(bounds["max"], max(bounds["min"], wanted if math.isfinite(wanted) else
                                    bounds["max"])))
+    for c in need.values():  # what n seeds give, stated before any test run
+        c["half_width_at_n"] = {"sd": half_width(c["sd"], n),
+                                "sd_upper": half_width(c["sd_upper"], n)}
     plan = analysis_plan(spec | {
         "reference": study["reference"], "methods": list(study["arms"]), "ablation_methods": [],
         "tasks": [study["task"]], "seeds": pool[:n],
@@ -133,7 +161,8 @@ def study_plan(arms: dict[str, dict], study: dict, pool: list[int], margins: pd.
         "seeds_rule": {**bounds, "validation_seeds": val_seeds, "contrasts": need,
                        "needed": wanted, "n": n, "capped": bool(wanted > bounds["max"]),
                        "rule": "max(min, the most any contrast needs for a 95% half-width <= "
-                               "half_width at its validation seeds' sd), at most max"}}
+                               "half_width at the sd_level upper confidence bound of its "
+                               "validation seeds' sd (0: the sd), at most max"}}
 
 
 def _by_step(evals: dict, step: int) -> dict:
@@ -153,7 +182,7 @@ def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
     tables = []
     for step in steps:
         v = verdicts(_by_step(evals, step), bases, plan["reference"], margins,
-                     plan["gate"]["alpha"], plan["gate"]["share"], pairs)
+                     plan["gate"]["alpha"], pairs)
         v.insert(0, "endpoint", "primary" if step == max(last.values()) else "secondary")
         v.insert(1, "step", step)
         tables.append(v)

@@ -369,7 +369,7 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
                                           "d": {"option": "lr", "value": 4e-4,
                                                 "bracketed": False}}},
                           "eval": {"primary": "sampled", "protocols": protocols},
-                          "verdict": {"gate": {"alpha": 0.05, "share": 1.0}}}, margins)
+                          "verdict": {"gate": {"alpha": 0.05}}}, margins)
     verdicts = pd.DataFrame([
         {"task": "a", "method": "l", "reference": "d", "statistic": "mean", "metric": "sampled",
          "diff_mean": -0.01, "diff_lo": -0.02, "diff_hi": 0.0, "margin": 0.03,
@@ -407,7 +407,7 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
         "reference": "d", "methods": ["l"], "ablation_methods": [], "tasks": ["a"],
         "seeds": [0, 1, 2], "n_test": 1000, "steps": {"l": 80}, "method_config": {},
         "eval": {"primary": "sampled", "protocols": protocols},
-        "verdict": {"gate": {"alpha": 0.05, "share": 1.0}}}, margins)
+        "verdict": {"gate": {"alpha": 0.05}}}, margins)
     text = report_markdown(ReportInputs(summary, accuracy, [], [], ledger, plan=alone, stale=[
         {"result": "results/trl/countdown.json", "config_digest": "abc", "target": "trl",
          "why": "made under another config"}],

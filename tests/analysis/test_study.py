@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from logra.analysis.study import (adopted_choice, arm_choice, contrasts, seeds_for,
+from logra.analysis.study import (adopted_choice, arm_choice, contrasts, sd_upper, seeds_for,
                                   study_plan, study_tables)
 from logra.analysis.tuning import lr_sweep_table
 from logra.analysis.verdict import t_quantile
@@ -17,7 +17,7 @@ from logra.files import write_json
 PROBLEMS = 40
 EVAL = {"primary": "sampled", "protocols": {"sampled": {"samples": 4, "temperature": 0.7},
                                             "greedy": {"samples": 1, "temperature": 0}}}
-VERDICT = {"margin": {"fraction": 0.5, "floor": 0.01}, "gate": {"alpha": 0.05, "share": 1.0},
+VERDICT = {"margin": {"fraction": 0.5, "floor": 0.01}, "gate": {"alpha": 0.05},
            "contrasts": []}
 
 
@@ -51,6 +51,21 @@ def test_seeds_for_is_the_fewest_whose_half_width_meets_the_target(d):
     assert half(n) <= 0.02 and (n == 2 or half(n - 1) > 0.02)
     assert seeds_for(d, 0.01) >= n  # a narrower target never needs fewer
     assert math.isnan(seeds_for([0.1], 0.02))
+
+
+def test_the_sd_bound_covers_the_true_sd_at_its_level():
+    """`sd_upper` at level c lies above the true sd in a share c of samples of three normal
+    differences (the validation seeds' count), is the sd at level 0, and grows with c; the
+    seeds it asks for are never fewer than the bare sd's."""
+    rng = np.random.default_rng(0)
+    draws = rng.normal(0.0, 0.03, size=(4000, 3))
+    covered = np.mean([sd_upper(d, 0.8) >= 0.03 for d in draws])
+    assert covered == pytest.approx(0.8, abs=0.02)
+    d = [0.01, 0.03, -0.02]
+    assert sd_upper(d, 0) == pytest.approx(np.std(d, ddof=1))
+    assert sd_upper(d, 0.5) < sd_upper(d, 0.8) < sd_upper(d, 0.95)
+    assert seeds_for(d, 0.02, sd_level=0.8) > seeds_for(d, 0.02)
+    assert math.isnan(sd_upper([0.1], 0.8))
 
 
 def _study_sweep(tmp_path, val):
@@ -117,6 +132,27 @@ def test_the_plan_freezes_each_arms_best_point_and_the_seeds_its_spread_asks_for
     assert plan["margins"]["t"]["margin"] == 0.025
 
 
+def test_the_plan_on_the_sd_bound_asks_for_more_seeds_and_states_what_it_gives(tmp_path):
+    """At sd_level 0.8 every contrast plans on its spread's upper bound: more seeds than on
+    the spread, and the plan states each contrast's half-width at the n it froze, at the
+    spread and at the bound."""
+    val = {}
+    for seed, dl in enumerate([0.0, 0.01, 0.02]):
+        for k in (0, 1):
+            val |= {("d", k, seed): 0.3 + 0.1 * k, ("x", k, seed): 0.3 + 0.1 * k,
+                    ("l", k, seed): 0.3 + 0.1 * k + dl}
+    study = STUDY | {"seeds": {"min": 2, "max": 60, "half_width": 0.01}}
+    bare = _plan(tmp_path / "bare", val, study)["seeds_rule"]
+    rule = _plan(tmp_path / "bound", val, study | {
+        "seeds": study["seeds"] | {"sd_level": 0.8}})["seeds_rule"]
+    assert rule["sd_level"] == 0.8 and rule["needed"] > bare["needed"]
+    c = rule["contrasts"]["l - d"]
+    assert c["sd_upper"] == pytest.approx(sd_upper(c["by_seed"], 0.8))
+    assert c["seeds_needed"] == seeds_for(c["by_seed"], 0.01, sd_level=0.8) == rule["n"]
+    assert c["half_width_at_n"]["sd_upper"] <= 0.01 < c["half_width_at_n"]["sd_upper"] * 1.5
+    assert c["half_width_at_n"]["sd"] < c["half_width_at_n"]["sd_upper"]
+
+
 def test_a_small_spread_asks_for_the_minimum(tmp_path):
     val = {(arm, k, seed): 0.3 + 0.1 * k + (0.025 if arm == "l" else 0.0)
            for arm in "dxl" for k in (0, 1) for seed in range(3)}
@@ -150,7 +186,7 @@ def test_an_adopted_choice_freezes_the_plan_its_grid_would(tmp_path):
 def test_the_tables_compare_the_arms_at_each_update_by_seed(tmp_path):
     plan = {"task": "t", "reference": "d", "methods": ["d", "l"], "contrasts": [],
             "arms": {"d": {"method": "d_p1"}, "l": {"method": "l_p0"}}, "steps": {"d": 4, "l": 4},
-            "margins": {"t": {"margin": 0.025}}, "gate": {"alpha": 0.05, "share": 1.0},
+            "margins": {"t": {"margin": 0.025}}, "gate": {"alpha": 0.05},
             "endpoints": {"snapshot": 2}}
     acc = {("d", 0): 0.5, ("d", 1): 0.6, ("d", 2): 0.55, ("l", 0): 0.45, ("l", 1): 0.6,
            ("l", 2): 0.5}

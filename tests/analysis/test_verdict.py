@@ -159,13 +159,21 @@ def test_a_reference_that_gains_less_than_the_margin_makes_the_comparison_uninfo
         assert row["gate_passed"] == "0/3" and not row["informative"], ref
 
 
-def test_the_gate_share_counts_whole_seeds(tmp_path):
-    """The reference gains in seeds 0 and 1, not 2: informative at share 2/3 (rounded: 0.67
-    of 3 seeds is 2 of them), not at 1."""
-    evals, base = _design(tmp_path, {0: 20, 1: 20, 2: 10}, ref_scores={0: 20, 1: 20, 2: 10})
-    row = verdict.verdicts(evals, base, "ref", {"t": 0.02}, gate_share=0.67).iloc[0]
-    assert row["gate_passed"] == "2/3" and row["informative"]
-    assert not verdict.verdicts(evals, base, "ref", {"t": 0.02}).iloc[0]["informative"]
+def test_the_gate_is_on_the_mean_gain_not_on_every_seed(tmp_path):
+    """Four seeds, the reference gains 10 of 40 over its base in three and nothing in one: its
+    mean gain (0.1875) beats the margin by a one-sided t over the seeds (t 2.68, df 3, p 0.04),
+    informative though one seed fails its own test; three seeds, one of them at no gain, are
+    too spread to show it (p 0.11)."""
+    for ref, p in (({0: 20, 1: 20, 2: 20, 3: 10}, 0.04), ({0: 20, 1: 20, 2: 10}, 0.11)):
+        evals, base = _design(tmp_path, dict.fromkeys(ref, 15), seeds=tuple(ref),
+                              ref_scores=ref)
+        row = verdict.verdicts(evals, base, "ref", {"t": 0.02}).iloc[0]
+        gains = np.array([(k - 10) / 40 for k in ref.values()]) - 0.02
+        t = gains.mean() / (gains.std(ddof=1) / np.sqrt(len(gains)))
+        assert row["gate_p"] == pytest.approx(stats.t.sf(t, len(gains) - 1))
+        assert row["gate_p"] == pytest.approx(p, abs=0.005)
+        assert row["gate_passed"] == f"{len(ref) - 1}/{len(ref)}"
+        assert row["informative"] == (p < 0.05)
 
 
 def test_a_missing_seed_problem_margin_or_mixed_metric_is_named(tmp_path):
@@ -212,7 +220,7 @@ def test_analysis_plan_states_metric_margins_gate_seeds_and_methods():
         {"reference": "d", "methods": ["d", "l"], "ablation_methods": [], "tasks": ["a"],
          "seeds": [0, 1, 2], "n_test": 1000, "steps": {"d": 80, "l": 80},
          "method_config": {}, "eval": {"primary": "sampled", "protocols": protocols},
-         "verdict": {"gate": {"alpha": 0.05, "share": 1.0}}}, margins)
+         "verdict": {"gate": {"alpha": 0.05}}}, margins)
     assert plan["primary_metric"]["protocol"] == "sampled"
     assert plan["primary_metric"]["samples"] == 4 and list(plan["other_metrics"]) == ["greedy"]
     assert plan["margins"]["a"]["margin"] == 0.03 and plan["gate"]["alpha"] == 0.05

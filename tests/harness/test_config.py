@@ -721,7 +721,7 @@ def test_scaling_config_errors_name_the_key(tmp_path, edit, message):
     (lambda c: c["study"].update(reference="logra"),
      r"study.reference: 'logra' is not one of study.arms \(dense_adam_study, "),
     (lambda c: c["study"]["arms"].update(bogus=1e-4), r"study.arms.bogus: not defined under methods"),
-    (lambda c: c["study"]["seeds"].update(min=30), r"study.seeds: min 30 > max 24"),
+    (lambda c: c["study"]["seeds"].update(min=40), r"study.seeds: min 40 > max 32"),
     (lambda c: c["methods"]["logra_study"]["grpo"].update(steps=100),
      r"study.arms: their grpo.steps differ"),
     (lambda c: c["methods"]["logra_study"]["grpo"].update(snapshot_every=60),

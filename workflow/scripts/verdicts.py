@@ -14,8 +14,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     plan = json.loads(Path(snakemake.input.plan).read_text())
     table = verdicts(evals, bases, plan["reference"],
                      {task: m["margin"] for task, m in plan["margins"].items()},
-                     plan["gate"]["alpha"], plan["gate"]["share"],
-                     [tuple(pair) for pair in plan.get("contrasts", [])])
+                     plan["gate"]["alpha"], [tuple(pair) for pair in plan.get("contrasts", [])])
     write_csv(table, snakemake.output[0])
     print(table[["task", "method", "diff_mean", "diff_lo", "diff_hi", "margin", "call",
-                 "gate_passed"]].to_string())
+                 "gate_p", "informative"]].to_string())
