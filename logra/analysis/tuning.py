@@ -1,6 +1,6 @@
 """Tuning on the validation split: each method's grid scored (`lr_sweep_table`), the bracket
 rule that extends a grid whose best point lies on its edge (`next_window`), and the choices
-written for the config to adopt (`tuned_file`, results/tuned.yaml).
+written for the config to adopt (`choices`: results/tuned.yaml, results/scaling/tuned.yaml).
 
 The bracket rule, declared in the config before any run (`lr_sweep.extend`): a grid whose best
 validation point is its smallest or largest gains one point beyond that edge, at the grid's
@@ -100,28 +100,50 @@ def round_result(table: pd.DataFrame, task: str, method: str, values: dict[int, 
             "next": list(nxt) if nxt else None}
 
 
-def tuned_file(table: pd.DataFrame, seeds: list[int], source: str,
-               adopted: dict | None = None) -> str:
-    """results/tuned.yaml from the final lr sweep table: under `tuned`, per task and method,
-    the chosen point of its knob (`option`, `value`), whether it is bracketed, and every point
-    scored ([point, mean validation accuracy]), over the choices already `adopted` (the
-    config's `tuned`: a sweep of some grids keeps the others'); adopted into config/tuned.yaml
-    (logra.harness.adopt), the config takes each value (logra.harness.config.apply_tuned). A
-    method without a choice keeps what was adopted for it."""
-    tuned = {task: dict(chosen) for task, chosen in (adopted or {}).items()}
+def choices(table: pd.DataFrame, seeds: list[int]) -> dict[str, dict[str, dict]]:
+    """Per task and method of a final tuning table (`lr_sweep_table`), its record: the chosen
+    point of its knob (`option`, `value`), whether it is bracketed, the metric, the seeds and
+    every point scored ([point, mean validation accuracy]); a method without a choice has
+    none."""
+    out: dict[str, dict[str, dict]] = {}
     for (task, method), t in table.groupby(["task", "method"], sort=False):
         best = t[t["chosen"]]
         if not len(best):
             continue
-        tuned.setdefault(task, {})[method] = {
+        out.setdefault(task, {})[method] = {
             "option": str(best["option"].iloc[0]), "value": float(best["lr"].iloc[0]),
             "bracketed": bool(best["bracketed"].iloc[0]), "metric": str(best["metric"].iloc[0]),
             "seeds": [int(s) for s in seeds],
             "scores": [[float(v), None if pd.isna(a) else round(float(a), 4)]
                        for v, a in zip(t["lr"], t["val_accuracy_mean"])]}
+    return out
+
+
+ADOPT = "# Adopt it: python -m logra.harness.adopt (config/tuned.yaml)\n"
+
+
+def tuned_file(table: pd.DataFrame, seeds: list[int], source: str,
+               adopted: dict | None = None) -> str:
+    """results/tuned.yaml from the final lr sweep table: under `tuned`, per task and method,
+    its record (`choices`), over the choices already `adopted` (the config's `tuned`: a sweep
+    of some grids keeps the others'); adopted into config/tuned.yaml (logra.harness.adopt),
+    the config takes each value (logra.harness.config.apply_tuned). A method without a choice
+    keeps what was adopted for it."""
+    tuned = {task: dict(chosen) for task, chosen in (adopted or {}).items()}
+    for task, records in choices(table, seeds).items():
+        tuned.setdefault(task, {}).update(records)
     head = (f"# Written by the lr_sweep target from {source}: per task and method, the point of "
             "its knob\n# with the best mean validation accuracy over the seeds, under the bracket "
             "rule (lr_sweep.extend);\n# the grids it did not run keep the choices the config had "
-            "adopted.\n# Adopt it: python -m logra.harness.adopt (config/tuned.yaml)\n")
-    return head + yaml.safe_dump({"tuned": tuned}, sort_keys=False, width=100)
+            "adopted.\n")
+    return head + ADOPT + yaml.safe_dump({"tuned": tuned}, sort_keys=False, width=100)
 
+
+def scaling_tuned_file(table: pd.DataFrame, seeds: list[int], source: str) -> str:
+    """results/scaling/tuned.yaml from the scaling sweep's final table (one task, the first
+    size): per method its record (`choices`), adopted as `scaling.tuned.<method>`."""
+    records = {m: r for chosen in choices(table, seeds).values() for m, r in chosen.items()}
+    head = (f"# Written by the scaling_sweep target from {source}: per method,\n# the point of "
+            "its knob at the first size with the best mean validation accuracy over\n# the "
+            "seeds, under the bracket rule.\n")
+    return head + ADOPT + yaml.safe_dump(records, sort_keys=False, width=100)

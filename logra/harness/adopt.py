@@ -1,12 +1,13 @@
 """Adopt the grids' choices into the config: one command for every grid.
 
     python -m logra.harness.adopt [--results results] [--to config/tuned.yaml] [--unbracketed]
-                                  [--dry-run] [--configfile FILE ...]
+                                  [--only tuned|study|scaling] [--dry-run] [--configfile FILE ...]
 
 Each grid writes its choices on the validation split as records of one shape (the knob
 `option`, its chosen `value`, `bracketed`, the `metric` and every point's `scores`, each grid
 adding what its plan reads): the lr sweep results/tuned.yaml (`tuned.<task>.<method>`), the
-study results/study/tuned/<arm>.yaml (`study.tuned.<arm>`). This copies every record written
+study results/study/tuned/<arm>.yaml (`study.tuned.<arm>`), the scaling sweep
+results/scaling/tuned.yaml (`scaling.tuned.<method>`). This copies every record written
 under `--results` into `--to`, by default config/tuned.yaml, the file the config reads adopted
 choices from (after config/config.yaml: logra.harness.config.resolve), and keeps the records no
 grid wrote. It prints each record's change; a changed choice on its grid's edge (`bracketed:
@@ -31,8 +32,9 @@ from logra.harness.plan import build_plan
 
 HEAD = ("# The adopted choices of every grid on the validation split, the records as each grid\n"
         "# wrote them (results/tuned.yaml: tuned.<task>.<method>; results/study/tuned/<arm>.yaml:\n"
-        "# study.tuned.<arm>), read after config/config.yaml. Written by\n"
-        "# `python -m logra.harness.adopt` (logra/harness/adopt.py); not edited by hand.\n")
+        "# study.tuned.<arm>; results/scaling/tuned.yaml: scaling.tuned.<method>), read after\n"
+        "# config/config.yaml. Written by `python -m logra.harness.adopt` (logra/harness/adopt.py);\n"
+        "# not edited by hand.\n")
 
 
 def written(results: Path) -> dict[tuple[str, ...], dict]:
@@ -44,6 +46,9 @@ def written(results: Path) -> dict[tuple[str, ...], dict]:
             out |= {("tuned", task, method): r for method, r in chosen.items()}
     for path in sorted((results / "study" / "tuned").glob("*.yaml")):
         out |= {("study", "tuned", arm): r for arm, r in read_yaml(path).items()}
+    scaling = results / "scaling" / "tuned.yaml"
+    if scaling.exists():
+        out |= {("scaling", "tuned", method): r for method, r in read_yaml(scaling).items()}
     return out
 
 
@@ -64,15 +69,18 @@ def _what(record: dict) -> str:
 
 
 def adopt(results: Path, to: Path, unbracketed: bool = False, dry_run: bool = False,
-          configfiles: list[Path] = (), config: Path = DEFAULT) -> list[str]:
-    """Adopt every record under `results` into `to` (module docstring); the lines it prints,
-    one per record. Raises ConfigError, writing nothing, for an unbracketed change without
+          configfiles: list[Path] = (), config: Path = DEFAULT, only: str | None = None
+          ) -> list[str]:
+    """Adopt every record under `results` into `to` (module docstring), or those of one grid
+    kind (`only`: the first key, tuned, study or scaling); the lines it prints, one per
+    record. Raises ConfigError, writing nothing, for an unbracketed change without
     `unbracketed` or a file that does not resolve (`config`, then `configfiles`; `to` is read
     after `config` as its tuned.yaml, or else as the last overlay)."""
-    records = written(results)
+    records = {k: r for k, r in written(results).items() if only in (None, k[0])}
     if not records:
-        raise ConfigError(f"{results}: no grid's choices (results/tuned.yaml, "
-                          "results/study/tuned/*.yaml): run the lr_sweep or study target first")
+        raise ConfigError(f"{results}: no grid's choices (results/tuned.yaml, results/study/"
+                          "tuned/*.yaml, results/scaling/tuned.yaml): run the lr_sweep, study "
+                          "or scaling_sweep target first")
     old_text = to.read_text() if to.exists() else None
     tree = read_yaml(to) if old_text is not None else {}
     lines, refused = [], []
@@ -119,12 +127,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="the file adopted choices go to (default: config/tuned.yaml)")
     p.add_argument("--unbracketed", action="store_true",
                    help="adopt a changed choice on its grid's edge too")
+    p.add_argument("--only", choices=["tuned", "study", "scaling"],
+                   help="adopt one grid's records: the lr sweep's (tuned), the study's, the "
+                        "scaling sweep's")
     p.add_argument("--dry-run", action="store_true", help="print the changes, write nothing")
     p.add_argument("--configfile", type=Path, nargs="+", default=[],
                    help="the overlays the grids ran with, as given to snakemake")
     a = p.parse_args(argv)
     try:
-        lines = adopt(a.results, a.to, a.unbracketed, a.dry_run, a.configfile)
+        lines = adopt(a.results, a.to, a.unbracketed, a.dry_run, a.configfile, only=a.only)
     except ConfigError as e:
         print(f"adopt: nothing written: {e}", file=sys.stderr)
         return 1

@@ -251,23 +251,30 @@ def add_study_methods(config: dict) -> dict[str, Grid]:
     return grids
 
 
-def _check_study_tuned(config: dict, arm: str, grid: Grid) -> None:
-    """An arm's adopted choice (`study.tuned.<arm>`, results/study/tuned/<arm>.yaml as its grid
-    wrote it) is a point of its grid, chosen under the method config that point has now: else
-    an error that names the key and says to run the grid again."""
-    record = (config["study"].get("tuned") or {}).get(arm)
-    if record is None:
-        return
-    try:  # the grid's rule's choice among the record's own scores
-        check_choice(f"study.tuned.{arm}", record, sweep_knobs(config)[arm],
-                     config["eval"]["primary"])
+def _adopted_point(config: dict, key: str, record: dict, method: str, grid: Grid) -> str:
+    """The point of `method`'s `grid` an adopted record (at config key `key`) chose, checked:
+    the grid's rule's choice among the record's own scores (checks.check_choice) and a point of
+    the grid; else a ConfigError naming the key."""
+    try:
+        check_choice(key, record, sweep_knobs(config)[method], config["eval"]["primary"])
     except ValueError as e:
         raise ConfigError(str(e)) from None
     name = next((n for n, (_, v) in grid.points().items()
                  if math.isclose(v, record["value"], rel_tol=1e-9)), None)
     if name is None:
-        raise ConfigError(f"study.tuned.{arm}.value: {record['value']!r} is not a point of its "
-                          f"grid ({', '.join(repr(v) for v in grid.values.values())})")
+        raise ConfigError(f"{key}.value: {record['value']!r} is not a point of its grid "
+                          f"({', '.join(repr(v) for v in grid.values.values())})")
+    return name
+
+
+def _check_study_tuned(config: dict, arm: str, grid: Grid) -> None:
+    """An arm's adopted choice (`study.tuned.<arm>`, results/study/tuned/<arm>.yaml as its grid
+    wrote it) is a point of its grid (`_adopted_point`), chosen under the method config that
+    point has now: else an error that names the key and says to run the grid again."""
+    record = (config["study"].get("tuned") or {}).get(arm)
+    if record is None:
+        return
+    name = _adopted_point(config, f"study.tuned.{arm}", record, arm, grid)
     now = config["methods"][name]
     if record["config"] != now:
         differ = [k for k in sorted(set(record["config"]) | set(now))
@@ -357,9 +364,12 @@ def add_scaling_methods(config: dict) -> Scaling:
             config, method, lambda v, m=method: _point_name(m, sizes[0], "lr") + _point_name(v))
         for name, (_, value) in grid.points().items():
             out.sweep[define(name, method, sizes[0], value, validation=True)] = (method, value)
-    tuned = sc.get("tuned") or {}
-    if any(tuned.get(m) is None for m in sc["methods"]):
-        return out  # the grid waits for the sweep's choice
+    records = sc.get("tuned") or {}
+    for method, record in records.items():
+        _adopted_point(config, f"scaling.tuned.{method}", record, method, out.grids[method])
+    if any(m not in records for m in sc["methods"]):
+        return out  # the grid waits for the sweep's choices
+    tuned = {m: records[m]["value"] for m in sc["methods"]}
     width = config["model"]["tiny"]["hidden_size"]
     for method in sc["methods"]:
         for size in sizes:

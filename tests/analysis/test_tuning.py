@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from logra.analysis.tuning import lr_sweep_table, next_window, round_result, tuned_file
+from logra.analysis.tuning import (lr_sweep_table, next_window, round_result,
+                                   scaling_tuned_file, tuned_file)
 from logra.files import write_json
 
 SWEEP = {"adam_lr1": ("adam", 1e-4), "adam_lr2": ("adam", 1e-3), "adam_lr3": ("adam", 1e-2),
@@ -151,6 +152,8 @@ def test_the_tuned_file_holds_each_choice_and_its_scores_and_the_config_adopts_i
                                    "metric": "sampled", "seeds": [10, 11, 12],
                                    "scores": [[5e-5, 0.3], [1e-4, 0.35], [2e-4, 0.33]]}
     assert tuned["logra"]["value"] == 8e-4 and not tuned["logra"]["bracketed"]
+    # the scaling sweep's file: the same records, by method (scaling.tuned.<method>)
+    assert yaml.safe_load(scaling_tuned_file(table, [10, 11, 12], "lr_sweep.csv")) == tuned
     root = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
     (tmp_path / "config.yaml").write_text(root.read_text())
     before = resolve([], default=tmp_path / "config.yaml", fit_rules=False)

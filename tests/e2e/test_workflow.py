@@ -82,13 +82,14 @@ PLANNED = [
     # opt-in: the scaling sweep at the first size, 6 points x 2 methods x the sweep's 3 seeds,
     # each grid's first round of the bracket rule
     ("scaling_sweep", {"scaling_base": 3, "train": 36, "lr_sweep_eval": 36, "tuning_round": 2,
-                       "scaling_validation": 1}),
+                       "scaling_sweep_table": 1}),
     # opt-in, once scaling.tuned holds the sweep's choices: the sweep, then 8 labelled runs x 3
     # seeds on the test split (dense, LoGRA, LoGRA's rank fraction at s0 and s2), the check's
     # 2 methods x 3 factors x 3 seeds at s1, the margin runs; the bases of every size
     ("scaling", {"scaling_base": 15, "train": 36 + 24 + 18 + 3, "eval_run": 24,
                  "lr_sweep_eval": 36 + 18 + 3, "scaling_eval_base": 9, "tuning_round": 2,
-                 "scaling_validation": 2, "scaling_table": 1, "scaling_figure": 1}),
+                 "scaling_sweep_table": 1, "scaling_check_table": 1, "scaling_table": 1,
+                 "scaling_figure": 1}),
     # opt-in: every arm's choice adopted (study.tuned), so no grid runs: the margin's runs and
     # their bases, then the plan (the test runs are known once it is frozen)
     ("study", {"base": 3, "train": 3, "lr_sweep_eval": 3, "tuning_round": 0, "study_tuned": 0,
@@ -266,7 +267,6 @@ scaling:
                  num_attention_heads: 2}, sft_steps: 20}
     s2: {model: {hidden_size: 128, intermediate_size: 256, num_hidden_layers: 1,
                  num_attention_heads: 2}, sft_steps: 20}
-  tuned: {dense_adam: 1.0e-4, logra: 2.0e-4}
   transfer: {dense_adam: inverse_width, logra: none}
   rank_fraction: [logra]
   check: {size: s1, factors: [0.5, 1, 2]}
@@ -278,18 +278,35 @@ scaling:
 
 @pytest.mark.slow(reason="the scaling target at its smallest design: ~70 jobs")
 def test_scaling_runs_every_size_from_its_own_bases(smoke_run, tmp_path):
-    """`snakemake scaling` at smoke scale, beside a copy of the smoke run (its data and analysis
-    plan): the sweep at the first size, each size's bases and runs (dense AdamW's lr moved by
-    the width, LoGRA's rank fraction), the transfer's check, then results/scaling.csv with a
-    row per size and compared method, the trend, the planner's ratio at 32B and the CPU time
+    """`snakemake scaling_sweep` at smoke scale, beside a copy of the smoke run (its data and
+    analysis plan), its choices adopted (`python -m logra.harness.adopt`, into an overlay
+    here), then `snakemake scaling`: each size's bases and runs (dense AdamW's lr moved by the
+    width, LoGRA's rank fraction), the transfer's check, then results/scaling.csv with a row
+    per size and compared method, the trend, the planner's ratio at 32B and the CPU time
     against the cap, and the figure. Slow: the schema's smallest design (3 sizes, 2 seeds, 3
     check factors) is still ~70 jobs, each a process that loads torch."""
     import shutil
     shutil.copytree(smoke_run / "results", tmp_path / "results")
-    overlay = tmp_path / "scaling.yaml"
+    overlay, adopted = tmp_path / "scaling.yaml", tmp_path / "adopted.yaml"
     overlay.write_text(SCALING_OVERLAY)
     out = subprocess.run(SNAKEMAKE + [str(overlay), "--cores", "2",  # over the smoke config
                                       "--directory", str(tmp_path), "scaling"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "scaling.tuned: not every method" in out.stdout + out.stderr
+    sweep = subprocess.run(SNAKEMAKE + [str(overlay), "--cores", "2", "--directory",
+                                        str(tmp_path), "scaling_sweep"],
+                           capture_output=True, text=True, timeout=1200)
+    assert sweep.returncode == 0, sweep.stdout[-3000:] + sweep.stderr[-3000:]
+    records = yaml.safe_load((tmp_path / "results/scaling/tuned.yaml").read_text())
+    out = subprocess.run([sys.executable, "-m", "logra.harness.adopt", "--results",
+                          str(tmp_path / "results"), "--to", str(adopted), "--unbracketed",
+                          "--only", "scaling", "--configfile", str(ROOT / "tests/data/smoke.yaml"), str(overlay)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "scaling.tuned.dense_adam: (new) lr " in out.stdout
+    assert yaml.safe_load(adopted.read_text())["scaling"]["tuned"] == records
+    out = subprocess.run(SNAKEMAKE + [str(overlay), str(adopted), "--cores", "2", "--directory",
+                                      str(tmp_path), "scaling"],
                          capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     # the smoke run's bases and plan serve as they are: only the sized bases are new
@@ -309,7 +326,8 @@ def test_scaling_runs_every_size_from_its_own_bases(smoke_run, tmp_path):
     assert 0 < cost["cpu_hours"] < cost["cap_hours"]
     run = json.loads((tmp_path / "results/runs/arithmetic/dense_adam_s2/seed1/summary.json")
                      .read_text())
-    assert run["config"]["method"]["options"]["lr"] == pytest.approx(1e-4 * 32 / 128)
+    assert run["config"]["method"]["options"]["lr"] == pytest.approx(
+        records["dense_adam"]["value"] * 32 / 128)
     frac = json.loads((tmp_path / "results/runs/arithmetic/logra_frac_s1/seed0/summary.json")
                       .read_text())
     assert frac["config"]["method"]["options"]["rank"] == 1  # 2 of 128 -> 1 of 64
@@ -374,7 +392,8 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
     # runs, and it is the plan the grid froze
     adopt = tmp_path / "adopt.yaml"
     out = subprocess.run([sys.executable, "-m", "logra.harness.adopt", "--results",
-                          str(tmp_path / "results"), "--to", str(adopt), "--configfile",
+                          str(tmp_path / "results"), "--to", str(adopt), "--only", "study",
+                          "--configfile",
                           str(ROOT / "tests/data/smoke.yaml"), str(overlay)],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -634,6 +634,12 @@ def test_the_margin_is_set_by_the_sweeps_run_of_the_reference_at_its_configured_
         margin_runs(config, grid_points(add_lr_sweep_methods(config)))
 
 
+def choice(option: str, value: float) -> dict:
+    """A grid's record (logra.analysis.tuning.choices) that chose `value`, inside its points."""
+    return {"option": option, "value": value, "bracketed": True, "metric": "sampled",
+            "seeds": [10, 11, 12], "scores": [[value / 2, 0.3], [value, 0.4], [value * 2, 0.3]]}
+
+
 def test_scaling_tunes_at_the_first_size_and_transfers_to_the_others():
     """`scaling`: the sweep's points at the first size (the lr sweep's grid rule and anchors);
     no grid until every method is tuned; then dense AdamW's lr times first hidden / hidden,
@@ -651,7 +657,7 @@ def test_scaling_tunes_at_the_first_size_and_transfers_to_the_others():
     assert untuned.grid == {} and untuned.check == {}
     assert sorted(v for m, v in untuned.sweep.values() if m == "dense_adam") == list(
         grid_values(config["lr_sweep"]["anchors"]["dense_adam"], 6, 2, 1, 2).values())
-    sc["tuned"] = {"dense_adam": 2.0e-4, "logra": 8.0e-4}
+    sc["tuned"] = {"dense_adam": choice("lr", 2.0e-4), "logra": choice("kl_budget", 8.0e-4)}
     s = add_scaling_methods(config)
     assert len(s.sweep) == 2 * (6 + 2 * 2)  # declared, and what the bracket rule may add
     for name, (method, value) in s.sweep.items():
@@ -705,14 +711,22 @@ def test_scaling_tunes_at_the_first_size_and_transfers_to_the_others():
     (lambda c: c["scaling"].update(task="arithmetic"),
      r"scaling.task: 'arithmetic' is not one of lr_sweep.tasks"),
     (lambda c: c.pop("planner"), r"scaling.predict_models: .* \(`planner:`\), which this"),
-    (lambda c: c["scaling"]["tuned"].update(bogus=1.0),
+    (lambda c: c["scaling"].update(tuned={"bogus": choice("lr", 1e-4)}),
      r"scaling.tuned.bogus: not one of scaling.methods \(dense_adam, logra\)"),
+    (lambda c: c["scaling"].update(tuned={"dense_adam": choice("lr", 3e-4)}),
+     r"scaling.tuned.dense_adam.value: 0.0003 is not a point of its grid"),
+    (lambda c: c["scaling"].update(tuned={"logra": choice("lr", 2e-4)}),
+     r"scaling.tuned.logra.option: 'lr', but the method's knob is 'kl_budget'"),
+    (lambda c: c["scaling"].update(tuned={"logra": choice("kl_budget", 2e-4) | {
+        "value": 4e-4}}), r"scaling.tuned.logra.value: 0.0004 is not the rule's choice"),
 ])
 def test_scaling_config_errors_name_the_key(tmp_path, edit, message):
+    """Each bad `scaling` key is named, read or planned (an adopted record is checked against
+    its grid when the plan derives the grid)."""
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     edit(config)
     with pytest.raises(ConfigError, match=message):
-        validate_file(_write(tmp_path, config))
+        build_plan(validate_file(_write(tmp_path, config)), fit_rules=False)
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -824,18 +838,19 @@ def test_a_derived_run_is_checked_like_a_written_one(tmp_path):
     """The plan checks every method it derives as a written one: a scaling size whose
     intermediate size holds LoGRA's configured rank (43) but not its rank fraction there
     (86 at hidden 512) passes the written config's checks and stops at the plan, naming the
-    size, the run and the module, before any job. On the default config every derived run
-    names the key that made it."""
+    size, the run and the module, before any job. On the default config (with its adopted
+    choices: config/tuned.yaml) every derived run names the key that made it."""
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     config["scaling"]["sizes"]["s2"]["model"]["intermediate_size"] = 64
+    config["scaling"]["tuned"] = yaml.safe_load((ROOT / "config/tuned.yaml").read_text())[
+        "scaling"]["tuned"]  # the scaling grid is derived once every method has its choice
     written = validate_file(_write(tmp_path, config))  # the written methods fit every size
     with pytest.raises(ConfigError, match=r"scaling.sizes.s2: its run 'logra_frac_s2' cannot "
                                           r"work: methods.logra_frac_s2.options \(on "
                                           r"scaling.sizes.s2\): rank=86 exceeds"):
         build_plan(written)
-    plan = build_plan(validate_file(ROOT / "config/config.yaml"))
-    assert set(plan.derived) == set(plan.config["methods"]) - set(
-        validate_file(ROOT / "config/config.yaml")["methods"])
+    plan = build_plan(resolve([]))
+    assert set(plan.derived) == set(plan.config["methods"]) - set(resolve([])["methods"])
     assert plan.derived["logra_frac_s2"] == "scaling.sizes.s2"
     assert plan.derived["dense_adam_lr0p0001"] == "lr_sweep.anchors.dense_adam"
     assert plan.derived["logra_stable_short_nocontrol_x2"] == "stability.controller_ablation"

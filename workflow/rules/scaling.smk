@@ -35,27 +35,39 @@ use rule eval_base as scaling_eval_base with:
         "results/logs/scaling/eval_base/{task}/{size}/seed{seed}.log",
 
 
-# results/scaling/lr_sweep.csv (the sweep at the first size, under the bracket rule) and
-# transfer_check.csv (the transferred values x check.factors at check.size): the lr sweep's
-# table, validation split
-use rule lr_sweep_table as scaling_validation with:
+# results/scaling/lr_sweep.csv, the sweep at the first size under the bracket rule (the lr
+# sweep's table, validation split), and its choices for config/tuned.yaml
+# (results/scaling/tuned.yaml: `python -m logra.harness.adopt`)
+use rule lr_sweep_table as scaling_sweep_table with:
     input:
-        unpack(lambda w: tuning_inputs("scaling", [SCALING_TASK]) if w.table == "lr_sweep" else
-               {"runs": expand("results/runs/{run}/summary.json", run=PLAN.runs["scaling_check"]),
-                "evals": expand("results/lr_sweep/{run}.json", run=PLAN.runs["scaling_check"])}),
+        unpack(lambda w: tuning_inputs("scaling", [SCALING_TASK])),
     output:
-        table="results/scaling/{table}.csv",
-    wildcard_constraints:
-        table="lr_sweep|transfer_check",
+        table="results/scaling/lr_sweep.csv",
+        tuned="results/scaling/tuned.yaml",
     params:
-        sweep=lambda w: PLAN.scaling.sweep if w.table == "lr_sweep" else PLAN.scaling.check,
-        knobs=PLAN.sweep_knobs,
-        declared=lambda w: PLAN.declared("scaling") if w.table == "lr_sweep" else None,
-        seeds=(config.get("lr_sweep") or {}).get("seeds", []),
+        sweep=lambda w: PLAN.scaling.sweep,
+        declared=lambda w: PLAN.declared("scaling"),
+        adopted=None,  # the scaling sweep's records alone (workflow/scripts/lr_sweep.py)
     benchmark:
-        "results/benchmarks/scaling/{table}.tsv",
+        "results/benchmarks/scaling/lr_sweep.tsv",
     log:
-        "results/logs/scaling/{table}.log",
+        "results/logs/scaling/lr_sweep.log",
+
+
+# results/scaling/transfer_check.csv: the transferred values x check.factors at check.size
+use rule lr_sweep_table as scaling_check_table with:
+    input:
+        runs=expand("results/runs/{run}/summary.json", run=PLAN.runs["scaling_check"]),
+        evals=expand("results/lr_sweep/{run}.json", run=PLAN.runs["scaling_check"]),
+    output:
+        table="results/scaling/transfer_check.csv",
+    params:
+        sweep=lambda w: PLAN.scaling.check,
+        declared=None,
+    benchmark:
+        "results/benchmarks/scaling/transfer_check.tsv",
+    log:
+        "results/logs/scaling/transfer_check.log",
 
 
 rule scaling_table:
