@@ -305,6 +305,29 @@ def _trl(inputs: ReportInputs) -> list[str]:
     return out
 
 
+def _spectrum_section(summary: pd.DataFrame, spectrum: pd.DataFrame, where: str) -> list[str]:
+    """Per arm, the update's spectrum (logra/measure/spectrum.py): each run's mean over the
+    target matrices it changed, then the mean over its seeds; nothing where it was not
+    measured (a study without a LoGRA arm)."""
+    if "update_stable_rank" not in summary.columns or not len(spectrum):
+        return []
+    arms = summary.groupby("method", sort=False)
+    return _section("Study: the update's spectrum", f"{where}/spectrum.csv", "Is the RL update "
+                    "low-rank here? Per arm, each target matrix's final − base weights: the "
+                    "stable rank (the rank its energy spreads over), the share of its energy in "
+                    f"its top {int(spectrum['rank'].iloc[0])} singular values (LoGRA's rank) and "
+                    "the fewest singular values that hold 90% of it; each run's mean over the "
+                    "matrices it changed, then the mean over seeds (their paired differences: "
+                    "the secondary endpoints below).",
+                    {"arm": list(arms.groups),
+                     "stable rank": _fmt(arms["update_stable_rank"].mean(), ".1f"),
+                     "energy in top r": _fmt(arms["update_energy_top_r"].mean(), ".3f"),
+                     "rank for 90%": _fmt(arms["update_rank_90"].mean(), ".1f"),
+                     "matrix size (min)": [int(spectrum[spectrum["method"] == a][
+                         ["rows", "cols"]].min(axis=1).median()) for a in arms.groups],
+                     "seeds": arms["seed"].nunique().tolist()})
+
+
 def _study(inputs: ReportInputs) -> list[str]:
     study = inputs.study
     if study is None:
@@ -351,6 +374,7 @@ def _study(inputs: ReportInputs) -> list[str]:
                 + "."]
     out += _accuracy_memory_section(accuracy_table(study["summary"]), plan["reference"], None,
                                     "Study: accuracy and memory", f"{where}/summary.csv")
+    out += _spectrum_section(study["summary"], study["spectrum"], where)
     s = study["secondary"]
     out += _section("Study: secondary endpoints", f"{where}/secondary.csv", "Per contrast, the "
                     "mean of the per-seed paired differences of each secondary metric with its "

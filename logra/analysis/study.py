@@ -10,7 +10,9 @@ tuned there on the validation split, then compared on the test split over enough
    update, the declared margin, the gate, paired per-seed t-intervals, the three answers
    Holm-adjusted over the contrasts.
 2. `study_tables`, after: the verdicts at the last update (primary) and the snapshot, every
-   run's row, and the secondary endpoints' paired differences (`secondary_table`), unadjusted.
+   run's row, the update's spectrum (how low-rank each target matrix's final − base weights
+   are: logra/measure/spectrum.py), and the secondary endpoints' paired differences
+   (`secondary_table`), unadjusted.
 Contrasts: every arm against the reference, then each later arm against each earlier one
 (dense AdamW, on LoGRA's weights, LoGRA: the last pair is the update rule on the same weights).
 """
@@ -171,10 +173,15 @@ def _by_step(evals: dict, step: int) -> dict:
 
 def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
                  evals: dict[tuple[str, str, int, int], str | Path],
-                 bases: dict[tuple[str, int], str | Path]) -> dict[str, pd.DataFrame]:
-    """results/study/{verdicts,summary,secondary}.csv (the module docstring, 2). `runs`: (arm,
-    seed) -> summary.json; `evals`: (task, arm, seed, step) -> evaluation at that update (the
-    last: each arm's grpo steps); `bases`: (task, seed) -> its SFT base's test evaluation."""
+                 bases: dict[tuple[str, int], str | Path],
+                 spectra: dict[tuple[str, int], str | Path] | None = None
+                 ) -> dict[str, pd.DataFrame]:
+    """results/study/{verdicts,summary,secondary,spectrum}.csv (the module docstring, 2).
+    `runs`: (arm, seed) -> summary.json; `evals`: (task, arm, seed, step) -> evaluation at that
+    update (the last: each arm's grpo steps); `bases`: (task, seed) -> its SFT base's test
+    evaluation; `spectra`: (arm, seed) -> its update's spectrum (logra.measure.spectrum, a row
+    per target matrix), each run's mean over the matrices it changed a column of the summary
+    (`SPECTRUM`) and a secondary endpoint."""
     last = {arm: plan["steps"][arm] for arm in plan["arms"]}
     steps = sorted({st for *_, st in evals})
     margins = {t: m["margin"] for t, m in plan["margins"].items()}
@@ -197,24 +204,36 @@ def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
                          for arm, s in keys if (task, arm, s, snapshot) in evals])
     if len(snap) == len(summary):
         summary = pd.concat([summary, snap], axis=1)
+    spectrum = pd.concat([pd.read_csv(spectra[k]).assign(method=k[0], seed=k[1])
+                          for k in keys if k in (spectra or {})], ignore_index=True) \
+        if spectra else pd.DataFrame(columns=["method", "seed", "matrix"])
+    if len(spectrum):
+        means = spectrum.groupby(["method", "seed"])[list(SPECTRUM.values())].mean()
+        summary = summary.join(means.rename(columns={v: k for k, v in SPECTRUM.items()}),
+                               on=["method", "seed"])
     return {"verdicts": pd.concat(tables, ignore_index=True), "summary": summary,
+            "spectrum": spectrum,
             "secondary": secondary_table(summary, contrasts(plan["methods"], plan["reference"]),
                                          ("eval", f"step{snapshot}"))}
 
 
 SECONDARY = ("token_entropy_mean", "update_cosine", "peak_mem_bytes")
+# the summary's columns of each run's update spectrum: the mean over its changed target matrices
+SPECTRUM = {"update_stable_rank": "stable_rank", "update_energy_top_r": "energy_top_r",
+            "update_rank_90": "rank_90"}
 
 
 def secondary_table(summary: pd.DataFrame, pairs: list[tuple[str, str]],
                     prefixes: tuple[str, ...]) -> pd.DataFrame:
     """Per contrast and secondary metric (`eval_columns`' columns of each of `prefixes` but
-    the primary metric's, and `SECONDARY`): the mean of the per-seed paired differences with
+    the primary metric's, `SECONDARY` and the update's `SPECTRUM`): the mean of the per-seed paired differences with
     its 95% t-interval, over the seeds both arms finished; not adjusted for multiplicity
     (descriptive)."""
     primary = summary["eval_metric"].iloc[0]
     metrics = [c for p in prefixes for c in summary.columns
                if c.startswith(p + "_") and c.removeprefix(p + "_") not in (
-                   "accuracy", "metric", primary)] + list(SECONDARY)
+                   "accuracy", "metric", primary)] + list(SECONDARY) + [
+                       c for c in SPECTRUM if c in summary.columns]
     ok = summary[summary["status"] == "ok"]
     rows = []
     for a, b in pairs:

@@ -32,7 +32,7 @@ from logra.harness.derived import (  # noqa: F401
     sync_regimes, transfer_factor, tuning_grid)
 
 BENCH = "results/benchmarks"  # each job's benchmark: BENCH/<stage>/<rule>/<wildcards>.tsv
-STUDY_TABLES = ("verdicts", "summary", "secondary")  # results/study/<name>.csv
+STUDY_TABLES = ("verdicts", "summary", "secondary", "spectrum")  # results/study/<name>.csv
 
 
 def stamp(path: str) -> str:

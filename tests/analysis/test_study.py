@@ -201,7 +201,15 @@ def test_the_tables_compare_the_arms_at_each_update_by_seed(tmp_path):
             evals["t", arm, seed, step] = _eval(tmp_path / arm / f"{seed}_{step}.json", a + shift,
                                                 greedy=a - 0.2)
         bases["t", seed] = _eval(tmp_path / f"base{seed}.json", 0.3)
-    t = study_tables(plan, runs, evals, bases)
+    # the update's spectrum: two matrices, l's lower-rank by one, the second unchanged in d
+    spectra = {}
+    for (arm, seed) in acc:
+        spectra[arm, seed] = tmp_path / arm / f"spectrum{seed}.csv"
+        pd.DataFrame({"matrix": ["a", "b"], "rank": 4, "energy_top_r": [0.5, 0.7],
+                      "stable_rank": [6.0 - (arm == "l"), math.nan if arm == "d" else 2.0],
+                      "rank_90": [10, 3]}).to_csv(spectra[arm, seed], index=False)
+    t = study_tables(plan, runs, evals, bases, spectra)
+    assert len(t["spectrum"]) == 12 and set(t["spectrum"]["method"]) == {"d", "l"}
     v = t["verdicts"].set_index("step")
     assert list(t["verdicts"]["endpoint"]) == ["secondary", "primary"]
     d = [acc["l", s] - acc["d", s] for s in range(3)]
@@ -216,6 +224,10 @@ def test_the_tables_compare_the_arms_at_each_update_by_seed(tmp_path):
     assert sec.loc["peak_mem_bytes", "diff_mean"] == pytest.approx(-40)
     assert sec.loc["eval_greedy", "diff_mean"] == pytest.approx(np.mean(d))
     assert "eval_sampled" not in sec.index and "step2_accuracy" not in sec.index
+    # each run's mean over the matrices it changed: d 6 (b unchanged), l (5 + 2) / 2
+    assert s["update_stable_rank"].tolist() == pytest.approx([6.0] * 3 + [3.5] * 3)
+    assert sec.loc["update_stable_rank", "diff_mean"] == pytest.approx(-2.5)
+    assert sec.loc["update_energy_top_r", "diff_mean"] == pytest.approx(0.0)
 
 
 def test_the_report_section_states_the_plan_and_every_table(tmp_path):

@@ -93,7 +93,7 @@ PLANNED = [
     # opt-in: every arm's choice adopted (study.tuned), so no grid runs: the margin's runs and
     # their bases, then the plan (the test runs are known once it is frozen)
     ("study", {"base": 3, "train": 3, "lr_sweep_eval": 3, "tuning_round": 0, "study_tuned": 0,
-               "study_plan": 1, "study_table": 1, "stamp": 4}),
+               "study_plan": 1, "study_table": 1, "stamp": 5}),
 ]
 
 
@@ -382,10 +382,16 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
     summary = pd.read_csv(tmp_path / "results/study/summary.csv")
     assert (summary["steps"] == 4).all() and summary["step2_accuracy"].notna().all()
     assert summary["peak_mem_bytes"].gt(0).all()  # the test runs measure their peaks
+    # the update's spectrum: every target matrix of every test run, at LoGRA's rank
+    spectrum = pd.read_csv(tmp_path / "results/study/spectrum.csv")
+    assert set(zip(spectrum["method"], spectrum["seed"])) == set(zip(summary["method"],
+                                                                     summary["seed"]))
+    assert (spectrum["rank"] == 2).all() and spectrum["stable_rank"].ge(1).all()
+    assert summary["update_stable_rank"].notna().all()
     report = (tmp_path / "results/REPORT.md").read_text()
     for section in ("## Study: the arms at the authors' horizon", "## Study: verdicts at update 4",
                     "## Study: verdicts at update 2", "## Study: accuracy and memory",
-                    "## Study: secondary endpoints"):
+                    "## Study: the update's spectrum", "## Study: secondary endpoints"):
         assert section in report
     # every arm's choice adopted (`python -m logra.harness.adopt`, into an overlay here) and
     # LoGRA's grid's files gone: the plan is frozen again from the config alone, no grid job

@@ -110,11 +110,14 @@ def study_runs():
 
 def study_inputs(w):
     """The study table's input: every test run's summary, its evaluations at the snapshot and
-    the last update, the test seeds' SFT base evaluations, the plan."""
+    the last update, its update's spectrum (where the study has a LoGRA arm), the test seeds'
+    SFT base evaluations, the plan."""
     runs, st = study_runs(), config["study"]
     steps = [st["snapshot"], PLAN.grpo(st["reference"])["steps"]]
     return {"plan": "results/study/analysis_plan.json",
             "runs": [f"results/runs/{run}/summary.json" for run in runs.values()],
+            "spectra": [f"results/study/spectrum/{run}.csv" for run in runs.values()
+                        if STUDY_LOGRA],
             "evals": [f"results/study/eval/{run}/step{step}.json" for run in runs.values()
                       for step in steps],
             "bases": sorted({f"results/eval/{st['task']}/base_seed{seed}.json"

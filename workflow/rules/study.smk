@@ -6,6 +6,9 @@
 STUDY = config.get("study") or {}
 STUDY_POINTS = {name: point for grid in PLAN.grids["study"].values()
                 for name, point in grid.points().items()}
+# the arm whose rank and target modules the update's spectrum is measured at (none: no spectrum)
+STUDY_LOGRA = next((arm for arm in STUDY.get("arms", [])
+                    if config["methods"][arm]["rule"] == "logra"), None)
 
 
 # an arm's choice on the validation split from its grid's last window, the record
@@ -87,6 +90,28 @@ rule study_eval:
         "results/logs/study/eval/{task}/{method}/seed{seed}/step{step}.log",
     script:
         "../scripts/study_eval.py"
+
+
+# the update's spectrum of a test run: each target matrix's final weights against its SFT
+# base's (logra/measure/spectrum.py), at the rank and target modules of the study's LoGRA arm
+rule study_spectrum:
+    input:
+        unpack(base_input),
+        run="results/runs/{task}/{method}/seed{seed}/summary.json",
+        plan="results/study/analysis_plan.json",
+    output:
+        "results/study/spectrum/{task}/{method}/seed{seed}.csv",
+    params:
+        base=lambda wildcards, input: PLAN.start_model() or input.base,
+        options=lambda w: config["methods"][STUDY_LOGRA]["options"],
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/study/study_spectrum/{task}/{method}/seed{seed}.tsv",
+    log:
+        "results/logs/study/spectrum/{task}/{method}/seed{seed}.log",
+    script:
+        "../scripts/study_spectrum.py"
 
 
 rule study_table:

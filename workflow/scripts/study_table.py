@@ -1,4 +1,4 @@
-"""results/study/{verdicts,summary,secondary}.csv: the study's arms compared on the test split
+"""results/study/{verdicts,summary,secondary,spectrum}.csv: the study's arms compared on the test split
 as its frozen plan says (logra.analysis.study.study_tables)."""
 import json
 from contextlib import redirect_stderr, redirect_stdout
@@ -21,7 +21,11 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         p = Path(path)
         evals[p.parents[2].name, arm_of[p.parents[1].name],
               int(p.parent.name.removeprefix("seed")), int(p.stem.removeprefix("step"))] = path
-    tables = study_tables(plan, runs, evals, base_evals(i.bases))
+    spectra = {}
+    for path in i.spectra:  # results/study/spectrum/{task}/{method}/seed{seed}.csv
+        p = Path(path)
+        spectra[arm_of[p.parent.name], int(p.stem.removeprefix("seed"))] = path
+    tables = study_tables(plan, runs, evals, base_evals(i.bases), spectra)
     for name, table in tables.items():
         write_csv(table, snakemake.output[name])
     print(tables["verdicts"][["step", "method", "reference", "diff_mean", "diff_lo", "diff_hi",
