@@ -409,8 +409,9 @@ def scaling_grid(config: dict, scaling: Scaling) -> list[tuple[str, str, int, st
     size over `scaling.seeds`; a clear stop while `scaling.tuned` lacks a method."""
     if not scaling.grid:
         raise ConfigError("scaling.tuned: not every method of scaling.methods has a value: run "
-                          "`snakemake scaling_sweep` and adopt each method's choice at the "
-                          "first size (results/scaling/lr_sweep.csv) before the test runs")
+                          "`snakemake scaling_sweep` and adopt its choices at the first size "
+                          "(results/scaling/tuned.yaml: `python -m logra.harness.adopt`) before "
+                          "the test runs")
     sc = config["scaling"]
     return [(label, size, seed, f"{sc['task']}/{name}/seed{seed}")
             for (label, size), name in scaling.grid.items()

@@ -33,7 +33,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
                 spec["options"] = spec["options"] | {"rank": round(rank * hidden / p.width)}
             planned[model, label] = predict(hf_config, spec, setting, p.grpo) | {
                 "n_params": geometry(hf_config, {}, spec["rule"])[0].n_all}
-    checks = validation_rows(*(pd.read_csv(c) for c in i.checks), sc["tuned"],
+    checks = validation_rows(*(pd.read_csv(c) for c in i.checks),
+                             {m: r["value"] for m, r in sc["tuned"].items()},
                              (next(iter(sc["sizes"])), sc["check"]["size"]),
                              sc["check"]["factors"])
     table = pd.concat([table, checks, predicted_ratios(planned, p.reference),
