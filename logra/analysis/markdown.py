@@ -108,9 +108,10 @@ def _verdicts_section(v: pd.DataFrame, title: str, source: str) -> list[str]:
                     "answers at the task's margin (better or worse, non-inferior, equivalent), "
                     "each a t-test Holm-adjusted over the table's contrasts; the method's gain "
                     "over its bases as a share of the reference's, with Fieller's 95% interval "
-                    "(n/a ends: unbounded); the gate: the seeds in which the reference gained "
-                    "more than the margin over its base (one-sided paired t-test on the test "
-                    "problems), a comparison being informative when it passes; seeds needed: "
+                    "(n/a ends: unbounded); the gate: a one-sided t-test over the seeds of the "
+                    "reference's mean gain over its bases minus the margin (its p), a comparison "
+                    "being informative when it rejects, beside the seeds whose own test on the "
+                    "problems passed (descriptive); seeds needed: "
                     "for a call at 80% power at the observed mean and spread, a guide "
                     "(docs/verdicts.md says how each is computed).",
                     {"task": mean["task"], "method": mean["method"],
@@ -127,7 +128,9 @@ def _verdicts_section(v: pd.DataFrame, title: str, source: str) -> list[str]:
                              *(_fmt(mean[c], ".2f") for c in ("gain_share", "gain_share_lo",
                                                               "gain_share_hi")))],
                      "reference gain per seed": mean["ref_gain_by_seed"],
-                     "gate": mean["gate_passed"],
+                     "gate p": _fmt(mean["gate_p"] if "gate_p" in mean else [None] * len(mean),
+                                    ".3g"),
+                     "seeds passing": mean["gate_passed"],
                      "informative": mean["informative"].map({True: "yes", False: "no"}),
                      "seeds needed": _fmt(mean["seeds_needed"], ".0f")}) + _iqm_lines(v)
 

@@ -376,7 +376,8 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
          "call": "non-inferior", "ref_gain_by_seed": "seed 0: +0.0500 (p 0.001)",
          "diff_by_seed": "seed 0: -0.0100", "calls": "worse: no; non-inferior at 0.030: yes; equivalent within ±0.030: yes",
          "gain_share": 0.8, "gain_share_lo": 0.5, "gain_share_hi": float("nan"),
-         "gate_passed": "1/1", "informative": True, "seeds_needed": 4.0},
+         "gate_passed": "1/1", "gate_p": 0.002, "informative": True,
+             "seeds_needed": 4.0},
         {"task": "all", "method": "l", "reference": "d", "statistic": "IQM", "metric": "sampled",
          "diff_mean": -0.01, "diff_lo": -0.03, "diff_hi": 0.01, "margin": None,
          "call": "none (descriptive interval)", "ref_gain_by_seed": None, "diff_by_seed": None,
@@ -397,7 +398,7 @@ def test_report_prints_the_analysis_plan_first_and_the_gate_and_power_of_each_ve
             in text)
     assert ("| a | l | d | -0.010 [-0.020, +0.000] | seed 0: -0.0100 | 0.030 | worse: no; non-inferior at "
             "0.030: yes; equivalent within ±0.030: yes | 0.80 [0.50, n/a] | seed 0: +0.0500 "
-            "(p 0.001) | 1/1 | yes | 4 |") in text
+            "(p 0.001) | 0.002 | 1/1 | yes | 4 |") in text
     assert "answers (Holm over 1)" in text
     assert "l -0.010 [-0.030, +0.010]." in text  # the IQM, without a call
 
