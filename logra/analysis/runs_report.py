@@ -323,8 +323,8 @@ def _spectrum_section(summary: pd.DataFrame, spectrum: pd.DataFrame, where: str)
                      "stable rank": _fmt(arms["update_stable_rank"].mean(), ".1f"),
                      "energy in top r": _fmt(arms["update_energy_top_r"].mean(), ".3f"),
                      "rank for 90%": _fmt(arms["update_rank_90"].mean(), ".1f"),
-                     "matrix size (min)": [int(spectrum[spectrum["method"] == a][
-                         ["rows", "cols"]].min(axis=1).median()) for a in arms.groups],
+                     "matrix size (min)": _fmt([spectrum[spectrum["method"] == a][
+                         ["rows", "cols"]].min(axis=1).median() for a in arms.groups], ".0f"),
                      "seeds": arms["seed"].nunique().tolist()})
 
 

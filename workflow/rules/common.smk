@@ -99,6 +99,12 @@ def study_arm_inputs(arm):
             "evals": [f"results/lr_sweep/{run}.json" for run in runs]}
 
 
+# the study's arm whose rank and target modules its update's spectrum is measured at (the first
+# LoGRA arm; none: no spectrum)
+STUDY_LOGRA = next((arm for arm in (config.get("study") or {}).get("arms", [])
+                    if config["methods"][arm]["rule"] == "logra"), None)
+
+
 # the study's test runs (workflow/rules/study.smk): known once its plan is frozen (the
 # checkpoint `study_plan`: each arm's choice and the test seeds)
 def study_runs():

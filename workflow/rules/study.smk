@@ -6,9 +6,6 @@
 STUDY = config.get("study") or {}
 STUDY_POINTS = {name: point for grid in PLAN.grids["study"].values()
                 for name, point in grid.points().items()}
-# the arm whose rank and target modules the update's spectrum is measured at (none: no spectrum)
-STUDY_LOGRA = next((arm for arm in STUDY.get("arms", [])
-                    if config["methods"][arm]["rule"] == "logra"), None)
 
 
 # an arm's choice on the validation split from its grid's last window, the record
@@ -101,8 +98,9 @@ rule study_spectrum:
         plan="results/study/analysis_plan.json",
     output:
         "results/study/spectrum/{task}/{method}/seed{seed}.csv",
+    threads: 1
     params:
-        base=lambda wildcards, input: PLAN.start_model() or input.base,
+        base=lambda wildcards, input: PLAN.start_model(wildcards.method) or input.base,
         options=lambda w: config["methods"][STUDY_LOGRA]["options"],
     conda:
         "../../environment.yml"

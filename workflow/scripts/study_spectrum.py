@@ -5,6 +5,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from logra.files import write_csv
 from logra.measure.spectrum import update_spectrum
@@ -12,6 +13,7 @@ from logra.optim.logra_rule import TARGET_MODULES
 
 options = snakemake.params.options
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
+    torch.set_num_threads(snakemake.threads)
     rows = update_spectrum(snakemake.params.base, Path(snakemake.input.run).parent / "model",
                            list(options.get("target_modules", TARGET_MODULES)), options["rank"])
     table = pd.DataFrame(rows)
