@@ -67,10 +67,13 @@ def smoke_run(tmp_path_factory) -> Path:
 
 VLLM = "tests/rl/test_vllm.py"
 BESIDE_LAST = "tests/e2e/test_cluster.py"  # the second scope's last: they need the smoke run
-# runs of their own (no smoke run) in test_workflow.py, in the second scope: it evens the two
-# (a run here: the first ended 6 minutes after the second without them)
+# tests of test_workflow.py in the second scope, to even the two: two runs of their own (no smoke
+# run) and the killed workflow's, which reaches the smoke run after the first scope made it (a
+# run here: the first scope ended 6 minutes after the second without the two; 2 minutes after
+# it without the third)
 BESIDE = ("tests/e2e/test_workflow.py::test_an_overlay_of_one_key_plans_and_runs_the_default",
-          "tests/e2e/test_workflow.py::test_own_task_and_local_gsm8k_each_in_one_config_line")
+          "tests/e2e/test_workflow.py::test_own_task_and_local_gsm8k_each_in_one_config_line",
+          "tests/e2e/test_workflow.py::test_killed_workflow_resumes_and_records_divergence")
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -648,13 +648,17 @@ def test_scaling_tunes_at_the_first_size_and_transfers_to_the_others():
     the transferred values, every copy starting from its size's base."""
     from types import SimpleNamespace
 
-    from logra.harness.plan import add_scaling_methods, base_input, grid_values, scaling_runs
+    from logra.harness.plan import (add_scaling_methods, base_input, grid_values, scaling_grid,
+                                    scaling_runs)
     config = validate_file(ROOT / "config/config.yaml")
     sc = config["scaling"]
     sizes = list(sc["sizes"])
     first = sc["sizes"][sizes[0]]["model"]["hidden_size"]
     untuned = add_scaling_methods(copy.deepcopy(config) | {"scaling": sc | {"tuned": {}}})
     assert untuned.grid == {} and untuned.check == {}
+    with pytest.raises(ConfigError, match=r"scaling.tuned: not every method .* run `snakemake "
+                                          r"scaling_sweep` and adopt its choices"):
+        scaling_grid(config, untuned)  # the scaling target stops before any test run
     assert sorted(v for m, v in untuned.sweep.values() if m == "dense_adam") == list(
         grid_values(config["lr_sweep"]["anchors"]["dense_adam"], 6, 2, 1, 2).values())
     sc["tuned"] = {"dense_adam": choice("lr", 2.0e-4), "logra": choice("kl_budget", 8.0e-4)}
