@@ -30,8 +30,24 @@ from runs import METHODS, CoinFlip, DigitFraction, engine_pids, make_run, weight
 pytestmark = pytest.mark.e2e  # README: `pytest -m "not e2e"` leaves these out
 
 
+# watches for the run's first checkpoint from a process of its own, then kills the run's group:
+# a thread of the test's process would share its GIL with the reference run beside it, whose
+# torch.compile (the 8-bit AdamW's) can hold it through the killed run's every checkpoint
+WATCH = """import glob, os, signal, sys, time
+ckpt, pid, deadline = sys.argv[1], int(sys.argv[2]), time.time() + 300
+while not glob.glob(os.path.join(ckpt, "*", "state.pt")):
+    if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+        sys.exit("the run finished before a checkpoint was seen")
+    if time.time() > deadline:
+        sys.exit("no checkpoint within 300 s")
+    time.sleep(0.05)
+os.killpg(pid, signal.SIGKILL)
+"""
+
+
 def killed_run(cfg, base, train_jsonl, out, ckpt):
-    """Start the run in its own process group; SIGKILL the group once a checkpoint exists."""
+    """Start the run in its own process group; SIGKILL the group once a checkpoint exists
+    (`WATCH`, in a process of its own)."""
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import runs; "
             "from logra.rl.loop import train; "
             "train(json.loads(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6])")
@@ -39,13 +55,10 @@ def killed_run(cfg, base, train_jsonl, out, ckpt):
                              str(base), str(train_jsonl), str(out), str(ckpt)],
                             start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while not list(ckpt.glob("*/state.pt")):
-        assert proc.poll() is None, proc.stderr.read()[-3000:]
-        assert time.time() < deadline, "no checkpoint within 300 s"
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
+    watch = subprocess.run([sys.executable, "-c", WATCH, str(ckpt), str(proc.pid)],
+                           capture_output=True, text=True, timeout=330)
     proc.wait()
+    assert watch.returncode == 0, watch.stderr + proc.stderr.read()[-3000:]
     assert proc.returncode == -signal.SIGKILL  # it was killed mid-run, not finished
     assert not (out / "model").exists()
 
