@@ -19,8 +19,9 @@ figures/stability_27b_seeds, figures/stability_controller), `trl`
 results/reinforce/, figures/reinforce/; no verdict: the plan's margins are GRPO's reference's),
 `scaling_sweep` then `scaling` (each method against the reference over model sizes, tuned at
 the smallest and transferred: results/scaling/, results/scaling.csv, figures/scaling), `study`
-(the study's arms at the authors' 200 updates, each tuned there on validation, over the seeds
-its validation spread asks for: results/study/).
+(the study's arms at each of its horizons, each tuned there on validation, over the seeds its
+validation spread asks for: results/study/<horizon>/, and the horizons against each other:
+results/study/horizons.csv).
 """
 import os
 
@@ -56,6 +57,7 @@ wildcard_constraints:
     method=r"[a-z][a-z0-9_]*",
     seed=r"\d+",
     size=r"[a-z][a-z0-9_]*",
+    horizon=r"h\d+",
 
 
 include: "workflow/rules/common.smk"
@@ -147,6 +149,7 @@ rule lr_sweep:
 rule study:
     input:
         PLAN.stamps("study") if config.get("study") else [],
+        expand("figures/study_horizons.{ext}", ext=["png", "pdf"]) if config.get("study") else [],
 
 
 rule scaling_sweep:

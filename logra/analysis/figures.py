@@ -415,3 +415,39 @@ def scaling(table: pd.DataFrame, outputs: list[str]) -> None:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     _save(fig, outputs)
+
+
+def study_horizons(table: pd.DataFrame, outputs: list[str]) -> None:
+    """results/study/horizons.csv (`logra.analysis.study.horizon_table`) over each horizon's
+    updates (log): (a) MEASURED: each contrast's mean difference at the horizon's last update
+    with its 95% t-interval and that horizon's −margin; (b) MEASURED: its share of the
+    reference's gain over the SFT bases with Fieller's 95% interval (an unbounded end is left
+    open)."""
+    m = table[table["statistic"] == "mean"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    for i, (method, t) in enumerate(m.groupby("method", sort=False)):
+        x = t["steps"].to_numpy(dtype=float) * 1.03 ** i  # apart
+        axes[0].errorbar(x, t["diff_mean"], fmt="o-", capsize=3, label=f"{method}",
+                         yerr=[t["diff_mean"] - t["diff_lo"], t["diff_hi"] - t["diff_mean"]])
+        lo = (t["gain_share"] - t["gain_share_lo"]).fillna(0).clip(lower=0)
+        hi = (t["gain_share_hi"] - t["gain_share"]).fillna(0).clip(lower=0)
+        axes[1].errorbar(x, t["gain_share"], yerr=[lo, hi], fmt="o-", capsize=3, label=method)
+    steps = m.drop_duplicates("steps")
+    axes[0].plot(steps["steps"], -steps["margin"], "r_", ms=14, label="−margin (each horizon's)")
+    axes[0].axhline(0, color="gray", lw=0.8)
+    reference = m["reference"].iloc[0] if len(m) else ""
+    axes[0].set(xscale="log", xlabel="updates (each horizon tuned and run to its end)",
+                ylabel=f"difference from {reference}")
+    axes[0].set_title("\n".join(textwrap.wrap(
+        f"(a) MEASURED: held-out primary metric, difference from {reference} at each "
+        "horizon's last update, mean over seeds with its 95% t-interval", 70)), fontsize=8)
+    axes[1].axhline(1, color="gray", lw=0.8)
+    axes[1].set(xscale="log", xlabel="updates", ylabel=f"share of {reference}'s gain")
+    axes[1].set_title("\n".join(textwrap.wrap(
+        f"(b) MEASURED: gain over the SFT bases as a share of {reference}'s, Fieller's 95% "
+        "interval (a missing bar end: unbounded)", 70)), fontsize=8)
+    for ax in axes:
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    _save(fig, outputs)

@@ -218,8 +218,8 @@ class ReportInputs:
     tables of `snakemake ablations` (results/ablations/: summary, accuracy, verdicts, sweep). A
     table that is None (its stage is not in the config, or the lr sweep, `snakemake
     sync_regime`, `snakemake ablations`, `snakemake scaling`, `snakemake memory_real` (its
-    points, `memory_real`) or `snakemake study` (`study`: its plan and tables, results/study/)
-    has not run, or ran under
+    points, `memory_real`) or `snakemake study` (`study`: each horizon's plan and tables,
+    results/study/<horizon>/, and `across`, results/study/horizons.csv) has not run, or ran under
     another config) is left out, or its section says so; `stale` lists the opt-in results
     made under another config than this one (`digest`): {result, config_digest, target}."""
     summary: pd.DataFrame

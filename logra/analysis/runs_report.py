@@ -8,7 +8,8 @@ import pandas as pd
 from logra.analysis.markdown import (SYNC_INTRO, ReportInputs, _accuracy_memory_section,
                                      _accuracy_section, _cost_section, _fmt,
                                      _memory_sweep_section, _metric_name, _pm, _section,
-                                     _sync_section, _verdicts_section, amended_lines)
+                                     _sync_section, _verdicts_section, amended_lines,
+                                     markdown_table)
 from logra.analysis.stability import criterion_text
 from logra.analysis.tables import accuracy_table
 
@@ -305,14 +306,15 @@ def _trl(inputs: ReportInputs) -> list[str]:
     return out
 
 
-def _spectrum_section(summary: pd.DataFrame, spectrum: pd.DataFrame, where: str) -> list[str]:
+def _spectrum_section(summary: pd.DataFrame, spectrum: pd.DataFrame, where: str,
+                      title: str) -> list[str]:
     """Per arm, the update's spectrum (logra/measure/spectrum.py): each run's mean over the
     target matrices it changed, then the mean over its seeds; nothing where it was not
     measured (a study without a LoGRA arm)."""
     if "update_stable_rank" not in summary.columns or not len(spectrum):
         return []
     arms = summary.groupby("method", sort=False)
-    return _section("Study: the update's spectrum", f"{where}/spectrum.csv", "Is the RL update "
+    return _section(title, f"{where}/spectrum.csv", "Is the RL update "
                     "low-rank here? Per arm, each target matrix's final − base weights: the "
                     "stable rank (the rank its energy spreads over), the share of its energy in "
                     f"its top {int(spectrum['rank'].iloc[0])} singular values (LoGRA's rank) and "
@@ -333,13 +335,23 @@ def _study(inputs: ReportInputs) -> list[str]:
     if study is None:
         return ["", "The study has not run (`snakemake study` writes `results/study/`; the next "
                 "report includes it)."]
-    plan, v, where = study["plan"], study["verdicts"], "results/study"
+    out = []
+    for h, tables in study["horizons"].items():
+        out += _study_horizon(h, tables)
+    return out + _horizons_section(study["across"])
+
+
+def _study_horizon(h: str, study: dict) -> list[str]:
+    """One horizon's sections: its plan, verdicts, accuracy and memory, spectrum, secondary
+    endpoints (results/study/<horizon>/)."""
+    plan, v, where = study["plan"], study["verdicts"], f"results/study/{h}"
     arms, rule = plan["arms"], plan["seeds_rule"]
     last, needed = max(v["step"]), rule["needed"]
     need = ("unknown (fewer than two validation seeds)" if needed != needed else
             f"{needed:g}" + (f", above the cap of {rule['max']}" if rule["capped"] else ""))
-    out = _section("Study: the arms at the authors' horizon", f"{where}/analysis_plan.json, "
-                   f"{where}/tuned/", f"{', '.join(arms)} on {plan['task']}, {last} "
+    margin = plan["margins"][plan["task"]]
+    out = _section(f"Study, {last} updates: the arms", f"{where}/analysis_plan.json, "
+                   "results/study/tuned/", f"{', '.join(arms)} on {plan['task']}, {last} "
                    "updates each, every arm tuned at that horizon on the validation split "
                    f"(seeds {', '.join(map(str, rule['validation_seeds']))}) by the lr sweep's "
                    f"grid and bracket rule, then run on {rule['n']} test seeds (at least "
@@ -348,7 +360,8 @@ def _study(inputs: ReportInputs) -> list[str]:
                    + (f"the {rule['sd_level']:g} upper confidence bound on "
                       if rule.get("sd_level") else "") + f"its validation spread is "
                    f"{need}. The plan was frozen before any test run; margin "
-                   f"{plan['margins'][plan['task']]['margin']:.3f} (results/margin.csv).",
+                   f"{margin['margin']:.3f} ({margin['source']}, the reference's chosen point "
+                   f"at this horizon: {margin['val_gain_by_seed']}).",
                    {"arm": list(arms), "knob": [c["option"] for c in arms.values()],
                     "chosen": [f"{c['value']:g}" for c in arms.values()],
                     "bracketed": ["yes" if c["bracketed"] else "no (on an edge)"
@@ -361,31 +374,71 @@ def _study(inputs: ReportInputs) -> list[str]:
             f"bound; the seeds it asks for; the 95% half-width {rule['n']} seeds give at each): "
             + "; ".join(f"{k}: {c['sd']:.4f}, {c.get('sd_upper', c['sd']):.4f}; "
                         f"{c['seeds_needed']}; " + ", ".join(
-                            f"{h:.3f}" for h in (c.get("half_width_at_n") or {}).values())
+                            f"{x:.3f}" for x in (c.get("half_width_at_n") or {}).values())
                         for k, c in rule["contrasts"].items()) + "."]
     for step in sorted(set(v["step"]), reverse=True):
         what = "primary" if step == last else "secondary"
-        out += _verdicts_section(v[v["step"] == step], f"Study: verdicts at update {step} "
-                                 f"({what})", f"{where}/verdicts.csv")
+        out += _verdicts_section(v[v["step"] == step], f"Study, {last} updates: verdicts at "
+                                 f"update {step} ({what})", f"{where}/verdicts.csv")
         rows = v[(v["step"] == step) & (v["statistic"] == "mean")]
         out += ["", "Half-widths of the 95% intervals (the plan aimed at "
                 f"{rule['half_width']:g}): " + "; ".join(
                     f"{r.method} − {r.reference} {r.half_width:.3f}" for r in rows.itertuples())
                 + "."]
     out += _accuracy_memory_section(accuracy_table(study["summary"]), plan["reference"], None,
-                                    "Study: accuracy and memory", f"{where}/summary.csv")
-    out += _spectrum_section(study["summary"], study["spectrum"], where)
+                                    f"Study, {last} updates: accuracy and memory",
+                                    f"{where}/summary.csv")
+    out += _spectrum_section(study["summary"], study["spectrum"], where,
+                             f"Study, {last} updates: the update's spectrum")
     s = study["secondary"]
-    out += _section("Study: secondary endpoints", f"{where}/secondary.csv", "Per contrast, the "
-                    "mean of the per-seed paired differences of each secondary metric with its "
-                    "95% t-interval, not adjusted for multiplicity (descriptive): every other "
+    out += _section(f"Study, {last} updates: secondary endpoints", f"{where}/secondary.csv",
+                    "Per contrast, the mean of the per-seed paired differences of each "
+                    "secondary metric with its 95% t-interval, not adjusted for multiplicity "
+                    "(descriptive), the plan's declared ones first in its order ("
+                    + ", ".join(plan["endpoints"].get("secondary") or []) + "): every other "
                     "protocol's accuracy and pass@k at the last update (`eval_`) and at the "
-                    "snapshot (`step<N>_`), token entropy on the runs' own samples, the update "
-                    "cosine and the measured peak (bytes).",
+                    "snapshot (`step<N>_`), token entropy on the runs' own samples, the update's "
+                    "spectrum, the update cosine and the measured peak (bytes).",
                     {"contrast": [f"{a} − {b}" for a, b in zip(s["method"], s["against"])],
                      "metric": s["metric"], "first": _fmt(s["mean_a"], ".4g"),
                      "second": _fmt(s["mean_b"], ".4g"),
                      "difference [95%]": [f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
                          *(_fmt(s[c], "+.4g") for c in ("diff_mean", "diff_lo", "diff_hi")))],
                      "seeds": s["seeds"]})
+    return out
+
+
+def _horizons_section(t: pd.DataFrame | None) -> list[str]:
+    """results/study/horizons.csv: each contrast every horizon runs, at each horizon with its
+    answers Holm-adjusted over the horizons, then the horizon effects."""
+    if t is None or not len(t):
+        return []
+    m, e = t[t["statistic"] == "mean"], t[t["statistic"] == "horizon effect"]
+
+    def interval(r):
+        return [f"{a} [{lo}, {hi}]" for a, lo, hi in zip(
+            *(_fmt(r[c], "+.3f") for c in ("diff_mean", "diff_lo", "diff_hi")))]
+    out = _section("Study: the horizons", "results/study/horizons.csv", "Each contrast every "
+                   "horizon runs, at the last update of each (each horizon tuned, with its own "
+                   "margin and seeds), its answers Holm-adjusted over the horizons; the share of "
+                   "the reference's gain over its SFT bases with Fieller's 95% interval "
+                   "(figure: `figures/study_horizons.png`).",
+                   {"contrast": [f"{a} − {b}" for a, b in zip(m["method"], m["reference"])],
+                    "updates": m["steps"].astype(int).tolist(),
+                    "difference [95%]": interval(m),
+                    "margin": _fmt(m["margin"], ".3f"), "calls (Holm)": m["calls"],
+                    "share of gain [95%]": [f"{a} [{lo}, {hi}]" for a, lo, hi in zip(
+                        *(_fmt(m[c], ".2f") for c in ("gain_share", "gain_share_lo",
+                                                      "gain_share_hi")))],
+                    "seeds": m["seeds"].tolist()})
+    if len(e):
+        out += ["", "The horizon effect: per contrast, the paired difference of its per-seed "
+                "differences at two horizons (longer − shorter) on the seeds both ran, 95% "
+                "t-interval, not adjusted; the answer depends on the horizon only where it "
+                "excludes 0.", "",
+                markdown_table(pd.DataFrame({"contrast": [f"{a} − {b}" for a, b in zip(e["method"], e["reference"])],
+                         "horizons": e["horizon"], "effect [95%]": interval(e),
+                         "depends on the horizon": ["yes" if x else "no"
+                                                    for x in e["depends_on_horizon"]],
+                         "seeds": e["seeds"].tolist()}))]
     return out

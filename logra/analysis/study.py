@@ -1,18 +1,22 @@
-"""The study (`snakemake study`, config `study`): a few arms at the LoGRA authors' horizon, each
-tuned there on the validation split, then compared on the test split over enough seeds.
+"""The study (`snakemake study`, config `study`): a few arms at each of several horizons, each
+horizon a study of its own (its arms on its schedule, tuned there on the validation split, then
+compared on the test split over enough seeds), then the horizons against each other.
 
-1. `study_plan`, before any test run: each arm's choice from its grid (the lr sweep's table and
-   bracket rule: `arm_choice`) or as `study.tuned` adopted it (`adopted_choice`); the test
-   seeds, max(min, n) capped at max, n the most any contrast needs for a 95% half-width ≤
-   `half_width` at an upper confidence bound on its validation seeds' spread (`seeds_for`,
+1. `study_plan`, per horizon before any of its test runs: each arm's choice from its grid (the
+   lr sweep's table and bracket rule: `arm_choice`) or as `study.tuned` adopted it
+   (`adopted_choice`); the margin from the reference's chosen point on the margin seeds; the
+   test seeds, max(min, n) capped at max, n the most any contrast needs for a 95% half-width
+   ≤ `half_width` at an upper confidence bound on its validation seeds' spread (`seeds_for`,
    `sd_upper` at `sd_level`), and the half-width n gives each; the analysis, frozen as the
    default target's (`logra.analysis.verdict.analysis_plan`): the primary metric at the last
-   update, the declared margin, the gate, paired per-seed t-intervals, the three answers
-   Holm-adjusted over the contrasts.
-2. `study_tables`, after: the verdicts at the last update (primary) and the snapshot, every
-   run's row, the update's spectrum (how low-rank each target matrix's final − base weights
-   are: logra/measure/spectrum.py), and the secondary endpoints' paired differences
-   (`secondary_table`), unadjusted.
+   update, the margin, the gate, paired per-seed t-intervals, the three answers Holm-adjusted
+   over the contrasts; the secondary endpoints in order (`SECONDARY_ORDER`).
+2. `study_tables`, per horizon after: the verdicts at the last update (primary) and the
+   snapshot, every run's row, the update's spectrum (how low-rank each target matrix's final
+   − base weights are: logra/measure/spectrum.py), and the secondary endpoints' paired
+   differences (`secondary_table`), unadjusted.
+3. `horizon_table`, across horizons: each contrast all of them run, Holm-adjusted over the
+   horizons, and the horizon effect.
 Contrasts: every arm against the reference, then each later arm against each earlier one
 (dense AdamW, on LoGRA's weights, LoGRA: the last pair is the update rule on the same weights).
 """
@@ -26,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from logra.analysis.tables import eval_columns, summary_table
-from logra.analysis.verdict import analysis_plan, t_interval, t_quantile, verdicts
+from logra.analysis.verdict import (analysis_plan, contrast_tests, fieller, t_interval,
+                                    t_quantile, verdicts, with_calls)
 
 
 def contrasts(arms: list[str], reference: str) -> list[tuple[str, str]]:
@@ -110,16 +115,25 @@ def adopted_choice(record: dict, points: dict[str, tuple[str, float]], arm: str)
             "by_seed": {int(s): float(a) for s, a in record["by_seed"].items()}}
 
 
+# the secondary endpoints in the order the plan declares them (then every other protocol's
+# accuracy and pass@k, the update cosine and the measured peak): summary.csv's columns
+SECONDARY_ORDER = ("eval_t1", "eval_greedy", "eval_sampled_pass4", "token_entropy_mean",
+                   "update_stable_rank", "update_energy_top_r")
+
+
 def study_plan(arms: dict[str, dict], study: dict, pool: list[int], margins: pd.DataFrame,
                spec: dict) -> dict:
-    """results/study/analysis_plan.json (the module docstring, 1). `arms`: {arm: its choice}
-    (`arm_choice`, or `adopted_choice` for an arm `study.tuned` adopted); `pool`: the candidate
-    test seeds in order (at least `study.seeds.max`); `margins`: results/margin.csv; `spec`:
-    `analysis_plan`'s eval, verdict, n_test and steps (by arm), and `configs`, every point's
-    method config (the chosen ones' are frozen). A contrast's per-seed difference at a
-    validation seed is the difference of the two arms' accuracies there (the mean of the paired
-    per-problem differences: every arm is scored on the same validation problems)."""
-    chosen = {arm: arms[arm] for arm in study["arms"]}
+    """results/study/<horizon>/analysis_plan.json (the module docstring, 1). `arms`: {the arm's
+    method at the horizon: its choice} (`arm_choice`, or `adopted_choice` for one `study.tuned`
+    adopted); `study`: the horizon's design (its `arms`, {arm: its method there}, `reference`,
+    `seeds`, `snapshot`, `task`, `horizon`, `tuned`); `pool`: the candidate test seeds in order
+    (at least its seeds' max); `margins`: `margin_table`'s row of the task, from the
+    reference's chosen point on the margin seeds at this horizon; `spec`: `analysis_plan`'s
+    eval, verdict, n_test and steps (by arm), and `configs`, every point's method config (the
+    chosen ones' are frozen). A contrast's per-seed difference at a validation seed is the
+    difference of the two arms' accuracies there (the mean of the paired per-problem
+    differences: every arm is scored on the same validation problems)."""
+    chosen = {arm: arms[name] for arm, name in study["arms"].items()}
     pairs = contrasts(list(study["arms"]), study["reference"])
     val_seeds = sorted(chosen[study["reference"]]["by_seed"])
     for arm, c in chosen.items():
@@ -150,16 +164,21 @@ def study_plan(arms: dict[str, dict], study: dict, pool: list[int], margins: pd.
         "tuned": {study["task"]: {arm: c["value"] for arm, c in chosen.items()}}},
         margins[margins["task"] == study["task"]])
     return plan | {
-        "frozen": "before any test run of the study: every results/study/eval/ job waits for "
-                  "this file",
-        "task": study["task"],
+        "frozen": "before any test run of the horizon: every results/study/<horizon>/eval/ job "
+                  "waits for this file",
+        "task": study["task"], "horizon": study["horizon"],
         "arms": {arm: {k: v for k, v in c.items() if k != "config"} | {
-            "adopted": arm in (study.get("tuned") or {})} for arm, c in chosen.items()},
+            "adopted": study["arms"][arm] in (study.get("tuned") or {})}
+            for arm, c in chosen.items()},
         "endpoints": {"primary": f"{plan['primary_metric']['protocol']} accuracy at the last "
-                                 "update", "snapshot": study["snapshot"],
-                      "secondary": "the same at the snapshot; every other protocol's accuracy "
-                                   "and pass@k, token entropy, update cosine and measured peak "
-                                   "at the last update (paired t-intervals, not adjusted)"},
+                                 "update", "snapshot": study.get("snapshot"),
+                      "secondary": list(SECONDARY_ORDER),
+                      "secondary_rule": "paired t-intervals at the last update, in this order, "
+                                        "then every other protocol's accuracy and pass@k, the "
+                                        "update cosine, the measured peak and the snapshot's "
+                                        "accuracies; none adjusted for multiplicity"},
+        "intent_to_treat": "a run that stopped early (diverged, out of memory) counts as the "
+                           "model it saved last, evaluated like every other: no run is dropped",
         "seeds_rule": {**bounds, "validation_seeds": val_seeds, "contrasts": need,
                        "needed": wanted, "n": n, "capped": bool(wanted > bounds["max"]),
                        "rule": "max(min, the most any contrast needs for a 95% half-width <= "
@@ -202,7 +221,7 @@ def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
     snapshot = plan["endpoints"]["snapshot"]
     snap = pd.DataFrame([eval_columns(evals[task, arm, s, snapshot], f"step{snapshot}")
                          for arm, s in keys if (task, arm, s, snapshot) in evals])
-    if len(snap) == len(summary):
+    if snapshot and len(snap) == len(summary):
         summary = pd.concat([summary, snap], axis=1)
     spectrum = pd.concat([pd.read_csv(spectra[k]).assign(method=k[0], seed=k[1])
                           for k in keys if k in (spectra or {})], ignore_index=True) \
@@ -214,7 +233,7 @@ def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
     return {"verdicts": pd.concat(tables, ignore_index=True), "summary": summary,
             "spectrum": spectrum,
             "secondary": secondary_table(summary, contrasts(plan["methods"], plan["reference"]),
-                                         ("eval", f"step{snapshot}"))}
+                                         ("eval",) + ((f"step{snapshot}",) if snapshot else ()))}
 
 
 SECONDARY = ("token_entropy_mean", "update_cosine", "peak_mem_bytes")
@@ -226,7 +245,8 @@ SPECTRUM = {"update_stable_rank": "stable_rank", "update_energy_top_r": "energy_
 def secondary_table(summary: pd.DataFrame, pairs: list[tuple[str, str]],
                     prefixes: tuple[str, ...]) -> pd.DataFrame:
     """Per contrast and secondary metric (`eval_columns`' columns of each of `prefixes` but
-    the primary metric's, `SECONDARY` and the update's `SPECTRUM`): the mean of the per-seed paired differences with
+    the primary metric's, `SECONDARY` and the update's `SPECTRUM`; those of `SECONDARY_ORDER`
+    first, in its order): the mean of the per-seed paired differences with
     its 95% t-interval, over the seeds both arms finished; not adjusted for multiplicity
     (descriptive)."""
     primary = summary["eval_metric"].iloc[0]
@@ -234,6 +254,8 @@ def secondary_table(summary: pd.DataFrame, pairs: list[tuple[str, str]],
                if c.startswith(p + "_") and c.removeprefix(p + "_") not in (
                    "accuracy", "metric", primary)] + list(SECONDARY) + [
                        c for c in SPECTRUM if c in summary.columns]
+    declared = [c for c in SECONDARY_ORDER if c in metrics]  # the plan's order first
+    metrics = declared + [c for c in dict.fromkeys(metrics) if c not in declared]
     ok = summary[summary["status"] == "ok"]
     rows = []
     for a, b in pairs:
@@ -248,3 +270,57 @@ def secondary_table(summary: pd.DataFrame, pairs: list[tuple[str, str]],
                          "diff_mean": mean, "diff_lo": lo, "diff_hi": hi})
     return pd.DataFrame(rows)
 
+
+
+def horizon_table(plans: dict[str, dict], summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """results/study/horizons.csv: the horizons against each other. `plans`, `summaries`: each
+    horizon's frozen plan and summary.csv (a run per arm and test seed, intent to treat).
+
+    Rows `statistic` "mean": at each horizon (by its updates) each contrast every horizon runs
+    (each arm all horizons share, against the reference), from the per-seed differences of the
+    primary accuracy at the last update (a run's accuracy is the mean over the same test
+    problems, so their difference is the mean paired difference): the 95% t-interval, the share
+    of the reference's gain over its SFT bases (Fieller) and the three answers at that
+    horizon's margin, Holm-adjusted over these rows (`with_calls`: every horizon's tests are
+    one family). Rows "horizon effect": per such contrast and pair of horizons, the paired
+    difference (longer − shorter) of its per-seed differences on the seeds both ran, with its
+    95% t-interval; `depends_on_horizon` only where the interval excludes 0 (not adjusted)."""
+    order = sorted(plans, key=lambda h: plans[h]["steps"][plans[h]["reference"]])
+    reference = {plans[h]["reference"] for h in order}
+    if len(reference) != 1:
+        raise ValueError(f"the horizons have different references {sorted(reference)}")
+    reference = reference.pop()
+    shared = [a for a in plans[order[0]]["methods"] if a != reference
+              and all(a in plans[h]["methods"] for h in order)]
+    per_seed, rows = {}, []
+    for h in order:
+        s, task = summaries[h], plans[h]["task"]
+        margin = plans[h]["margins"][task]["margin"]
+        ref = s[s["method"] == reference].set_index("seed")
+        for arm in shared:
+            x = s[s["method"] == arm].set_index("seed")
+            seeds = sorted(set(x.index) & set(ref.index))
+            d = (x.loc[seeds, "eval_accuracy"] - ref.loc[seeds, "eval_accuracy"]).astype(float)
+            per_seed[h, arm] = d
+            mean, lo, hi = t_interval(d)
+            share, share_lo, share_hi = fieller(
+                (x.loc[seeds, "eval_accuracy"] - x.loc[seeds, "base_accuracy"]).astype(float),
+                (ref.loc[seeds, "eval_accuracy"] - ref.loc[seeds, "base_accuracy"]).astype(float))
+            rows.append({"statistic": "mean", "horizon": h, "steps": plans[h]["steps"][arm],
+                         "method": arm, "reference": reference, "task": task,
+                         "seeds": len(d), "diff_mean": mean, "diff_lo": lo, "diff_hi": hi,
+                         "margin": margin, **contrast_tests(d.to_numpy(), margin),
+                         "gain_share": share, "gain_share_lo": share_lo,
+                         "gain_share_hi": share_hi})
+    for arm in shared:
+        for i, short in enumerate(order):
+            for long in order[i + 1:]:
+                a, b = per_seed[long, arm], per_seed[short, arm]
+                seeds = sorted(set(a.index) & set(b.index))
+                mean, lo, hi = t_interval((a.loc[seeds] - b.loc[seeds]).to_numpy()) \
+                    if len(seeds) > 1 else (math.nan,) * 3
+                rows.append({"statistic": "horizon effect", "horizon": f"{long} - {short}",
+                             "method": arm, "reference": reference, "seeds": len(seeds),
+                             "diff_mean": mean, "diff_lo": lo, "diff_hi": hi,
+                             "depends_on_horizon": bool(lo > 0 or hi < 0)})
+    return with_calls(pd.DataFrame(rows))

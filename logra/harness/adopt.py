@@ -6,8 +6,8 @@
 Each grid writes its choices on the validation split as records of one shape (the knob
 `option`, its chosen `value`, `bracketed`, the `metric` and every point's `scores`, each grid
 adding what its plan reads): the lr sweep results/tuned.yaml (`tuned.<task>.<method>`), the
-study results/study/tuned/<arm>.yaml (`study.tuned.<arm>`), the scaling sweep
-results/scaling/tuned.yaml (`scaling.tuned.<method>`). This copies every record written
+study results/study/tuned/<arm>_<horizon>.yaml (`study.tuned.<arm>_<horizon>`), the scaling
+sweep results/scaling/tuned.yaml (`scaling.tuned.<method>`). This copies every record written
 under `--results` into `--to`, by default config/tuned.yaml, the file the config reads adopted
 choices from (after config/config.yaml: logra.harness.config.resolve), and keeps the records no
 grid wrote. It prints each record's change; a changed choice on its grid's edge (`bracketed:
@@ -31,10 +31,10 @@ from logra.harness.config import DEFAULT, ConfigError, read_yaml, resolve
 from logra.harness.plan import build_plan
 
 HEAD = ("# The adopted choices of every grid on the validation split, the records as each grid\n"
-        "# wrote them (results/tuned.yaml: tuned.<task>.<method>; results/study/tuned/<arm>.yaml:\n"
-        "# study.tuned.<arm>; results/scaling/tuned.yaml: scaling.tuned.<method>), read after\n"
-        "# config/config.yaml. Written by `python -m logra.harness.adopt` (logra/harness/adopt.py);\n"
-        "# not edited by hand.\n")
+        "# wrote them (results/tuned.yaml: tuned.<task>.<method>; results/study/tuned/\n"
+        "# <arm>_<horizon>.yaml: study.tuned.<arm>_<horizon>; results/scaling/tuned.yaml:\n"
+        "# scaling.tuned.<method>), read after config/config.yaml. Written by\n"
+        "# `python -m logra.harness.adopt` (logra/harness/adopt.py); not edited by hand.\n")
 
 
 def written(results: Path) -> dict[tuple[str, ...], dict]:

@@ -9,7 +9,7 @@ import math
 
 from logra.harness.method_checks import (check_method_grpo, check_method_options, check_options,
                                          check_prompts, check_rule_fits, trained_methods)
-from logra.harness.runs import margin_seeds, method_grpo
+from logra.harness.runs import horizon_steps, margin_seeds, method_grpo, study_horizons
 from logra.harness.schema import SCHEMA, ConfigError
 from logra.rl.tasks import TASKS, HubTask, SyntheticTask, get_task, load_task_files
 from logra.rl.tiny import POSITIONS, tiny_shape
@@ -207,9 +207,10 @@ def _check_stability(config: dict) -> None:
 
 
 def _check_study(config: dict) -> None:
-    """`study`'s arms are tuned on one of lr_sweep's tasks and each saves the snapshot the
-    study scores; its reference is an arm; its seed bounds are ordered; an adopted choice
-    (`tuned`) is an arm's, made by the primary metric on lr_sweep's seeds."""
+    """`study`'s arms are tuned on one of lr_sweep's tasks; each horizon runs arms of
+    `study.arms`, its reference among them, and scores its snapshot before its last update;
+    its seed bounds are ordered; an adopted choice (`tuned`) is an arm's at a horizon, made by
+    the primary metric on lr_sweep's seeds."""
     st = config.get("study")
     if not st:
         return
@@ -219,26 +220,30 @@ def _check_study(config: dict) -> None:
     if st["reference"] not in st["arms"]:
         raise ConfigError(f"study.reference: {st['reference']!r} is not one of study.arms "
                           f"({', '.join(st['arms'])})")
-    if st["seeds"]["min"] > st["seeds"]["max"]:
-        raise ConfigError(f"study.seeds: min {st['seeds']['min']} > max {st['seeds']['max']}")
     for arm in st["arms"]:
         if arm not in config["methods"]:
             raise ConfigError(f"study.arms.{arm}: not defined under methods (defined: "
                               f"{sorted(config['methods'])})")
-    steps = {arm: method_grpo(config, arm)["steps"] for arm in st["arms"]}
-    if len(set(steps.values())) > 1:
-        raise ConfigError(f"study.arms: their grpo.steps differ ({steps}); the arms are compared "
-                          "at one last update")
-    for arm in st["arms"]:
-        g = method_grpo(config, arm)
-        every = g.get("snapshot_every") or 0
-        if not every or st["snapshot"] % every or st["snapshot"] >= g["steps"]:
-            raise ConfigError(f"methods.{arm}.grpo: snapshot_every {every} and steps "
-                              f"{g['steps']}, but study.snapshot ({st['snapshot']}) needs a "
-                              "snapshot at that update, before the last")
+    horizons = study_horizons(config)
+    for h, spec in st["horizons"].items():
+        key = f"study.horizons.{h}"
+        unknown = [a for a in horizons[h] if a not in st["arms"]]
+        if unknown:
+            raise ConfigError(f"{key}.arms: {', '.join(unknown)} not among study.arms "
+                              f"({', '.join(st['arms'])})")
+        if st["reference"] not in horizons[h]:
+            raise ConfigError(f"{key}.arms: leaves out the reference {st['reference']!r}")
+        if spec["seeds"]["min"] > spec["seeds"]["max"]:
+            raise ConfigError(f"{key}.seeds: min {spec['seeds']['min']} > max "
+                              f"{spec['seeds']['max']}")
+        if spec.get("snapshot") and spec["snapshot"] >= horizon_steps(h):
+            raise ConfigError(f"{key}.snapshot: {spec['snapshot']}, not before the horizon's "
+                              f"last update ({horizon_steps(h)})")
+    named = {name for arms in horizons.values() for name in arms.values()}
     for arm, record in st.get("tuned", {}).items():
-        if arm not in st["arms"]:
-            raise ConfigError(f"study.tuned.{arm}: not one of study.arms ({', '.join(st['arms'])})")
+        if arm not in named:
+            raise ConfigError(f"study.tuned.{arm}: not an arm at a horizon (<arm>_<horizon>: "
+                              f"{', '.join(sorted(named))})")
         if record["metric"] != config["eval"]["primary"]:
             raise ConfigError(f"study.tuned.{arm}.metric: chosen by {record['metric']!r}, but "
                               f"eval.primary is {config['eval']['primary']!r}")

@@ -13,6 +13,7 @@ import math
 from logra import rules
 from logra.harness.checks import check_choice
 from logra.harness.config import ConfigError, margin_seeds, task_options
+from logra.harness.runs import horizon_steps, study_horizons
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,12 +102,14 @@ def add_lr_sweep_methods(config: dict) -> dict[str, Grid]:
 
 
 def sweep_knobs(config: dict) -> dict[str, str]:
-    """{method: the option its grid's points set} for each of `lr_sweep.anchors` and
-    `study.arms`."""
-    return {m: rules.rule_class(config["methods"][m]["rule"]).tuning_option(
-        config["methods"][m].get("options", {}))
-        for m in [*(config.get("lr_sweep") or {}).get("anchors", {}),
-                  *((config.get("study") or {}).get("arms") or {})]}
+    """{method: the option its grid's points set} for each of `lr_sweep.anchors` and each
+    study arm at each horizon (`study_horizons`)."""
+    def knob(m: str) -> str:
+        return rules.rule_class(config["methods"][m]["rule"]).tuning_option(
+            config["methods"][m].get("options", {}))
+    return {m: knob(m) for m in (config.get("lr_sweep") or {}).get("anchors", {})} | {
+        name: knob(arm) for arms in study_horizons(config).values()
+        for arm, name in arms.items()}
 
 
 def margin_runs(config: dict, sweep: dict[str, tuple[str, float]]) -> dict[str, str]:
@@ -227,27 +230,59 @@ def controller_runs(config: dict) -> list[str]:
             for s in st.get("opt_in_seeds") or config["seeds"]]
 
 
+def horizon_method(method: dict, steps: int, schedule: dict, snapshot: int | None) -> dict:
+    """`method` on a study horizon of `steps` updates, its schedule by `study.schedule`'s rule
+    (the LoGRA authors' proportions at 200 updates: warmup 9, cosine to a tenth over 300, their
+    KL budget's cosine over 300): a rule with its own schedule (`UpdateRule.schedule_option`,
+    LoGRA's budget) spans `decay` x steps; any other warms its lr up over `warmup` x steps and
+    decays it by a cosine to `final` over `decay` x steps (both rounded to an update), so every
+    run ends at 1/decay of its schedule. 80 updates: 4 and 120; 1,100: 50 and 1,650.
+    `snapshot`: grpo.snapshot_every, where the horizon scores a snapshot too."""
+    cls = rules.rule_class(method["rule"])
+    out = copy.deepcopy(method)
+    decay = round(schedule["decay"] * steps)
+    grpo = {**out.get("grpo", {}), "steps": steps}
+    if cls.schedule_option:
+        out["options"] = {**out.get("options", {}), cls.schedule_option: decay}
+    else:
+        grpo |= {"warmup_steps": round(schedule["warmup"] * steps), "decay_steps": decay,
+                 "decay_final": schedule["final"]}
+    if snapshot:
+        grpo["snapshot_every"] = snapshot
+    out["grpo"] = grpo
+    return out
+
+
 def add_study_methods(config: dict) -> dict[str, Grid]:
-    """Define `snakemake study`'s grids (`study.arms`: {arm: anchor}) in config["methods"]: per
-    arm, one method per point of its grid under `lr_sweep`'s rule about its anchor, a copy of
-    the arm at that point of its knob, named `<arm>_lr<value>`. The points keep the arm's
-    memory measurement: the chosen one's test runs report their measured peaks. Returns {arm:
-    its Grid}."""
-    grids = {}
-    for arm, anchor in ((config.get("study") or {}).get("arms") or {}).items():
-        base = config["methods"].get(arm)
-        if base is None:
-            raise ConfigError(f"study.arms.{arm}: not defined under methods")
-        cls = rules.rule_class(base["rule"])
-        grids[arm] = grid = tuning_grid(config, arm, lambda v, m=arm: f"{m}_lr{_point_name(v)}",
-                                        anchor)
-        for name, (_, value) in grid.points().items():
+    """Define `snakemake study`'s methods in config["methods"]: per horizon (`study_horizons`)
+    and arm (`study.arms`: {arm: anchor}), the arm on the horizon's schedule
+    (`horizon_method`) as `<arm>_<horizon>`, and one method per point of its grid under
+    `lr_sweep`'s rule about the arm's anchor, a copy at that point of its knob named
+    `<arm>_<horizon>_lr<value>`: every horizon tunes its arms itself. The points keep the arm's
+    memory measurement: the chosen one's test runs report their measured peaks. Returns {the
+    arm at its horizon: its Grid}."""
+    st, grids = config.get("study") or {}, {}
+    for h, arms in study_horizons(config).items():
+        for arm, name in arms.items():
+            base = config["methods"].get(arm)
+            if base is None:
+                raise ConfigError(f"study.arms.{arm}: not defined under methods")
             if name in config["methods"]:
-                raise ConfigError(f"study.arms.{arm}: the run name {name!r} for the point "
-                                  f"{value} is already a method")
-            config["methods"][name] = {**copy.deepcopy(base),
-                                       "options": cls.tuned(dict(base.get("options", {})), value)}
-        _check_study_tuned(config, arm, grid)
+                raise ConfigError(f"study.horizons.{h}: the method name {name!r} for {arm} at "
+                                  "this horizon is already a method")
+            config["methods"][name] = method = horizon_method(
+                base, horizon_steps(h), st["schedule"], st["horizons"][h].get("snapshot"))
+            cls = rules.rule_class(method["rule"])
+            grids[name] = grid = tuning_grid(config, name, lambda v, m=name: f"{m}_lr"
+                                             f"{_point_name(v)}", st["arms"][arm])
+            for point, (_, value) in grid.points().items():
+                if point in config["methods"]:
+                    raise ConfigError(f"study.arms.{arm}: the run name {point!r} for the point "
+                                      f"{value} at {h} is already a method")
+                config["methods"][point] = {
+                    **copy.deepcopy(method),
+                    "options": cls.tuned(dict(method.get("options", {})), value)}
+            _check_study_tuned(config, name, grid)
     return grids
 
 
@@ -268,8 +303,8 @@ def _adopted_point(config: dict, key: str, record: dict, method: str, grid: Grid
 
 
 def _check_study_tuned(config: dict, arm: str, grid: Grid) -> None:
-    """An arm's adopted choice (`study.tuned.<arm>`, results/study/tuned/<arm>.yaml as its grid
-    wrote it) is a point of its grid (`_adopted_point`), chosen under the method config that
+    """An arm's adopted choice at a horizon (`study.tuned.<arm>_<horizon>`,
+    results/study/tuned/<arm>_<horizon>.yaml as its grid wrote it) is a point of its grid (`_adopted_point`), chosen under the method config that
     point has now: else an error that names the key and says to run the grid again."""
     record = (config["study"].get("tuned") or {}).get(arm)
     if record is None:

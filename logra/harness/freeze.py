@@ -1,5 +1,5 @@
-"""A frozen analysis plan stays frozen (results/analysis_plan.json, the study's
-results/study/analysis_plan.json).
+"""A frozen analysis plan stays frozen (results/analysis_plan.json, each study horizon's
+results/study/<horizon>/analysis_plan.json).
 
 Each plan records the config it was written from (its `spec`: what its rule's params hold).
 When Snakemake is started and a test evaluation exists under a plan (of a task both the plan

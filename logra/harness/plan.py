@@ -23,6 +23,7 @@ import re
 from logra.harness.config import (ConfigError, check_method, generation_room, hub_models,
                                   job_resources, margin_seeds, method_grpo, run_config,
                                   run_tasks, task_options)
+from logra.harness.runs import study_horizons
 # the derived methods and their runs; importable from here as before
 from logra.harness.derived import (  # noqa: F401
     Grid, Scaling, add_controller_ablation_methods, add_lr_sweep_methods, add_scaling_methods,
@@ -32,7 +33,8 @@ from logra.harness.derived import (  # noqa: F401
     sync_regimes, transfer_factor, tuning_grid)
 
 BENCH = "results/benchmarks"  # each job's benchmark: BENCH/<stage>/<rule>/<wildcards>.tsv
-STUDY_TABLES = ("verdicts", "summary", "secondary", "spectrum")  # results/study/<name>.csv
+# results/study/<horizon>/<name>.csv, and results/study/horizons.csv across them
+STUDY_TABLES = ("verdicts", "summary", "secondary", "spectrum")
 
 
 def stamp(path: str) -> str:
@@ -109,6 +111,11 @@ class Plan:
     def study_seeds(self, n: int) -> list[int]:
         return study_seeds(self.config, n)
 
+    @property
+    def study_horizons(self) -> dict[str, dict[str, str]]:
+        """{horizon: {arm: its method there}} (logra.harness.runs.study_horizons)."""
+        return study_horizons(self.config)
+
     def start_model(self, method: str | None = None) -> str | None:
         return start_model(self.config, method)
 
@@ -175,8 +182,9 @@ class Plan:
                 "trl": [f"results/trl/{task}.json" for task in self.tasks],
                 "sync_regime": ["results/sync_regime.csv"],
                 "scaling": ["results/scaling.csv"]} | (
-            {"study": ["results/study/analysis_plan.json"]
-                       + [f"results/study/{f}.csv" for f in STUDY_TABLES]}
+            {"study": [f"results/study/{h}/{f}" for h in self.config["study"]["horizons"]
+                       for f in ["analysis_plan.json"] + [f"{t}.csv" for t in STUDY_TABLES]]
+                       + ["results/study/horizons.csv"]}
             if self.config.get("study") else {}) | (
             {"memory_real": ["results/memory/real.csv"]} if self.config.get("memory_real")
             else {})
@@ -215,7 +223,8 @@ def build_plan(config: dict, fit_rules: bool = True) -> Plan:
     control = add_controller_ablation_methods(config)
     scaling = add_scaling_methods(config)
     study = add_study_methods(config)
-    where = ({n: f"study.arms.{m}" for g in study.values() for n, (m, _) in g.points().items()}
+    where = ({n: f"study.horizons.{h}" for h, arms in study_horizons(config).items()
+              for m in arms.values() for n in [m, *study[m].points()]}
              | {n: f"lr_sweep.anchors.{m}" for n, (m, _) in sweep.items()}
              | {n: f"sync_regime.lr_scales.{r}" for r, names in regimes.items() for n in names}
              | dict.fromkeys(control, "stability.controller_ablation")

@@ -22,6 +22,20 @@ def grpo_settings(values: dict | None = None) -> Grpo:
                           | (values or {}))
 
 
+def study_horizons(config: dict) -> dict[str, dict[str, str]]:
+    """{horizon: {arm: its method there}} of `study.horizons` (each `h<updates>`): the arms a
+    horizon names (default: every one of `study.arms`), each as the method `<arm>_<horizon>`,
+    the arm on that horizon's schedule (logra.harness.derived.add_study_methods)."""
+    st = config.get("study") or {}
+    return {h: {arm: f"{arm}_{h}" for arm in spec.get("arms") or st["arms"]}
+            for h, spec in (st.get("horizons") or {}).items()}
+
+
+def horizon_steps(horizon: str) -> int:
+    """A study horizon's updates: `h200` -> 200."""
+    return int(horizon.removeprefix("h"))
+
+
 def run_tasks(config: dict) -> list[str]:
     """The tasks the grid runs on: `run_tasks`, else every task."""
     return list(config.get("run_tasks") or config["tasks"])

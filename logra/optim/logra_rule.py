@@ -227,6 +227,7 @@ class LoGRA(UpdateRule):
     shardable = True
     transports = ("low_rank", "full", "delta")  # its own: the applied factors
     step_size_option = "update_ratio"
+    schedule_option = "schedule_steps"
 
     @classmethod
     def tuning_option(cls, options: dict) -> str:

@@ -101,6 +101,10 @@ class UpdateRule:
     control = None
     # the option a regime scales (logra/harness/derived.py): the step size
     step_size_option: str = "lr"
+    # the option that spans the rule's own schedule of its step, in updates (LoGRA's KL
+    # budget's cosine), or None: the loop's lr schedule shapes its step (grpo.warmup_steps,
+    # decay_steps, decay_final). A study horizon sets one or the other (logra/harness/derived.py)
+    schedule_option: str | None = None
 
     @classmethod
     def tuning_option(cls, options: dict) -> str:

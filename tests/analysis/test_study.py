@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from logra.analysis.study import (adopted_choice, arm_choice, contrasts, sd_upper, seeds_for,
-                                  study_plan, study_tables)
+from logra.analysis.study import (adopted_choice, arm_choice, contrasts, horizon_table,
+                                  sd_upper, seeds_for, study_plan, study_tables)
 from logra.analysis.tuning import lr_sweep_table
 from logra.analysis.verdict import t_quantile
 from logra.files import write_json
@@ -85,7 +85,8 @@ def _study_sweep(tmp_path, val):
     return points, runs, evals, by_run
 
 
-STUDY = {"task": "t", "arms": {"d": 5e-5, "x": 5e-5, "l": 2e-4}, "reference": "d",
+# one horizon's design as its plan reads it: each arm's method there named as the arm
+STUDY = {"task": "t", "horizon": "h4", "arms": {"d": "d", "x": "x", "l": "l"}, "reference": "d",
          "snapshot": 2, "seeds": {"min": 2, "max": 9, "half_width": 0.02}}
 
 
@@ -221,6 +222,10 @@ def test_the_tables_compare_the_arms_at_each_update_by_seed(tmp_path):
     assert list(s["method"]) == ["d"] * 3 + ["l"] * 3 and set(s["run_method"]) == {"d_p1", "l_p0"}
     assert s["step2_accuracy"].tolist() == pytest.approx(s["eval_accuracy"] - 0.1)
     sec = t["secondary"].set_index("metric")
+    # the plan's declared endpoints first, in its order (t1 is not a protocol here)
+    assert list(dict.fromkeys(sec.index))[:5] == [
+        "eval_greedy", "eval_sampled_pass4", "token_entropy_mean", "update_stable_rank",
+        "update_energy_top_r"]
     assert sec.loc["token_entropy_mean", "diff_mean"] == pytest.approx(1.0)
     assert sec.loc["peak_mem_bytes", "diff_mean"] == pytest.approx(-40)
     assert sec.loc["eval_greedy", "diff_mean"] == pytest.approx(np.mean(d))
@@ -252,15 +257,56 @@ def test_the_report_section_states_the_plan_and_every_table(tmp_path):
                                                     0.5 + 0.025 * (seed % 2) * (arm == "l"))
     for seed in plan["seeds"]:
         bases["t", seed] = _eval(tmp_path / f"base{seed}.json", 0.3)
-    text = "\n".join(_study(SimpleNamespace(study={"plan": plan} | study_tables(
-        plan, runs, evals, bases))))
+    tables = study_tables(plan, runs, evals, bases)
+    text = "\n".join(_study(SimpleNamespace(study={
+        "horizons": {"h4": {"plan": plan} | tables},
+        "across": horizon_table({"h4": plan}, {"h4": tables["summary"]})})))
     rule = plan["seeds_rule"]
     assert rule["n"] == max(rule["needed"], 2) and not rule["capped"]
     assert ("the most any contrast needs for a 95% half-width of 0.02 at its validation spread "
             f"is {rule['needed']}.") in text and f"run on {rule['n']} test seeds" in text
     assert text.index("verdicts at update 4 (primary)") < text.index(
-        "verdicts at update 2 (secondary)") < text.index("Study: accuracy and memory")
+        "verdicts at update 2 (secondary)") < text.index("Study, 4 updates: accuracy and memory")
+    assert "## Study: the horizons (`results/study/horizons.csv`)" in text
     assert "| l − d | eval_greedy |" in text and "| l − x |" in text
     v = study_tables(plan, runs, evals, bases)["verdicts"]
     half = v[(v["step"] == 4) & (v["method"] == "l") & (v["reference"] == "d")]["half_width"]
     assert half.iloc[0] > 0 and f"(the plan aimed at 0.02): l − d {half.iloc[0]:.3f}; " in text
+
+
+def test_the_horizons_table_holm_adjusts_the_shared_contrasts_and_pairs_their_seeds(tmp_path):
+    """results/study/horizons.csv: each contrast every horizon runs (l against d; x runs at
+    one horizon only, so it is left out) at each horizon, its per-seed differences' mean and
+    interval, its answers Holm-adjusted over the horizons; and the horizon effect, the paired
+    difference of the per-seed differences on the seeds both horizons ran; its figure draws."""
+    from logra.analysis.verdict import contrast_tests, holm
+    d4 = {0: -0.02, 1: -0.01, 2: -0.03, 3: -0.02}
+    d8 = {0: 0.03, 1: 0.02, 2: 0.04}  # fewer seeds at the longer horizon
+    rows = {"h4": [], "h8": []}
+    for h, d in (("h4", d4), ("h8", d8)):
+        for seed, x in d.items():
+            rows[h] += [{"method": "d", "seed": seed, "eval_accuracy": 0.5, "base_accuracy": 0.3},
+                        {"method": "l", "seed": seed, "eval_accuracy": 0.5 + x,
+                         "base_accuracy": 0.3}]
+    rows["h4"] += [{"method": "x", "seed": s, "eval_accuracy": 0.6, "base_accuracy": 0.3}
+                   for s in d4]
+    plans = {h: {"task": "t", "reference": "d", "methods": arms, "steps": dict.fromkeys(arms, n),
+                 "margins": {"t": {"margin": m}}}
+             for h, arms, n, m in (("h8", ["d", "l"], 8, 0.03), ("h4", ["d", "x", "l"], 4, 0.02))}
+    t = horizon_table(plans, {h: pd.DataFrame(r) for h, r in rows.items()})
+    m = t[t["statistic"] == "mean"].set_index("horizon")
+    assert list(m.index) == ["h4", "h8"] and set(m["method"]) == {"l"}  # by updates, x out
+    raw = [contrast_tests(list(d.values()), margin)["p_diff"]
+           for d, margin in ((d4, 0.02), (d8, 0.03))]
+    assert m["p_diff"].tolist() == pytest.approx(holm(raw))
+    assert m.loc["h8", "diff_mean"] == pytest.approx(0.03) and m.loc["h8", "seeds"] == 3
+    assert m.loc["h4", "margin"] == 0.02 and m.loc["h8", "gain_share"] == pytest.approx(
+        1 + 0.03 / 0.2)
+    e = t[t["statistic"] == "horizon effect"].iloc[0]
+    assert e["horizon"] == "h8 - h4" and e["seeds"] == 3
+    assert e["diff_mean"] == pytest.approx(np.mean([d8[s] - d4[s] for s in d8]))
+    assert bool(e["depends_on_horizon"]) == bool(e["diff_lo"] > 0 or e["diff_hi"] < 0)
+    assert e["depends_on_horizon"]  # +0.05 on every shared seed, give or take 0.01
+    from logra.analysis.figures import study_horizons
+    study_horizons(t, [str(tmp_path / "h.png"), str(tmp_path / "h.pdf")])
+    assert (tmp_path / "h.png").stat().st_size > 0 and (tmp_path / "h.pdf").stat().st_size > 0

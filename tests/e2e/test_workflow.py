@@ -90,10 +90,13 @@ PLANNED = [
                  "lr_sweep_eval": 36 + 18 + 3, "scaling_eval_base": 9, "tuning_round": 2,
                  "scaling_sweep_table": 1, "scaling_check_table": 1, "scaling_table": 1,
                  "scaling_figure": 1}),
-    # opt-in: every arm's choice adopted (study.tuned), so no grid runs: the margin's runs and
-    # their bases, then the plan (the test runs are known once it is frozen)
-    ("study", {"base": 3, "train": 3, "lr_sweep_eval": 3, "tuning_round": 0, "study_tuned": 0,
-               "study_plan": 1, "study_table": 1, "stamp": 5}),
+    # opt-in, three horizons: 200 updates' choices adopted (study.tuned), so its grids do not
+    # run, 80's and 1,100's 2 arms x 6 points x 3 seeds do; the margin's runs at 200 and their
+    # bases (80's and 1,100's follow their reference's choice), then each plan (the test runs
+    # are known once it is frozen), its tables, the horizons' table
+    ("study", {"base": 6, "train": 72 + 3, "lr_sweep_eval": 72 + 3, "tuning_round": 4,
+               "study_tuned": 4, "study_plan": 3, "study_table": 3, "study_horizons": 1,
+               "stamp": 16}),
 ]
 
 
@@ -336,95 +339,121 @@ def test_scaling_runs_every_size_from_its_own_bases(smoke_run, tmp_path):
 STUDY_OVERLAY = """
 lr_sweep: {seeds: [0, 1]}
 methods:
-  dense_adam_study: {rule: dense_adam, options: {lr: 1.0e-4}, grpo: {steps: 4, snapshot_every: 2}}
-  logra_study: {rule: logra, options: {rank: 2, update_ratio: 3.0e-3, probe_responses: 4},
-                grpo: {steps: 4, snapshot_every: 2}}
+  dense_adam_study: {rule: dense_adam, options: {lr: 1.0e-4}}
+  logra_study: {rule: logra, options: {rank: 2, update_ratio: 3.0e-3, probe_responses: 4}}
 study: {task: arithmetic, arms: {dense_adam_study: 1.0e-4, logra_study: 2.0e-4},
-        reference: dense_adam_study, snapshot: 2, seeds: {min: 2, max: 2, half_width: 0.02}}
+        reference: dense_adam_study, schedule: {warmup: 0.25, decay: 1.5, final: 0.1},
+        horizons: {h2: {seeds: {min: 2, max: 2, half_width: 0.02}},
+                   h4: {snapshot: 2, seeds: {min: 2, max: 2, half_width: 0.02}}}}
 """
 
 
-@pytest.mark.slow(reason="the study target at its smallest design: ~40 jobs")
+@pytest.mark.slow(reason="the study target at its smallest design, two horizons: ~80 jobs")
 def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path):
-    """`snakemake study` at smoke scale, beside a copy of the smoke run: each arm's grid on the
-    validation seeds under the bracket rule, the plan frozen (choices, test seeds from the
+    """`snakemake study` at smoke scale, beside a copy of the smoke run, at two horizons: at
+    each, each arm's grid on the validation seeds under the bracket rule, the margin from the
+    reference's chosen point on the margin seed, the plan frozen (choices, test seeds from the
     validation spread, none of them a validation or margin seed) before any test evaluation,
-    then every arm's chosen point on the test seeds scored at the snapshot and the last update,
-    the verdicts at both, and the report's Study section; an adopted choice freezes the same
-    plan, and a change of the plan is then refused (logra/harness/freeze.py)."""
+    then every arm's chosen point on the test seeds scored at the last update (and the
+    snapshot), the verdicts; the horizons' table and the report's Study sections; an adopted
+    choice freezes the same plan, and a change of the plan is then refused
+    (logra/harness/freeze.py)."""
     shutil.copytree(smoke_run / "results", tmp_path / "results")
     overlay = tmp_path / "study.yaml"
     overlay.write_text(STUDY_OVERLAY)
     for target in ("study", "all"):  # then the next run's report shows it
         out = subprocess.run(SNAKEMAKE + [str(overlay), "--cores", "2", "--directory",
                                           str(tmp_path), target],
-                             capture_output=True, text=True, timeout=1200)
+                             capture_output=True, text=True, timeout=1500)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    plan = json.loads((tmp_path / "results/study/analysis_plan.json").read_text())
+    study = tmp_path / "results/study"
+    plans = {h: json.loads((study / h / "analysis_plan.json").read_text()) for h in ("h2", "h4")}
     records = {}
-    for arm, choice in plan["arms"].items():
-        records |= yaml.safe_load((tmp_path / f"results/study/tuned/{arm}.yaml").read_text())
-        best = max(records[arm]["scores"], key=lambda p: p[1])  # the grid's best point
-        assert choice["value"] == records[arm]["value"] == best[0] and not choice["adopted"]
-        assert choice["method"].startswith(f"{arm}_lr")
-    rule = plan["seeds_rule"]
-    assert rule["n"] == 2 and plan["seeds"] == [3, 4]  # seeds 0-1 chose, 2 set the margin
-    evals = list((tmp_path / "results/study/eval").rglob("*.json"))
-    assert len(evals) == 2 * 2 * rule["n"]  # arms x updates x seeds
-    assert (tmp_path / "results/study/analysis_plan.json").stat().st_mtime < min(
+    for h, plan in plans.items():
+        assert plan["horizon"] == h and plan["steps"] == dict.fromkeys(plan["arms"], int(h[1:]))
+        for arm, choice in plan["arms"].items():
+            name = f"{arm}_{h}"
+            records |= yaml.safe_load((study / f"tuned/{name}.yaml").read_text())
+            best = max(records[name]["scores"], key=lambda p: p[1])  # the grid's best point
+            assert choice["value"] == records[name]["value"] == best[0]
+            assert choice["method"].startswith(f"{name}_lr") and not choice["adopted"]
+        # the horizon's own margin: its reference's chosen point on the margin seed
+        margin = plan["margins"]["arithmetic"]
+        assert margin["val_seeds"] == 1 and margin["lr"] == plan["arms"]["dense_adam_study"][
+            "value"]
+        assert plan["seeds_rule"]["n"] == 2 and plan["seeds"] == [3, 4]  # 0-1 chose, 2: margin
+    summary = json.loads((tmp_path / "results/runs/arithmetic" / plans["h4"]["arms"][
+        "dense_adam_study"]["method"] / "seed3/summary.json").read_text())
+    assert summary["config"]["grpo"]["warmup_steps"] == 1  # round(0.25 x 4)
+    assert summary["config"]["grpo"]["decay_steps"] == 6
+    evals = list((study / "h4/eval").rglob("*.json"))
+    assert len(evals) == 2 * 2 * 2  # arms x updates x seeds
+    assert len(list((study / "h2/eval").rglob("*.json"))) == 2 * 1 * 2
+    assert (study / "h4/analysis_plan.json").stat().st_mtime < min(
         p.stat().st_mtime for p in evals)
-    v = pd.read_csv(tmp_path / "results/study/verdicts.csv")
+    v = pd.read_csv(study / "h4/verdicts.csv")
     assert sorted(v["step"]) == [2, 4] and set(v["method"]) == {"logra_study"}
-    assert set(v["call"]) <= set(CALLS) and (v["seeds"] == rule["n"]).all()
-    summary = pd.read_csv(tmp_path / "results/study/summary.csv")
+    assert set(v["call"]) <= set(CALLS) and (v["seeds"] == 2).all()
+    assert sorted(pd.read_csv(study / "h2/verdicts.csv")["step"]) == [2]
+    summary = pd.read_csv(study / "h4/summary.csv")
     assert (summary["steps"] == 4).all() and summary["step2_accuracy"].notna().all()
     assert summary["peak_mem_bytes"].gt(0).all()  # the test runs measure their peaks
     # the update's spectrum: every target matrix of every test run, at LoGRA's rank
-    spectrum = pd.read_csv(tmp_path / "results/study/spectrum.csv")
+    spectrum = pd.read_csv(study / "h4/spectrum.csv")
     assert set(zip(spectrum["method"], spectrum["seed"])) == set(zip(summary["method"],
                                                                      summary["seed"]))
     assert (spectrum["rank"] == 2).all() and spectrum["stable_rank"].ge(1).all()
     assert summary["update_stable_rank"].notna().all()
+    # the horizons against each other: LoGRA - dense at each, and the horizon effect
+    across = pd.read_csv(study / "horizons.csv")
+    assert list(across["horizon"]) == ["h2", "h4", "h4 - h2"]
+    assert (across["seeds"] == 2).all() and set(across["method"]) == {"logra_study"}
+    assert (tmp_path / "figures/study_horizons.png").stat().st_size > 0
     report = (tmp_path / "results/REPORT.md").read_text()
-    for section in ("## Study: the arms at the authors' horizon", "## Study: verdicts at update 4",
-                    "## Study: verdicts at update 2", "## Study: accuracy and memory",
-                    "## Study: the update's spectrum", "## Study: secondary endpoints"):
+    for section in ("## Study, 4 updates: the arms", "## Study, 4 updates: verdicts at update 4",
+                    "## Study, 4 updates: verdicts at update 2",
+                    "## Study, 4 updates: accuracy and memory",
+                    "## Study, 4 updates: the update's spectrum",
+                    "## Study, 4 updates: secondary endpoints", "## Study, 2 updates: the arms",
+                    "## Study: the horizons"):
         assert section in report
-    # every arm's choice adopted (`python -m logra.harness.adopt`, into an overlay here) and
-    # LoGRA's grid's files gone: the plan is frozen again from the config alone, no grid job
-    # runs, and it is the plan the grid froze
+    # every arm's choice adopted (`python -m logra.harness.adopt`, into an overlay here; a
+    # smoke grid of 2 points may end on its edge) and
+    # LoGRA's grid's files at h4 gone: its plan is frozen again from the config alone, no grid
+    # job runs, and it is the plan the grid froze
     adopt = tmp_path / "adopt.yaml"
     out = subprocess.run([sys.executable, "-m", "logra.harness.adopt", "--results",
                           str(tmp_path / "results"), "--to", str(adopt), "--only", "study",
-                          "--configfile",
+                          "--unbracketed", "--configfile",
                           str(ROOT / "tests/data/smoke.yaml"), str(overlay)],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "study.tuned.logra_study: (new) " in out.stdout
+    assert "study.tuned.logra_study_h4: (new) " in out.stdout
     assert yaml.safe_load(adopt.read_text())["study"]["tuned"] == records
-    for gone in [*(tmp_path / "results/runs/arithmetic").glob("logra_study_lr*"),
-                 tmp_path / "results/tuning/study/arithmetic/logra_study"]:
+    for gone in [*(tmp_path / "results/runs/arithmetic").glob("logra_study_h4_lr*"),
+                 tmp_path / "results/tuning/study/arithmetic/logra_study_h4"]:
         shutil.rmtree(gone)
-    (tmp_path / "results/study/tuned/logra_study.yaml").unlink()
+    (study / "tuned/logra_study_h4.yaml").unlink()
     out = subprocess.run(SNAKEMAKE + [str(overlay), str(adopt), "--cores", "2", "--directory",
-                                      str(tmp_path), "results/study/analysis_plan.json"],
+                                      str(tmp_path), "results/study/h4/analysis_plan.json"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     console = out.stdout + out.stderr
     assert re.search(r"^study_plan\s+1$", console, re.M) and not re.search(
         r"^(train|tuning_round|study_tuned)\s", console[console.index("Job stats"):], re.M)
-    again = json.loads((tmp_path / "results/study/analysis_plan.json").read_text())
+    again = json.loads((study / "h4/analysis_plan.json").read_text())
+    plan = plans["h4"]
     for arm in plan["arms"]:
         assert again["arms"][arm].pop("adopted") and not plan["arms"][arm].pop("adopted")
     assert again == plan
     # its test evaluations exist: a change of the plan's half-width is refused before any job
     wider = tmp_path / "wider.yaml"
-    wider.write_text("study: {seeds: {half_width: 0.03}}\n")
+    wider.write_text("study: {horizons: {h4: {seeds: {half_width: 0.03}}}}\n")
     out = subprocess.run(SNAKEMAKE + [str(overlay), str(adopt), str(wider), "-n", "--directory",
                                       str(tmp_path), "study"], capture_output=True, text=True,
                          timeout=300)
     console = out.stdout + out.stderr
-    assert out.returncode != 0 and "results/study/analysis_plan.json is frozen" in console
+    assert out.returncode != 0 and "results/study/h4/analysis_plan.json is frozen" in console
     assert "study.seeds.half_width: 0.02 -> 0.03" in console, console[-3000:]
 
 

@@ -50,22 +50,22 @@ def test_each_kind_of_record_is_adopted_and_the_config_resolves_with_it(tmp_path
     printed, and the config read with it takes every value; adopting the same records again
     changes nothing."""
     galore = sweep_record([[1.25e-4, 0.31], [2.5e-4, 0.35], [5e-4, 0.33]], 2.5e-4, True)
-    arm = study_record("dense_adam_study", 5e-5)
+    arm = study_record("dense_adam_study_h80", 5e-5)
     scaling = {"dense_adam": sweep_record([[1e-4, 0.3], [2e-4, 0.4], [4e-4, 0.3]], 2e-4, True),
                "logra": sweep_record([[5e-5, 0.3], [2e-4, 0.3], [8e-4, 0.4], [3.2e-3, 0.3]], 8e-4,
                                      True, "kl_budget")}
-    write_results(tmp_path / "results", {"galore": galore}, {"dense_adam_study": arm}, scaling)
+    write_results(tmp_path / "results", {"galore": galore}, {"dense_adam_study_h80": arm}, scaling)
     to = tmp_path / "adopted.yaml"
     assert main(["--results", str(tmp_path / "results"), "--to", str(to)]) == 0
     out = capsys.readouterr().out
     assert "tuned.countdown.galore: (new) lr 0.00025\n" in out
-    assert "study.tuned.dense_adam_study: (new) lr 5e-05\n" in out
+    assert "study.tuned.dense_adam_study_h80: (new) lr 5e-05\n" in out
     assert "scaling.tuned.logra: (new) kl_budget 0.0008\n" in out
     config = resolve([to], fit_rules=False)
     assert config["methods"]["galore"]["options"]["lr"]["countdown"] == 2.5e-4
-    assert config["study"]["tuned"]["dense_adam_study"] == arm
+    assert config["study"]["tuned"]["dense_adam_study_h80"] == arm
     plan = build_plan(config, fit_rules=False)  # the adopted arm's grid does not run
-    assert not [r for r in plan.runs["study_sweep"] if "/dense_adam_study_lr" in r]
+    assert not [r for r in plan.runs["study_sweep"] if "/dense_adam_study_h80_lr" in r]
     s0, s1 = list(plan.config["scaling"]["sizes"])[:2]  # the scaling grid at the adopted values
     assert plan.config["methods"][plan.scaling.grid["dense_adam", s0]]["options"]["lr"] == 2e-4
     assert plan.config["methods"][plan.scaling.grid["logra", s1]]["options"][
@@ -73,7 +73,7 @@ def test_each_kind_of_record_is_adopted_and_the_config_resolves_with_it(tmp_path
     text = to.read_text()
     assert adopt(tmp_path / "results", to) == [
         "tuned.countdown.galore: lr 0.00025 (unchanged)",
-        "study.tuned.dense_adam_study: lr 5e-05 (unchanged)",
+        "study.tuned.dense_adam_study_h80: lr 5e-05 (unchanged)",
         "scaling.tuned.dense_adam: lr 0.0002 (unchanged)",
         "scaling.tuned.logra: kl_budget 0.0008 (unchanged)"]
     assert to.read_text() == text

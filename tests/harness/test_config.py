@@ -28,6 +28,12 @@ def _write(tmp_path, config):
     return path
 
 
+def _study(horizons: dict) -> dict:
+    return {"task": "arithmetic", "arms": {"dense_adam": 1e-4, "logra": 2e-4},
+            "reference": "dense_adam", "schedule": {"warmup": 0.05, "decay": 1.5, "final": 0.1},
+            "horizons": horizons}
+
+
 def test_default_and_smoke_configs_are_valid():
     config = validate_file(ROOT / "config/config.yaml")
     assert config["grpo"]["aggregation"] == "dapo" and len(config["seeds"]) >= 3
@@ -64,10 +70,12 @@ def test_default_and_smoke_configs_are_valid():
     (lambda c: c["lr_sweep"].update(points=2200), r"lr_sweep.points: 2200 is greater than the "
                                                   r"maximum of 64"),
     # what sizes work at parse time or in every evaluation is bounded
-    (lambda c: c.update(study={"task": "arithmetic", "arms": {"dense_adam": 1e-4, "logra": 2e-4},
-                               "reference": "dense_adam", "snapshot": 1,
-                               "seeds": {"min": 2, "max": 3_000_000_000, "half_width": 0.02}}),
-     r"study.seeds.max: 3000000000 is greater than the maximum of 1000"),
+    (lambda c: c.update(study=_study({"h4": {"seeds": {"min": 2, "max": 3_000_000_000,
+                                                       "half_width": 0.02}}})),
+     r"study.horizons.h4.seeds.max: 3000000000 is greater than the maximum of 1000"),
+    (lambda c: c.update(study=_study({"h04": {"seeds": {"min": 2, "max": 3,
+                                                        "half_width": 0.02}}})),
+     r"study.horizons: 'h04' does not match"),
     (lambda c: c["eval"].update(protocols={"sampled": {"samples": 100_000, "temperature": 1}}),
      r"eval.protocols.sampled.samples: 100000 is greater than the maximum of 256"),
     (lambda c: c["eval"].update(protocols={"sampled": {"samples": 4, "temperature": 1e6}}),
@@ -739,11 +747,14 @@ def test_scaling_config_errors_name_the_key(tmp_path, edit, message):
     (lambda c: c["study"].update(reference="logra"),
      r"study.reference: 'logra' is not one of study.arms \(dense_adam_study, "),
     (lambda c: c["study"]["arms"].update(bogus=1e-4), r"study.arms.bogus: not defined under methods"),
-    (lambda c: c["study"]["seeds"].update(min=40), r"study.seeds: min 40 > max 32"),
-    (lambda c: c["methods"]["logra_study"]["grpo"].update(steps=100),
-     r"study.arms: their grpo.steps differ"),
-    (lambda c: c["methods"]["logra_study"]["grpo"].update(snapshot_every=60),
-     r"methods.logra_study.grpo: snapshot_every 60 and steps 200, but study.snapshot \(80\)"),
+    (lambda c: c["study"]["horizons"]["h200"]["seeds"].update(min=40),
+     r"study.horizons.h200.seeds: min 40 > max 32"),
+    (lambda c: c["study"]["horizons"]["h80"].update(arms=["logra_study", "bogus"]),
+     r"study.horizons.h80.arms: bogus not among study.arms"),
+    (lambda c: c["study"]["horizons"]["h80"].update(arms=["logra_study", "dense_adam_targets_study"]),
+     r"study.horizons.h80.arms: leaves out the reference 'dense_adam_study'"),
+    (lambda c: c["study"]["horizons"]["h200"].update(snapshot=200),
+     r"study.horizons.h200.snapshot: 200, not before the horizon's last update \(200\)"),
 ])
 def test_study_config_errors_name_the_key(tmp_path, edit, message):
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
@@ -753,8 +764,8 @@ def test_study_config_errors_name_the_key(tmp_path, edit, message):
 
 
 def _adopted(config: dict, arm: str, point: float, **change) -> dict:
-    """study.tuned.<arm>: a record of `point` as results/study/tuned/<arm>.yaml writes it (the
-    point's method config as the plan derives it), with `change` over it."""
+    """study.tuned.<arm>_<horizon>: a record of `point` as results/study/tuned/<arm>.yaml
+    writes it (the point's method config as the plan derives it), with `change` over it."""
     plan = build_plan(validate_file(ROOT / "config/config.yaml"))
     name = next(n for n, (a, v) in plan.grids["study"][arm].points().items() if v == point)
     seeds = config["lr_sweep"]["seeds"]
@@ -764,38 +775,42 @@ def _adopted(config: dict, arm: str, point: float, **change) -> dict:
             "config": plan.config["methods"][name]} | change
 
 
+ARM = "dense_adam_study_h80"
+
+
 @pytest.mark.parametrize("arm, change, message", [
-    ("bogus", {}, r"study.tuned.bogus: not one of study.arms"),
-    ("dense_adam_study", {"metric": "greedy"},
-     r"study.tuned.dense_adam_study.metric: chosen by 'greedy', but eval.primary is 'sampled'"),
-    ("dense_adam_study", {"by_seed": {0: 0.3, 1: 0.3, 2: 0.3}},
-     r"study.tuned.dense_adam_study.by_seed: chosen on seeds \[0, 1, 2\], not lr_sweep.seeds"),
-    ("dense_adam_study", {"value": 3e-5, "scores": [[1.5e-5, 0.2], [3e-5, 0.3], [6e-5, 0.2]]},
-     r"study.tuned.dense_adam_study.value: 3e-05 is not a point of its grid \(3.125e-06, "),
+    ("dense_adam_study", {}, r"study.tuned.dense_adam_study: not an arm at a horizon "
+                             r"\(<arm>_<horizon>: dense_adam_study_h1100, "),
+    (ARM, {"metric": "greedy"},
+     rf"study.tuned.{ARM}.metric: chosen by 'greedy', but eval.primary is 'sampled'"),
+    (ARM, {"by_seed": {0: 0.3, 1: 0.3, 2: 0.3}},
+     rf"study.tuned.{ARM}.by_seed: chosen on seeds \[0, 1, 2\], not lr_sweep.seeds"),
+    (ARM, {"value": 3e-5, "scores": [[1.5e-5, 0.2], [3e-5, 0.3], [6e-5, 0.2]]},
+     rf"study.tuned.{ARM}.value: 3e-05 is not a point of its grid \(3.125e-06, "),
     # the record is its grid's rule's choice among its own scores, its types as written
-    ("dense_adam_study", {"value": 2e-4},
-     r"study.tuned.dense_adam_study.value: 0.0002 is not the rule's choice among its scores: "
+    (ARM, {"value": 2e-4},
+     rf"study.tuned.{ARM}.value: 0.0002 is not the rule's choice among its scores: "
      r"0.0001 scores 0.3"),
-    ("dense_adam_study", {"bracketed": False},
-     r"study.tuned.dense_adam_study.bracketed: False, but its value 0.0001 is inside"),
-    ("dense_adam_study", {"scores": [["5e-5", "0.25"], [1e-4, 0.3]]},
-     r"study.tuned.dense_adam_study.scores: .* is not a list of \[value, accuracy or null\]"),
-    ("dense_adam_study", {"by_seed": {"10": 0.3, "11": 0.3, "12": 0.3}},
-     r"study.tuned.dense_adam_study.by_seed: .* is not a map of seed \(an integer, unquoted\)"),
-    ("dense_adam_study", {"val_accuracy": 0.5},
-     r"study.tuned.dense_adam_study.val_accuracy: 0.5 is not the mean of its by_seed"),
-    ("dense_adam_study", "grpo",
-     r"study.tuned.dense_adam_study: chosen under another config of dense_adam_study_lr0p0001 "
+    (ARM, {"bracketed": False},
+     rf"study.tuned.{ARM}.bracketed: False, but its value 0.0001 is inside"),
+    (ARM, {"scores": [["5e-5", "0.25"], [1e-4, 0.3]]},
+     rf"study.tuned.{ARM}.scores: .* is not a list of \[value, accuracy or null\]"),
+    (ARM, {"by_seed": {"10": 0.3, "11": 0.3, "12": 0.3}},
+     rf"study.tuned.{ARM}.by_seed: .* is not a map of seed \(an integer, unquoted\)"),
+    (ARM, {"val_accuracy": 0.5},
+     rf"study.tuned.{ARM}.val_accuracy: 0.5 is not the mean of its by_seed"),
+    (ARM, "schedule",
+     rf"study.tuned.{ARM}: chosen under another config of {ARM}_lr0p0001 "
      r"\(it differs in grpo\): remove the entry"),
 ])
 def test_an_adopted_study_choice_must_still_match_its_grid(tmp_path, arm, change, message):
-    """An arm's adopted choice (study.tuned) is an arm's, made by the primary metric on the
-    lr sweep's seeds, a point of its grid, under the method config that point has now: else
-    the config stops, naming the key."""
+    """An arm's adopted choice at a horizon (study.tuned) is an arm's there, made by the primary
+    metric on the lr sweep's seeds, a point of its grid, under the method config that point
+    has now (a changed schedule rule changes it): else the config stops, naming the key."""
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    record = _adopted(config, "dense_adam_study", 1e-4, **({} if change == "grpo" else change))
-    if change == "grpo":  # the arm's schedule changed after the choice
-        config["methods"]["dense_adam_study"]["grpo"]["warmup_steps"] = 20
+    record = _adopted(config, ARM, 1e-4, **({} if change == "schedule" else change))
+    if change == "schedule":  # the horizons' schedule rule changed after the choice
+        config["study"]["schedule"]["warmup"] = 0.1
     config["study"]["tuned"] = {arm: record}
     with pytest.raises(ConfigError, match=message):
         build_plan(validate_file(_write(tmp_path, config)))
@@ -803,35 +818,64 @@ def test_an_adopted_study_choice_must_still_match_its_grid(tmp_path, arm, change
 
 def test_an_adopted_arm_does_not_run_its_grid_again(tmp_path):
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    config["study"]["tuned"] = {"logra_study": _adopted(config, "logra_study", 8e-4,
-                                                         option="kl_budget")}
+    config["study"]["tuned"] = {"logra_study_h80": _adopted(config, "logra_study_h80", 8e-4,
+                                                             option="kl_budget")}
     plan = build_plan(validate_file(_write(tmp_path, config)))
     assert plan.runs["study_sweep"] and not [r for r in plan.runs["study_sweep"]
-                                             if "/logra_study_" in r]
-    assert plan.grids["study"]["logra_study"].points()  # its points still name its choice
+                                             if "/logra_study_h80_" in r]
+    assert [r for r in plan.runs["study_sweep"] if "/logra_study_h1100_" in r]
+    assert plan.grids["study"]["logra_study_h80"].points()  # its points still name its choice
+
+
+@pytest.mark.parametrize("steps, warmup, decay", [(80, 4, 120), (200, 9, 300), (1100, 50, 1650)])
+def test_each_horizon_scales_the_authors_schedule(steps, warmup, decay):
+    """study.schedule's rule at a horizon of `steps` updates: dense AdamW warms up over 4.5%
+    and decays to a tenth over 1.5x the horizon, LoGRA's KL budget spans 1.5x it (its own
+    schedule, no lr schedule), both run `steps` updates: the default's 4/120 at 80, the
+    authors' 9/300 at 200, the stability runs' 1,650 at 1,100."""
+    from logra.harness.derived import horizon_method
+    config = resolve([])
+    rule = config["study"]["schedule"]
+    dense = horizon_method(config["methods"]["dense_adam_study"], steps, rule, None)
+    assert dense["grpo"] == {"steps": steps, "warmup_steps": warmup, "decay_steps": decay,
+                             "decay_final": 0.1}
+    logra = horizon_method(config["methods"]["logra_study"], steps, rule, 40)
+    assert logra["grpo"] == {"steps": steps, "snapshot_every": 40}
+    assert logra["options"]["schedule_steps"] == decay
+    assert logra["options"] == config["methods"]["logra_study"]["options"] | {
+        "schedule_steps": decay}
+    plan = build_plan(config, fit_rules=False)
+    if f"h{steps}" in config["study"]["horizons"]:
+        assert plan.config["methods"][f"dense_adam_study_h{steps}"]["grpo"]["decay_steps"] == decay
 
 
 def test_the_study_grids_are_the_lr_sweeps_rule_about_each_arms_anchor():
-    """Each arm's grid has the lr sweep's points and spacing about its anchor (LoGRA's budget
-    by the square), each point the arm at that value of its knob (LoGRA's update_ratio
-    following), measuring its memory (the test runs report peaks); the test seeds skip every
-    seed that chose a value or set a margin."""
+    """Each arm's grid at each horizon has the lr sweep's points and spacing about its anchor
+    (LoGRA's budget by the square), each point the arm on the horizon's schedule at that value
+    of its knob (LoGRA's update_ratio following), measuring its memory (the test runs report
+    peaks); the test seeds skip every seed that chose a value or set a margin."""
     from logra.harness.plan import grid_values, study_seeds
     plan = build_plan(validate_file(ROOT / "config/config.yaml"))
     config, spec = plan.config, plan.config["lr_sweep"]
-    for arm, anchor in config["study"]["arms"].items():
-        grid = plan.grids["study"][arm]
-        power = 2 if arm.startswith("logra") else 1
-        assert grid.values == grid_values(anchor, spec["points"], spec["factor"], power,
-                                          spec["extend"])
-        for name, (_, value) in grid.points().items():
-            m = config["methods"][name]
-            assert plan.derived[name] == f"study.arms.{arm}"
-            assert m["grpo"] == config["methods"][arm]["grpo"]
-            assert m["options"][plan.sweep_knobs[arm]] == value
-    point = config["methods"]["logra_study_lr0p0032"]["options"]
+    horizons = plan.study_horizons
+    assert list(horizons["h200"]) == list(config["study"]["arms"])
+    for h, arms in horizons.items():
+        for arm, method in arms.items():
+            anchor = config["study"]["arms"][arm]
+            grid = plan.grids["study"][method]
+            power = 2 if arm.startswith("logra") else 1
+            assert grid.values == grid_values(anchor, spec["points"], spec["factor"], power,
+                                              spec["extend"])
+            for name, (_, value) in grid.points().items():
+                m = config["methods"][name]
+                assert name.startswith(f"{arm}_{h}_lr")
+                assert plan.derived[name] == plan.derived[method] == f"study.horizons.{h}"
+                assert m["grpo"] == config["methods"][method]["grpo"]
+                assert m["grpo"]["steps"] == int(h[1:])
+                assert m["options"][plan.sweep_knobs[method]] == value
+    point = config["methods"]["logra_study_h200_lr0p0032"]["options"]
     assert point["update_ratio"] == pytest.approx(3e-3 * (0.0032 / 2e-4) ** 0.5)
-    swept = len(config["study"]["arms"]) - len(config["study"]["tuned"])  # the rest adopted
+    swept = sum(len(a) for a in horizons.values()) - len(config["study"]["tuned"])
     assert len(plan.runs["study_sweep"]) == swept * spec["points"] * len(spec["seeds"])
     taken = set(spec["seeds"]) | set(plan.margin_seeds)
     seeds = study_seeds(config, 24)

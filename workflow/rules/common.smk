@@ -5,9 +5,11 @@ import json
 import sys
 from pathlib import Path
 
+import yaml
 from snakemake.exceptions import IncompleteCheckpointException
 
 from logra.harness import freeze
+from logra.harness.runs import horizon_steps
 
 
 def base_input(wildcards):
@@ -91,8 +93,9 @@ def tuning_inputs(table, tasks):
 
 
 def study_arm_inputs(arm):
-    """The input of an arm's choice (`study_tuned`): its grid's rounds, and the runs
-    (`runs`, their summaries) and evaluations (`evals`) of its last window."""
+    """The input of an arm's choice at a horizon (`study_tuned`, `arm` its method there): its
+    grid's rounds, and the runs (`runs`, their summaries) and evaluations (`evals`) of its last
+    window."""
     rounds, window = tuned_rounds("study", config["study"]["task"], arm)
     runs = window_runs("study", config["study"]["task"], arm, window)
     return {"rounds": rounds, "runs": [f"results/runs/{run}/summary.json" for run in runs],
@@ -105,26 +108,74 @@ STUDY_LOGRA = next((arm for arm in (config.get("study") or {}).get("arms", [])
                     if config["methods"][arm]["rule"] == "logra"), None)
 
 
-# the study's test runs (workflow/rules/study.smk): known once its plan is frozen (the
+def study_plan_spec(h):
+    """What horizon `h`'s plan is written from (workflow/rules/study.smk): its grids' points
+    (`sweep`), its design (`study`: its arms {arm: its method there}, the adopted choices
+    among them in `tuned`), the candidate test seeds (`pool`), the margin's seeds and what
+    `logra.analysis.verdict.analysis_plan` reads (`spec`)."""
+    st, arms = config["study"], PLAN.study_horizons[h]
+    design = st["horizons"][h]
+    points = {name: point for grid in PLAN.grids["study"].values() if grid.method in
+              arms.values() for name, point in grid.points().items()}
+    return {"sweep": points,
+            "study": {"task": st["task"], "horizon": h, "arms": arms,
+                      "reference": st["reference"], "schedule": st["schedule"],
+                      "snapshot": design.get("snapshot"), "seeds": design["seeds"],
+                      "tuned": {n: st["tuned"][n] for n in arms.values()
+                                if n in st.get("tuned", {})}},
+            "pool": PLAN.study_seeds(design["seeds"]["max"]), "margin_seeds": PLAN.margin_seeds,
+            "spec": {"eval": config["eval"], "verdict": config["verdict"],
+                     "n_test": config["data"].get("n_test"),
+                     "steps": {arm: PLAN.grpo(name)["steps"] for arm, name in arms.items()},
+                     "configs": {name: config["methods"][name] for name in points}}}
+
+
+def study_plan_inputs(st):
+    """The input of a horizon's plan (`st`: its design, `study_plan_spec`'s `study`): the
+    choices its arms' grids wrote (`tuned`; an adopted arm's is in the config), and the
+    validation runs of the reference's chosen point on the margin seeds (`margin_refs`) with
+    those seeds' SFT bases (`margin_bases`): the horizon's margin, from its own reference."""
+    ref = st["arms"][st["reference"]]
+    tuned = [f"results/study/tuned/{n}.yaml" for n in st["arms"].values() if n not in st["tuned"]]
+    record = st["tuned"].get(ref)
+    if record is None:
+        try:
+            path = checkpoints.study_tuned.get(arm=ref).output[0]
+        except IncompleteCheckpointException as pending:  # every grid asked for at once
+            return {"tuned": tuned, "margin_refs": [pending.targetfile], "margin_bases": []}
+        record = yaml.safe_load(Path(path).read_text())[ref]
+    point = next(n for n, (_, v) in PLAN.grids["study"][ref].points().items()
+                 if v == record["value"])
+    return {"tuned": tuned,
+            "margin_refs": [f"results/lr_sweep/{st['task']}/{point}/seed{s}.json"
+                            for s in PLAN.margin_seeds],
+            "margin_bases": [f"results/lr_sweep/{st['task']}/base_seed{s}.json"
+                             for s in PLAN.margin_seeds]}
+
+
+# a horizon's test runs (workflow/rules/study.smk): known once its plan is frozen (the
 # checkpoint `study_plan`: each arm's choice and the test seeds)
-def study_runs():
-    """{(arm, seed): "task/method/seedN"}: each arm's chosen point at every test seed."""
-    plan = json.loads(Path(checkpoints.study_plan.get().output.plan).read_text())
+def study_runs(h):
+    """{(arm, seed): "task/method/seedN"}: each arm's chosen point at horizon `h` at every test
+    seed."""
+    plan = json.loads(Path(checkpoints.study_plan.get(horizon=h).output.plan).read_text())
     return {(arm, seed): f"{plan['task']}/{c['method']}/seed{seed}"
             for arm, c in plan["arms"].items() for seed in plan["seeds"]}
 
 
 def study_inputs(w):
-    """The study table's input: every test run's summary, its evaluations at the snapshot and
-    the last update, its update's spectrum (where the study has a LoGRA arm), the test seeds'
-    SFT base evaluations, the plan."""
-    runs, st = study_runs(), config["study"]
-    steps = [st["snapshot"], PLAN.grpo(st["reference"])["steps"]]
-    return {"plan": "results/study/analysis_plan.json",
+    """A horizon's table's input: every test run's summary, its evaluations at the last update
+    (and the horizon's snapshot), its update's spectrum (where the horizon has the LoGRA arm),
+    the test seeds' SFT base evaluations, the plan."""
+    h, st = w.horizon, config["study"]
+    runs = study_runs(h)
+    snapshot = st["horizons"][h].get("snapshot")
+    steps = ([snapshot] if snapshot else []) + [horizon_steps(h)]
+    return {"plan": f"results/study/{h}/analysis_plan.json",
             "runs": [f"results/runs/{run}/summary.json" for run in runs.values()],
-            "spectra": [f"results/study/spectrum/{run}.csv" for run in runs.values()
-                        if STUDY_LOGRA],
-            "evals": [f"results/study/eval/{run}/step{step}.json" for run in runs.values()
+            "spectra": [f"results/study/{h}/spectrum/{run}.csv" for run in runs.values()
+                        if STUDY_LOGRA in PLAN.study_horizons[h]],
+            "evals": [f"results/study/{h}/eval/{run}/step{step}.json" for run in runs.values()
                       for step in steps],
             "bases": sorted({f"results/eval/{st['task']}/base_seed{seed}.json"
                              for _, seed in runs})}

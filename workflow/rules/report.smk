@@ -34,6 +34,7 @@ rule report:
                           for s in PLAN.stamps(target) if os.path.exists(s)},
         criterion=config.get("stability", {}).get("criterion"),
         reference=PLAN.reference,
+        horizons=list(PLAN.study_horizons),
     conda:
         "../../environment.yml"
     benchmark:

@@ -1,16 +1,19 @@
-# `snakemake study` (config `study`, logra/analysis/study.py): each arm's grid run on the
-# validation split under the bracket rule (workflow/rules/sweep.smk, table `study`) and its
-# choice written (an arm `study.tuned` adopted skips its grid), then the plan frozen (the
-# choices, the test seeds from the validation spread, the analysis), then the chosen points'
-# test runs, scored at the snapshot and the last update, compared by seed
+# `snakemake study` (config `study`, logra/analysis/study.py), at each horizon on its own
+# (results/study/<horizon>/): each arm's grid run on the validation split under the bracket rule
+# (workflow/rules/sweep.smk, table `study`) and its choice written (an arm `study.tuned` adopted
+# skips its grid), the reference's chosen point run on the margin seeds, then the plan frozen
+# (the choices, the margin, the test seeds from the validation spread, the analysis), then the
+# chosen points' test runs, scored at the last update (and the horizon's snapshot), compared by
+# seed; then the horizons against each other (results/study/horizons.csv)
 STUDY = config.get("study") or {}
 STUDY_POINTS = {name: point for grid in PLAN.grids["study"].values()
                 for name, point in grid.points().items()}
 
 
-# an arm's choice on the validation split from its grid's last window, the record
-# `study.tuned.<arm>` adopts (`python -m logra.harness.adopt`: the grid then does not run again)
-rule study_tuned:
+# an arm's choice at a horizon on the validation split from its grid's last window, the record
+# `study.tuned.<arm>_<horizon>` adopts (`python -m logra.harness.adopt`: the grid then does not
+# run again); a checkpoint: the margin's runs are the reference's chosen point
+checkpoint study_tuned:
     input:
         unpack(lambda w: study_arm_inputs(w.arm)),
     output:
@@ -30,50 +33,43 @@ rule study_tuned:
         "../scripts/study_tuned.py"
 
 
-# what the study's plan is written from; once a test evaluation exists, a config that would
-# rewrite it is refused (logra/harness/freeze.py). An arm's choice adopted (study.tuned) as its
-# grid wrote it is no change.
-STUDY_PLAN = {
-    "sweep": STUDY_POINTS, "study": STUDY,
-    "pool": PLAN.study_seeds(STUDY["seeds"]["max"]) if STUDY else [],
-    "spec": {"eval": config["eval"], "verdict": config["verdict"],
-             "n_test": config["data"].get("n_test"),
-             "steps": {arm: PLAN.grpo(arm)["steps"] for arm in STUDY.get("arms", [])},
-             "configs": {name: config["methods"][name] for name in STUDY_POINTS}}}
-if STUDY:
-    freeze_guard("results/study/analysis_plan.json",
-                 STUDY_PLAN | {"study": {k: v for k, v in STUDY.items() if k != "tuned"}},
-                 ["results/study/eval"], lambda spec: [spec["study"]["task"]])
+# what each horizon's plan is written from; once a test evaluation of it exists, a config that
+# would rewrite it is refused (logra/harness/freeze.py). An arm's choice adopted
+# (study.tuned) as its grid wrote it is no change.
+STUDY_PLANS = {h: study_plan_spec(h) for h in PLAN.study_horizons}
+for h, spec in STUDY_PLANS.items():
+    freeze_guard(f"results/study/{h}/analysis_plan.json",
+                 spec | {"study": {k: v for k, v in spec["study"].items() if k != "tuned"}},
+                 [f"results/study/{h}/eval"], lambda spec: [spec["study"]["task"]])
 
 
 checkpoint study_plan:
     input:
-        tuned=[f"results/study/tuned/{arm}.yaml" for arm in STUDY.get("arms", [])
-               if arm not in STUDY.get("tuned", {})],
-        margin="results/margin.csv",
+        unpack(lambda w: study_plan_inputs(STUDY_PLANS[w.horizon]["study"])),
     output:
-        plan="results/study/analysis_plan.json",
+        plan="results/study/{horizon}/analysis_plan.json",
     params:
-        **STUDY_PLAN,
+        spec=lambda w: STUDY_PLANS[w.horizon],
+        margin=config["verdict"]["margin"],
     conda:
         "../../environment.yml"
     benchmark:
-        "results/benchmarks/study/study_plan.tsv",
+        "results/benchmarks/study/study_plan/{horizon}.tsv",
     log:
-        "results/logs/study/study_plan.log",
+        "results/logs/study/study_plan/{horizon}.log",
     script:
         "../scripts/study_plan.py"
 
 
 # a test run scored at update {step}: its snapshot there, or its saved model at the last update
-# (or where it stopped, if earlier); after the plan, as every test evaluation
+# (or where it stopped, if earlier); after its horizon's plan, as every test evaluation
 rule study_eval:
     input:
         run="results/runs/{task}/{method}/seed{seed}/summary.json",
         lmeval="results/data/{task}/lmeval",
-        plan="results/study/analysis_plan.json",
+        plan="results/study/{horizon}/analysis_plan.json",
     output:
-        "results/study/eval/{task}/{method}/seed{seed}/step{step}.json",
+        "results/study/{horizon}/eval/{task}/{method}/seed{seed}/step{step}.json",
     params:
         eval=config["eval"],
     threads: config["threads"]
@@ -82,22 +78,22 @@ rule study_eval:
     conda:
         "../../environment.yml"
     benchmark:
-        "results/benchmarks/study/study_eval/{task}/{method}/seed{seed}/step{step}.tsv",
+        "results/benchmarks/study/study_eval/{horizon}/{task}/{method}/seed{seed}/step{step}.tsv",
     log:
-        "results/logs/study/eval/{task}/{method}/seed{seed}/step{step}.log",
+        "results/logs/study/eval/{horizon}/{task}/{method}/seed{seed}/step{step}.log",
     script:
         "../scripts/study_eval.py"
 
 
 # the update's spectrum of a test run: each target matrix's final weights against its SFT
-# base's (logra/measure/spectrum.py), at the rank and target modules of the study's LoGRA arm
+# base (logra/measure/spectrum.py), at the rank and target modules of the study's LoGRA arm
 rule study_spectrum:
     input:
         unpack(base_input),
         run="results/runs/{task}/{method}/seed{seed}/summary.json",
-        plan="results/study/analysis_plan.json",
+        plan="results/study/{horizon}/analysis_plan.json",
     output:
-        "results/study/spectrum/{task}/{method}/seed{seed}.csv",
+        "results/study/{horizon}/spectrum/{task}/{method}/seed{seed}.csv",
     threads: 1
     params:
         base=lambda wildcards, input: PLAN.start_model(wildcards.method) or input.base,
@@ -105,9 +101,9 @@ rule study_spectrum:
     conda:
         "../../environment.yml"
     benchmark:
-        "results/benchmarks/study/study_spectrum/{task}/{method}/seed{seed}.tsv",
+        "results/benchmarks/study/study_spectrum/{horizon}/{task}/{method}/seed{seed}.tsv",
     log:
-        "results/logs/study/spectrum/{task}/{method}/seed{seed}.log",
+        "results/logs/study/spectrum/{horizon}/{task}/{method}/seed{seed}.log",
     script:
         "../scripts/study_spectrum.py"
 
@@ -116,12 +112,48 @@ rule study_table:
     input:
         unpack(study_inputs),
     output:
-        **{name: f"results/study/{name}.csv" for name in STUDY_TABLES},
+        **{name: f"results/study/{{horizon}}/{name}.csv" for name in STUDY_TABLES},
     conda:
         "../../environment.yml"
     benchmark:
-        "results/benchmarks/study/study_table.tsv",
+        "results/benchmarks/study/study_table/{horizon}.tsv",
     log:
-        "results/logs/study/study_table.log",
+        "results/logs/study/study_table/{horizon}.log",
     script:
         "../scripts/study_table.py"
+
+
+# the horizons against each other: each contrast every horizon runs at each horizon, Holm over
+# them, and the horizon effect, the paired difference of a contrast at two horizons on the seeds
+# both ran (logra.analysis.study.horizon_table)
+rule study_horizons:
+    input:
+        plans=[f"results/study/{h}/analysis_plan.json" for h in PLAN.study_horizons],
+        summaries=[f"results/study/{h}/summary.csv" for h in PLAN.study_horizons],
+    output:
+        "results/study/horizons.csv",
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/study/study_horizons.tsv",
+    log:
+        "results/logs/study/study_horizons.log",
+    script:
+        "../scripts/study_horizons.py"
+
+
+rule study_figure:
+    input:
+        "results/study/horizons.csv",
+    output:
+        png=report("figures/study_horizons.png", caption="../report/study_horizons.rst",
+                   category="Figures"),
+        pdf="figures/study_horizons.pdf",
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/figures/study_horizons.tsv",
+    log:
+        "results/logs/figures/study_horizons.log",
+    script:
+        "../scripts/study_figure.py"

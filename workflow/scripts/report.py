@@ -31,14 +31,19 @@ def ablation_tables(current: dict[str, Path]):
     return tables if tables["summary"] is not None and tables["accuracy"] is not None else None
 
 
-def study_tables(current: dict[str, Path]):
-    """The plan and tables `snakemake study` wrote under this config, or None."""
-    paths = {name: f"results/study/{name}.csv" for name in STUDY_TABLES}
-    plan = "results/study/analysis_plan.json"
-    if not all(p in current for p in [plan, *paths.values()]):
-        return None
-    return {"plan": json.loads(Path(plan).read_text())} | {
-        name: pd.read_csv(p) for name, p in paths.items()}
+def study_tables(current: dict[str, Path], horizons: list[str]):
+    """The plans and tables `snakemake study` wrote under this config, per horizon, and the
+    horizons' table (`across`), or None before every horizon's have."""
+    out = {}
+    for h in horizons:
+        paths = {name: f"results/study/{h}/{name}.csv" for name in STUDY_TABLES}
+        plan = f"results/study/{h}/analysis_plan.json"
+        if not all(p in current for p in [plan, *paths.values()]):
+            return None
+        out[h] = {"plan": json.loads(Path(plan).read_text())} | {
+            name: pd.read_csv(p) for name, p in paths.items()}
+    return {"horizons": out, "across": read("results/study/horizons.csv", current)} \
+        if out else None
 
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
@@ -70,7 +75,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         ablations=ablation_tables(current),
         sft=[json.loads(Path(p).read_text()) for p in i.sft],
         scaling=read("results/scaling.csv", current),
-        memory_real=read("results/memory/real.csv", current), study=study_tables(current),
+        memory_real=read("results/memory/real.csv", current), study=study_tables(current, snakemake.params.horizons),
         stale=stale, digest=snakemake.params.digest))
     with atomic_path(snakemake.output[0]) as tmp:
         tmp.write_text(text)

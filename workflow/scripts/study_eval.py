@@ -1,4 +1,4 @@
-"""results/study/eval/{task}/{method}/seed{seed}/step{step}.json: a study run scored on the test
+"""results/study/<horizon>/eval/{task}/{method}/seed{seed}/step{step}.json: a study run scored on the test
 split at update {step}: its snapshot there, else its saved model (its last update, or its last
 good one where it stopped before {step}: intent to treat)."""
 import json

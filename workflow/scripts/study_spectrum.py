@@ -1,4 +1,4 @@
-"""results/study/spectrum/{task}/{method}/seed{seed}.csv: a study test run's update, matrix by
+"""results/study/<horizon>/spectrum/{task}/{method}/seed{seed}.csv: a study test run's update, matrix by
 matrix, against its SFT base (logra.measure.spectrum.update_spectrum), at the rank and target
 modules of the study's LoGRA arm."""
 from contextlib import redirect_stderr, redirect_stdout

@@ -1,4 +1,4 @@
-"""results/study/{verdicts,summary,secondary,spectrum}.csv: the study's arms compared on the test split
+"""results/study/<horizon>/{verdicts,summary,secondary,spectrum}.csv: a study horizon's arms compared on the test split
 as its frozen plan says (logra.analysis.study.study_tables)."""
 import json
 from contextlib import redirect_stderr, redirect_stdout
@@ -17,12 +17,12 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         s = json.loads(Path(path).read_text())
         runs[arm_of[s["method"]], s["seed"]] = path
     evals = {}
-    for path in i.evals:  # results/study/eval/{task}/{method}/seed{seed}/step{step}.json
+    for path in i.evals:  # results/study/<horizon>/eval/{task}/{method}/seed{seed}/step{step}.json
         p = Path(path)
         evals[p.parents[2].name, arm_of[p.parents[1].name],
               int(p.parent.name.removeprefix("seed")), int(p.stem.removeprefix("step"))] = path
     spectra = {}
-    for path in i.spectra:  # results/study/spectrum/{task}/{method}/seed{seed}.csv
+    for path in i.spectra:  # results/study/<horizon>/spectrum/{task}/{method}/seed{seed}.csv
         p = Path(path)
         spectra[arm_of[p.parent.name], int(p.stem.removeprefix("seed"))] = path
     tables = study_tables(plan, runs, evals, base_evals(i.bases), spectra)
