@@ -304,8 +304,9 @@ def _adopted_point(config: dict, key: str, record: dict, method: str, grid: Grid
 
 def _check_study_tuned(config: dict, arm: str, grid: Grid) -> None:
     """An arm's adopted choice at a horizon (`study.tuned.<arm>_<horizon>`,
-    results/study/tuned/<arm>_<horizon>.yaml as its grid wrote it) is a point of its grid (`_adopted_point`), chosen under the method config that
-    point has now: else an error that names the key and says to run the grid again."""
+    results/study/tuned/<arm>_<horizon>.yaml as its grid wrote it) is a point of its grid
+    (`_adopted_point`), chosen under the method config that point has now: else an error that
+    names the key and says to run the grid again."""
     record = (config["study"].get("tuned") or {}).get(arm)
     if record is None:
         return
