@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from logra.analysis.tables import eval_columns, summary_table
-from logra.analysis.verdict import (analysis_plan, contrast_tests, fieller, t_interval,
+from logra.analysis.verdict import (analysis_plan, contrast_tests, fieller, holm, t_interval,
                                     t_quantile, verdicts, with_calls)
 
 
@@ -79,8 +79,9 @@ def seeds_for(d, target: float, level: float = 0.95, most: int = 10_000,
 
 def arm_choice(table: pd.DataFrame, points: dict[str, tuple[str, float]], arm: str,
                val_evals: dict[tuple[str, int], str | Path], configs: dict[str, dict]) -> dict:
-    """An arm's choice on the validation split, the record `study.tuned` adopts
-    (results/study/tuned/{arm}.yaml): the chosen row of its grid (`lr_sweep_table` of its last
+    """An arm's choice at a horizon on the validation split (`arm`: its method there,
+    `<arm>_<horizon>`), the record `study.tuned` adopts (results/study/tuned/<arm>_<horizon>.yaml):
+    the chosen row of its grid (`lr_sweep_table` of its last
     window; `points`: {run method: (arm, value)}) as the run method of that point, its knob,
     value, mean validation accuracy and whether the bracket rule bracketed it; the accuracy at
     each validation seed (`val_evals`: (run method, seed) -> its evaluation), the window's
@@ -195,7 +196,8 @@ def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
                  bases: dict[tuple[str, int], str | Path],
                  spectra: dict[tuple[str, int], str | Path] | None = None
                  ) -> dict[str, pd.DataFrame]:
-    """results/study/{verdicts,summary,secondary,spectrum}.csv (the module docstring, 2).
+    """results/study/<horizon>/{verdicts,summary,secondary,spectrum}.csv (the module docstring,
+    2), of one horizon.
     `runs`: (arm, seed) -> summary.json; `evals`: (task, arm, seed, step) -> evaluation at that
     update (the last: each arm's grpo steps); `bases`: (task, seed) -> its SFT base's test
     evaluation; `spectra`: (arm, seed) -> its update's spectrum (logra.measure.spectrum, a row
@@ -271,7 +273,6 @@ def secondary_table(summary: pd.DataFrame, pairs: list[tuple[str, str]],
     return pd.DataFrame(rows)
 
 
-
 def horizon_table(plans: dict[str, dict], summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """results/study/horizons.csv: the horizons against each other. `plans`, `summaries`: each
     horizon's frozen plan and summary.csv (a run per arm and test seed, intent to treat).
@@ -281,10 +282,13 @@ def horizon_table(plans: dict[str, dict], summaries: dict[str, pd.DataFrame]) ->
     primary accuracy at the last update (a run's accuracy is the mean over the same test
     problems, so their difference is the mean paired difference): the 95% t-interval, the share
     of the reference's gain over its SFT bases (Fieller) and the three answers at that
-    horizon's margin, Holm-adjusted over these rows (`with_calls`: every horizon's tests are
-    one family). Rows "horizon effect": per such contrast and pair of horizons, the paired
-    difference (longer − shorter) of its per-seed differences on the seeds both ran, with its
-    95% t-interval; `depends_on_horizon` only where the interval excludes 0 (not adjusted)."""
+    horizon's margin, Holm-adjusted over these rows (`with_calls`: the horizons' shared
+    contrasts are one family; each horizon's verdicts.csv adjusts over its own contrasts
+    instead, the same test in another family). Rows "horizon effect": per such contrast and
+    pair of horizons, the paired difference (longer − shorter) of its per-seed differences on
+    the seeds both ran, with its 95% t-interval and its two-sided p Holm-adjusted over every
+    pair (`p_effect`); `depends_on_horizon` only where that p is below 0.05 (then the interval
+    excludes 0 too)."""
     order = sorted(plans, key=lambda h: plans[h]["steps"][plans[h]["reference"]])
     reference = {plans[h]["reference"] for h in order}
     if len(reference) != 1:
@@ -312,15 +316,18 @@ def horizon_table(plans: dict[str, dict], summaries: dict[str, pd.DataFrame]) ->
                          "margin": margin, **contrast_tests(d.to_numpy(), margin),
                          "gain_share": share, "gain_share_lo": share_lo,
                          "gain_share_hi": share_hi})
+    effects = []
     for arm in shared:
         for i, short in enumerate(order):
             for long in order[i + 1:]:
                 a, b = per_seed[long, arm], per_seed[short, arm]
                 seeds = sorted(set(a.index) & set(b.index))
-                mean, lo, hi = t_interval((a.loc[seeds] - b.loc[seeds]).to_numpy()) \
-                    if len(seeds) > 1 else (math.nan,) * 3
-                rows.append({"statistic": "horizon effect", "horizon": f"{long} - {short}",
-                             "method": arm, "reference": reference, "seeds": len(seeds),
-                             "diff_mean": mean, "diff_lo": lo, "diff_hi": hi,
-                             "depends_on_horizon": bool(lo > 0 or hi < 0)})
-    return with_calls(pd.DataFrame(rows))
+                d = (a.loc[seeds] - b.loc[seeds]).to_numpy()
+                mean, lo, hi = t_interval(d) if len(seeds) > 1 else (math.nan,) * 3
+                effects.append({"statistic": "horizon effect", "horizon": f"{long} - {short}",
+                                "method": arm, "reference": reference, "seeds": len(seeds),
+                                "diff_mean": mean, "diff_lo": lo, "diff_hi": hi,
+                                "p_effect": contrast_tests(d, 0.0)["p_diff"]})
+    for e, p in zip(effects, holm([e["p_effect"] for e in effects])):
+        e |= {"p_effect": p, "depends_on_horizon": bool(p < 0.05)}
+    return with_calls(pd.DataFrame(rows + effects))

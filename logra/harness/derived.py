@@ -235,18 +235,22 @@ def horizon_method(method: dict, steps: int, schedule: dict, snapshot: int | Non
     (the LoGRA authors' proportions at 200 updates: warmup 9, cosine to a tenth over 300, their
     KL budget's cosine over 300): a rule with its own schedule (`UpdateRule.schedule_option`,
     LoGRA's budget) spans `decay` x steps; any other warms its lr up over `warmup` x steps and
-    decays it by a cosine to `final` over `decay` x steps (both rounded to an update), so every
-    run ends at 1/decay of its schedule. 80 updates: 4 and 120; 1,100: 50 and 1,650.
-    `snapshot`: grpo.snapshot_every, where the horizon scores a snapshot too."""
+    decays it by a cosine to `final` over `decay` x steps (both rounded to the nearest update,
+    halves up), so every run ends at 1/decay of its schedule. 80 updates: 4 and 120; 1,100:
+    50 and 1,650. `snapshot`: grpo.snapshot_every, where the horizon scores a snapshot too.
+    Whatever schedule or snapshot the method itself sets is replaced."""
     cls = rules.rule_class(method["rule"])
     out = copy.deepcopy(method)
-    decay = round(schedule["decay"] * steps)
-    grpo = {**out.get("grpo", {}), "steps": steps}
+    def updates(x: float) -> int:  # halves up, after the float's noise (0.045 x 1,100 = 49.5)
+        return math.floor(round(x, 9) + 0.5)
+    decay = updates(schedule["decay"] * steps)
+    grpo = {k: v for k, v in out.get("grpo", {}).items() if k not in (
+        "warmup_steps", "decay_steps", "decay_final", "snapshot_every")} | {"steps": steps}
     if cls.schedule_option:
         out["options"] = {**out.get("options", {}), cls.schedule_option: decay}
     else:
-        grpo |= {"warmup_steps": round(schedule["warmup"] * steps), "decay_steps": decay,
-                 "decay_final": schedule["final"]}
+        grpo |= {"warmup_steps": updates(schedule["warmup"] * steps),
+                 "decay_steps": decay, "decay_final": schedule["final"]}
     if snapshot:
         grpo["snapshot_every"] = snapshot
     out["grpo"] = grpo

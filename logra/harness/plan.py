@@ -55,7 +55,7 @@ class Plan:
     - `sweep`: {name: (method, lr)}, every point of every anchor's grid; `grids`: {table:
       {method: its Grid}}, the tuning grids of results/lr_sweep.csv (`lr_sweep`: those of
       `swept`), of results/scaling/lr_sweep.csv (`scaling`) and of results/study/tuned/
-      (`study`, its arms'); `regimes`: {sync regime: its methods};
+      (`study`, each arm's at each horizon, by `<arm>_<horizon>`); `regimes`: {sync regime: its methods};
       `scaling`: the scaling study's methods (`Scaling`);
     - `margin_runs`: {task: the lr sweep's run of the reference that sets its margin}, run at
       `margin_seeds`;

@@ -163,7 +163,7 @@ def test_a_small_spread_asks_for_the_minimum(tmp_path):
 
 
 def test_an_adopted_choice_freezes_the_plan_its_grid_would(tmp_path):
-    """An arm's record (`arm_choice` as results/study/tuned/<arm>.yaml writes it, through
+    """An arm's record (`arm_choice` as results/study/tuned/<arm>_<horizon>.yaml writes it, through
     YAML), adopted under study.tuned, gives the plan its grid gives: the same choice, the same
     per-seed validation accuracies, so the same seeds; only `adopted` says where it came from."""
     val = {}
@@ -305,6 +305,9 @@ def test_the_horizons_table_holm_adjusts_the_shared_contrasts_and_pairs_their_se
     e = t[t["statistic"] == "horizon effect"].iloc[0]
     assert e["horizon"] == "h8 - h4" and e["seeds"] == 3
     assert e["diff_mean"] == pytest.approx(np.mean([d8[s] - d4[s] for s in d8]))
+    # one pair: Holm leaves its p, which is below 0.05 exactly where the interval excludes 0
+    assert e["p_effect"] == pytest.approx(contrast_tests([d8[s] - d4[s] for s in d8], 0.0)[
+        "p_diff"])
     assert bool(e["depends_on_horizon"]) == bool(e["diff_lo"] > 0 or e["diff_hi"] < 0)
     assert e["depends_on_horizon"]  # +0.05 on every shared seed, give or take 0.01
     from logra.analysis.figures import study_horizons

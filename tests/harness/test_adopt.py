@@ -20,8 +20,9 @@ def sweep_record(scores: list, value: float, bracketed: bool, option: str = "lr"
 
 
 def study_record(arm: str, point: float) -> dict:
-    """A record as the study writes it (results/study/tuned/<arm>.yaml: logra.analysis.study
-    .arm_choice), the point's method config as the plan derives it."""
+    """A record as the study writes it (results/study/tuned/<arm>_<horizon>.yaml, `arm` the
+    arm at its horizon: logra.analysis.study.arm_choice), the point's method config as the
+    plan derives it."""
     plan = build_plan(resolve([], fit_rules=False), fit_rules=False)
     name = next(n for n, (a, v) in plan.grids["study"][arm].points().items()
                 if a == arm and v == point)

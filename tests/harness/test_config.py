@@ -764,8 +764,8 @@ def test_study_config_errors_name_the_key(tmp_path, edit, message):
 
 
 def _adopted(config: dict, arm: str, point: float, **change) -> dict:
-    """study.tuned.<arm>_<horizon>: a record of `point` as results/study/tuned/<arm>.yaml
-    writes it (the point's method config as the plan derives it), with `change` over it."""
+    """study.tuned.<arm>_<horizon>: a record of `point` as results/study/tuned/<arm>_<horizon>
+    .yaml writes it (the point's method config as the plan derives it), with `change` over it."""
     plan = build_plan(validate_file(ROOT / "config/config.yaml"))
     name = next(n for n, (a, v) in plan.grids["study"][arm].points().items() if v == point)
     seeds = config["lr_sweep"]["seeds"]
@@ -827,12 +827,13 @@ def test_an_adopted_arm_does_not_run_its_grid_again(tmp_path):
     assert plan.grids["study"]["logra_study_h80"].points()  # its points still name its choice
 
 
-@pytest.mark.parametrize("steps, warmup, decay", [(80, 4, 120), (200, 9, 300), (1100, 50, 1650)])
+@pytest.mark.parametrize("steps, warmup, decay", [(80, 4, 120), (200, 9, 300), (1100, 50, 1650),
+                                                  (100, 5, 150)])
 def test_each_horizon_scales_the_authors_schedule(steps, warmup, decay):
     """study.schedule's rule at a horizon of `steps` updates: dense AdamW warms up over 4.5%
     and decays to a tenth over 1.5x the horizon, LoGRA's KL budget spans 1.5x it (its own
     schedule, no lr schedule), both run `steps` updates: the default's 4/120 at 80, the
-    authors' 9/300 at 200, the stability runs' 1,650 at 1,100."""
+    authors' 9/300 at 200, the stability runs' 1,650 at 1,100; a half rounds up (4.5 at 100)."""
     from logra.harness.derived import horizon_method
     config = resolve([])
     rule = config["study"]["schedule"]
@@ -841,6 +842,11 @@ def test_each_horizon_scales_the_authors_schedule(steps, warmup, decay):
                              "decay_final": 0.1}
     logra = horizon_method(config["methods"]["logra_study"], steps, rule, 40)
     assert logra["grpo"] == {"steps": steps, "snapshot_every": 40}
+    # a method's own schedule and snapshot are replaced, not kept beside the rule's
+    for name in ("dense_adam_stable", "logra_stable"):
+        again = horizon_method(config["methods"][name], steps, rule, None)
+        assert again["grpo"] == (dense if name == "dense_adam_stable" else {
+            **logra, "grpo": {"steps": steps}})["grpo"] | {"checkpoint_every": 100}
     assert logra["options"]["schedule_steps"] == decay
     assert logra["options"] == config["methods"]["logra_study"]["options"] | {
         "schedule_steps": decay}

@@ -75,7 +75,8 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         ablations=ablation_tables(current),
         sft=[json.loads(Path(p).read_text()) for p in i.sft],
         scaling=read("results/scaling.csv", current),
-        memory_real=read("results/memory/real.csv", current), study=study_tables(current, snakemake.params.horizons),
+        memory_real=read("results/memory/real.csv", current),
+        study=study_tables(current, snakemake.params.horizons),
         stale=stale, digest=snakemake.params.digest))
     with atomic_path(snakemake.output[0]) as tmp:
         tmp.write_text(text)

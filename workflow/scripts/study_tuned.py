@@ -1,5 +1,6 @@
-"""results/study/tuned/{arm}.yaml: an arm's choice on the validation split, from its grid's last
-window (logra.analysis.study.arm_choice), as `study.tuned.<arm>` adopts it."""
+"""results/study/tuned/{arm}.yaml: an arm's choice at a horizon ({arm}: <arm>_<horizon>) on the
+validation split, from its grid's last window (logra.analysis.study.arm_choice), as
+`study.tuned.<arm>_<horizon>` adopts it."""
 import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
