@@ -446,6 +446,10 @@ def study_horizons(table: pd.DataFrame, outputs: list[str]) -> None:
     axes[1].set_title("\n".join(textwrap.wrap(
         f"(b) MEASURED: gain over the SFT bases as a share of {reference}'s, Fieller's 95% "
         "interval (a missing bar end: unbounded)", 70)), fontsize=8)
+    if len(steps):  # a panel with no finite point (a share without a gain) keeps the axis
+        span = steps["steps"].to_numpy(dtype=float)
+        for ax in axes:
+            ax.set_xlim(span.min() / 1.5, span.max() * 1.5 * 1.03 ** len(m["method"].unique()))
     for ax in axes:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)

@@ -313,3 +313,8 @@ def test_the_horizons_table_holm_adjusts_the_shared_contrasts_and_pairs_their_se
     from logra.analysis.figures import study_horizons
     study_horizons(t, [str(tmp_path / "h.png"), str(tmp_path / "h.pdf")])
     assert (tmp_path / "h.png").stat().st_size > 0 and (tmp_path / "h.pdf").stat().st_size > 0
+    # a share without a gain (the reference gained nothing): its panel is empty, not an error
+    empty = t[(t["statistic"] == "mean") & (t["horizon"] == "h4")].assign(
+        gain_share=math.nan, gain_share_lo=math.nan, gain_share_hi=math.nan)
+    study_horizons(empty, [str(tmp_path / "e.png"), str(tmp_path / "e.pdf")])
+    assert (tmp_path / "e.png").stat().st_size > 0
