@@ -28,7 +28,7 @@ import os
 from snakemake.utils import min_version
 
 from logra.harness.config import resolve
-from logra.harness.plan import STUDY_TABLES, build_plan
+from logra.harness.plan import STUDY_STABILITY, STUDY_TABLES, build_plan
 from logra.repro import pin_cpu
 
 min_version("9.0")

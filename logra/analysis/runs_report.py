@@ -405,7 +405,31 @@ def _study_horizon(h: str, study: dict) -> list[str]:
                      "difference [95%]": [f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
                          *(_fmt(s[c], "+.4g") for c in ("diff_mean", "diff_lo", "diff_hi")))],
                      "seeds": s["seeds"]})
-    return out
+    return out + _study_stability_section(study.get("stability_contrasts"), where, last)
+
+
+def _study_stability_section(t: pd.DataFrame | None, where: str, last: int) -> list[str]:
+    """A horizon's stability_contrasts.csv, where it declares `stability`: each measure of the
+    criterion per contrast with its paired interval, then each clause's passes per arm."""
+    if t is None or not len(t):
+        return []
+    clause = t["measure"].str.endswith("_ok") | t["measure"].eq("stable")
+    diff = [f"{m} [{lo}, {hi}]" for m, lo, hi in zip(
+        *(_fmt(t[c], "+.4g") for c in ("diff_mean", "diff_lo", "diff_hi")))]
+    return _section(
+        f"Study, {last} updates: stability", f"{where}/stability_contrasts.csv",
+        "Each test run judged by the stability criterion on its held-out curve "
+        f"({where}/stability.csv; what each clause can and cannot show: docs/stability.md). "
+        "Per contrast, each of the criterion's measures (the least entropy over the curve as "
+        "a share of the base's, KL to the base at the last update, the share of steps whose "
+        "batch KL spiked, pass@k and the primary metric at the last update minus their best): "
+        "both arms' means and the mean of the per-seed differences with its 95% t-interval; "
+        "then each clause's passes per arm. Descriptive, not adjusted.",
+        {"contrast": [f"{a} − {b}" for a, b in zip(t["method"], t["against"])],
+         "measure": t["measure"],
+         "first": t["passed_a"].where(clause, _fmt(t["mean_a"], ".4g")),
+         "second": t["passed_b"].where(clause, _fmt(t["mean_b"], ".4g")),
+         "difference [95%]": pd.Series(diff).where(~clause, ""), "seeds": t["seeds"]})
 
 
 def _horizons_section(t: pd.DataFrame | None) -> list[str]:

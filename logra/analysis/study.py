@@ -12,7 +12,8 @@ compared on the test split over enough seeds), then the horizons against each ot
    update, the margin, the gate, paired per-seed t-intervals, the three answers Holm-adjusted
    over the contrasts; the secondary endpoints in order (`SECONDARY_ORDER`).
 2. `study_tables`, per horizon after: the verdicts at the last update (primary) and the
-   snapshot, every run's row, the update's spectrum (how low-rank each target matrix's final
+   snapshot, every run's row, its policy's drift from its base (exact entropy, KL to the base:
+   logra/rl/drift.py), the update's spectrum (how low-rank each target matrix's final
    − base weights are: logra/measure/spectrum.py), and the secondary endpoints' paired
    differences (`secondary_table`), unadjusted.
 3. `horizon_table`, across horizons: each contrast all of them run, Holm-adjusted over the
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from logra.analysis.stability import CLAUSES
 from logra.analysis.tables import eval_columns, summary_table
 from logra.analysis.verdict import (analysis_plan, contrast_tests, fieller, holm, t_interval,
                                     t_quantile, verdicts, with_calls)
@@ -85,9 +87,10 @@ def arm_choice(table: pd.DataFrame, points: dict[str, tuple[str, float]], arm: s
     window; `points`: {run method: (arm, value)}) as the run method of that point, its knob,
     value, mean validation accuracy and whether the bracket rule bracketed it; the accuracy at
     each validation seed (`val_evals`: (run method, seed) -> its evaluation), the window's
-    scores, and the chosen point's method config (`configs`), which the adopted record must
-    still match. An arm without a choice (no point whose every seed finished) is an error that
-    names it."""
+    scores (`scores`: the points run on every seed; under successive halving, `screen`: the
+    others, on the first seed), and the chosen point's method config (`configs`), which the
+    adopted record must still match. An arm without a choice (no point whose every seed
+    finished) is an error that names it."""
     names = {(a, value): name for name, (a, value) in points.items()}
     t = table[table["method"] == arm]
     best = t[t["chosen"]]
@@ -95,6 +98,7 @@ def arm_choice(table: pd.DataFrame, points: dict[str, tuple[str, float]], arm: s
         raise ValueError(f"study.arms.{arm}: no point of its grid finished on every validation "
                          "seed, so none can be chosen (results/study/tuned/)")
     r = best.iloc[0]
+    full = t["n_seeds"] == t["n_seeds"].max()
     method = names[arm, float(r["lr"])]
     seeds = sorted(s for m, s in val_evals if m == method)
     return {"method": method, "option": str(r["option"]), "value": float(r["lr"]),
@@ -102,8 +106,9 @@ def arm_choice(table: pd.DataFrame, points: dict[str, tuple[str, float]], arm: s
             "val_accuracy": float(r["val_accuracy_mean"]),
             "by_seed": {int(s): float(json.loads(Path(val_evals[method, s]).read_text())[
                 "accuracy"]) for s in seeds},
-            "scores": [[float(v), None if pd.isna(a) else float(a)]
-                       for v, a in zip(t["lr"], t["val_accuracy_mean"])],
+            **{key: [[float(v), None if pd.isna(a) else float(a)]
+                     for v, a in zip(rows["lr"], rows["val_accuracy_mean"])]
+               for key, rows in (("scores", t[full]), ("screen", t[~full])) if len(rows)},
             "config": configs[method]}
 
 
@@ -118,8 +123,8 @@ def adopted_choice(record: dict, points: dict[str, tuple[str, float]], arm: str)
 
 # the secondary endpoints in the order the plan declares them (then every other protocol's
 # accuracy and pass@k, the update cosine and the measured peak): summary.csv's columns
-SECONDARY_ORDER = ("eval_t1", "eval_greedy", "eval_sampled_pass4", "token_entropy_mean",
-                   "update_stable_rank", "update_energy_top_r")
+SECONDARY_ORDER = ("eval_t1", "eval_greedy", "eval_sampled_pass4", "policy_entropy",
+                   "kl_to_base", "update_stable_rank", "update_energy_top_r")
 
 
 def study_plan(arms: dict[str, dict], study: dict, pool: list[int], margins: pd.DataFrame,
@@ -194,7 +199,8 @@ def _by_step(evals: dict, step: int) -> dict:
 def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
                  evals: dict[tuple[str, str, int, int], str | Path],
                  bases: dict[tuple[str, int], str | Path],
-                 spectra: dict[tuple[str, int], str | Path] | None = None
+                 spectra: dict[tuple[str, int], str | Path] | None = None,
+                 drifts: dict[tuple[str, int], str | Path] | None = None
                  ) -> dict[str, pd.DataFrame]:
     """results/study/<horizon>/{verdicts,summary,secondary,spectrum}.csv (the module docstring,
     2), of one horizon.
@@ -202,7 +208,9 @@ def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
     update (the last: each arm's grpo steps); `bases`: (task, seed) -> its SFT base's test
     evaluation; `spectra`: (arm, seed) -> its update's spectrum (logra.measure.spectrum, a row
     per target matrix), each run's mean over the matrices it changed a column of the summary
-    (`SPECTRUM`) and a secondary endpoint."""
+    (`SPECTRUM`) and a secondary endpoint; `drifts`: (arm, seed) -> its policy's drift from its
+    base at its last update (workflow/scripts/study_drift.py), columns `DRIFT` of the summary
+    and secondary endpoints."""
     last = {arm: plan["steps"][arm] for arm in plan["arms"]}
     steps = sorted({st for *_, st in evals})
     margins = {t: m["margin"] for t, m in plan["margins"].items()}
@@ -232,6 +240,11 @@ def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
         means = spectrum.groupby(["method", "seed"])[list(SPECTRUM.values())].mean()
         summary = summary.join(means.rename(columns={v: k for k, v in SPECTRUM.items()}),
                                on=["method", "seed"])
+    if drifts:
+        drift = pd.DataFrame([{"method": arm, "seed": seed} | {
+            column: json.loads(Path(drifts[arm, seed]).read_text())[key]
+            for column, key in DRIFT.items()} for arm, seed in keys])
+        summary = summary.merge(drift, on=["method", "seed"], how="left")
     return {"verdicts": pd.concat(tables, ignore_index=True), "summary": summary,
             "spectrum": spectrum,
             "secondary": secondary_table(summary, contrasts(plan["methods"], plan["reference"]),
@@ -239,6 +252,9 @@ def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
 
 
 SECONDARY = ("token_entropy_mean", "update_cosine", "peak_mem_bytes")
+# the summary's columns of each run's drift from its base at its last update (logra.rl.drift:
+# the exact entropy of its own samples, KL(policy || base), per completion token)
+DRIFT = {"policy_entropy": "entropy", "kl_to_base": "kl_to_base"}
 # the summary's columns of each run's update spectrum: the mean over its changed target matrices
 SPECTRUM = {"update_stable_rank": "stable_rank", "update_energy_top_r": "energy_top_r",
             "update_rank_90": "rank_90"}
@@ -247,15 +263,15 @@ SPECTRUM = {"update_stable_rank": "stable_rank", "update_energy_top_r": "energy_
 def secondary_table(summary: pd.DataFrame, pairs: list[tuple[str, str]],
                     prefixes: tuple[str, ...]) -> pd.DataFrame:
     """Per contrast and secondary metric (`eval_columns`' columns of each of `prefixes` but
-    the primary metric's, `SECONDARY` and the update's `SPECTRUM`; those of `SECONDARY_ORDER`
-    first, in its order): the mean of the per-seed paired differences with
-    its 95% t-interval, over the seeds both arms finished; not adjusted for multiplicity
+    the primary metric's, `SECONDARY`, the policy's `DRIFT` and the update's `SPECTRUM`; those
+    of `SECONDARY_ORDER` first, in its order): the mean of the per-seed paired differences
+    with its 95% t-interval, over the seeds both arms finished; not adjusted for multiplicity
     (descriptive)."""
     primary = summary["eval_metric"].iloc[0]
     metrics = [c for p in prefixes for c in summary.columns
                if c.startswith(p + "_") and c.removeprefix(p + "_") not in (
                    "accuracy", "metric", primary)] + list(SECONDARY) + [
-                       c for c in SPECTRUM if c in summary.columns]
+                       c for c in (*DRIFT, *SPECTRUM) if c in summary.columns]
     declared = [c for c in SECONDARY_ORDER if c in metrics]  # the plan's order first
     metrics = declared + [c for c in dict.fromkeys(metrics) if c not in declared]
     ok = summary[summary["status"] == "ok"]
@@ -270,6 +286,44 @@ def secondary_table(summary: pd.DataFrame, pairs: list[tuple[str, str]],
                          "mean_a": float(x.loc[seeds, metric].astype(float).mean()),
                          "mean_b": float(y.loc[seeds, metric].astype(float).mean()),
                          "diff_mean": mean, "diff_lo": lo, "diff_hi": hi})
+    return pd.DataFrame(rows)
+
+
+# the stability criterion's continuous measures (logra.analysis.stability.judge's columns),
+# contrasted by seed where a horizon declares `stability`: the least entropy of the policy's
+# own samples over its curve as a share of its base's, its KL to the base at the last point,
+# the share of judged steps whose batch KL spiked, and pass@k and the primary metric at the
+# last point minus their best on the curve
+STABILITY_MEASURES = ("entropy_ratio_min", "kl_to_base_last", "spike_share",
+                      "pass_last_vs_best", "last_vs_best")
+
+
+def stability_contrasts(table: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """results/study/<horizon>/stability_contrasts.csv from its stability.csv (`table`:
+    logra.analysis.stability.stability_table's rows with `method` the arm; every test run as
+    it ended, intent to treat). Per contrast (a, against b) of `pairs`, over the seeds both
+    ran: each of `STABILITY_MEASURES`, both arms' means and the mean of the per-seed
+    differences a − b with its 95% t-interval; then each of the criterion's clauses and
+    `stable`, the share of each arm's runs that meet it and their count (`passed_a`,
+    `passed_b`, "k/n"), without an interval (descriptive)."""
+    rows = []
+    for a, b in pairs:
+        x, y = (table[table["method"] == m].set_index("seed") for m in (a, b))
+        seeds = sorted(set(x.index) & set(y.index))
+        x, y = x.loc[seeds], y.loc[seeds]
+        for m in STABILITY_MEASURES:
+            d = (x[m].astype(float) - y[m].astype(float)).dropna()
+            mean, lo, hi = t_interval(d) if len(d) else (math.nan,) * 3
+            rows.append({"method": a, "against": b, "measure": m, "seeds": len(d),
+                         "mean_a": float(x[m].astype(float).mean()),
+                         "mean_b": float(y[m].astype(float).mean()),
+                         "diff_mean": mean, "diff_lo": lo, "diff_hi": hi})
+        for clause in [f"{c}_ok" for c in CLAUSES] + ["stable"]:
+            rows.append({"method": a, "against": b, "measure": clause, "seeds": len(seeds),
+                         "mean_a": float(x[clause].astype(bool).mean()),
+                         "mean_b": float(y[clause].astype(bool).mean()),
+                         "passed_a": f"{int(x[clause].astype(bool).sum())}/{len(seeds)}",
+                         "passed_b": f"{int(y[clause].astype(bool).sum())}/{len(seeds)}"})
     return pd.DataFrame(rows)
 
 

@@ -9,6 +9,12 @@ added points. A choice still on an edge then is reported as not bracketed (its m
 number is a bound: its best point may lie further out). The workflow runs the rule one round
 at a time (workflow/rules/sweep.smk: a Snakemake checkpoint per round); only validation seeds
 and the validation split enter it.
+
+Successive halving (a study horizon's `halving: {keep: n}`, declared before its runs, for a
+horizon too long to run every point on every seed): the first round scores the declared points
+on the first validation seed; the n best of them (the smaller value on a tie) then run on every
+seed, and the choice is the best of those over every seed. The bracket rule then applies to
+that choice: a point it adds runs on every seed and joins them.
 """
 from __future__ import annotations
 
@@ -29,7 +35,8 @@ def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
     steps its control held at its cap (`at_cap_share`; NaN without a control), mean ± sd over
     the seeds whose run finished ok,
     `chosen`: per task and method, the one lr with the best mean validation accuracy among
-    the lrs whose every seed finished ok (the smaller lr on a tie; none if no lr qualifies),
+    the lrs scored on the most seeds (successive halving scores the others on one) whose
+    every seed finished ok (the smaller lr on a tie; none if no lr qualifies),
     `budget`: the method's number of points run, `declared`: the point is one of its grid's
     declared points (`declared`, run names; default every point), not one the bracket rule
     added, `on_edge`: the choice is the smallest or largest point run (the optimum may lie
@@ -55,7 +62,8 @@ def lr_sweep_table(run_jsons: list[str | Path], val_jsons: list[str | Path],
         at_cap_share=("at_cap_share", "mean"),
         n_ok=("val_accuracy", "count"), n_seeds=("seed", "nunique"),
         declared=("declared", "all")).reset_index()
-    complete = out[out["n_ok"] == out["n_seeds"]]
+    most = out.groupby(["task", "method"])["n_seeds"].transform("max")
+    complete = out[(out["n_ok"] == out["n_seeds"]) & (out["n_seeds"] == most)]
     best = complete.groupby(["task", "method"])["val_accuracy_mean"].idxmax()
     out.insert(3, "option", out["method"].map(knobs))
     out["chosen"] = out.index.isin(best)
@@ -81,23 +89,38 @@ def next_window(window: tuple[int, int], declared: tuple[int, int], cap: int,
 
 
 def round_result(table: pd.DataFrame, task: str, method: str, values: dict[int, float],
-                 window: tuple[int, int], declared: tuple[int, int], cap: int) -> dict:
+                 window: tuple[int, int], declared: tuple[int, int], cap: int,
+                 keep: list[int] | None = None, halving: int = 0) -> dict:
     """One round of the bracket rule on (task, method)'s grid (`values`: {k: point}), scored
     over `window` (`lr_sweep_table`'s rows): each point's mean validation accuracy, the choice
-    and the window of the next round (None: the grid is done), as the round's JSON."""
+    and the window of the next round (None: the grid is done), as the round's JSON. Under
+    successive halving (`halving` n, `keep` the points run on every seed; [] in the screen,
+    the first round): the screen names the n best as the next round's `keep` over the same
+    window; a later round chooses among `keep`, and a point the bracket rule adds joins it."""
     t = table[(table["task"] == task) & (table["method"] == method)]
     if sorted(t["lr"]) != sorted(values[k] for k in range(window[0], window[1] + 1)):
         raise ValueError(f"{task}/{method}: the scored points {sorted(t['lr'])} are not the "
                          f"window {window} of its grid")
+    ks = {v: k for k, v in values.items()}
     best = t[t["chosen"]]
     chosen = float(best["lr"].iloc[0]) if len(best) else None
-    k = next((k for k, v in values.items() if v == chosen), None)
+    k = ks.get(chosen)
+    out = {"task": task, "method": method, "window": list(window),
+           "scores": [[float(v), None if pd.isna(a) else float(a)]
+                      for v, a in zip(t["lr"], t["val_accuracy_mean"])],
+           "chosen": chosen, "bracketed": k is not None and k not in (window[0], window[1])}
+    if keep is not None and not keep:  # the screen: the n best go on to every seed
+        done = t[t["n_ok"] == t["n_seeds"]].sort_values(["val_accuracy_mean", "lr"],
+                                                        ascending=[False, True])
+        kept = sorted(ks[float(v)] for v in done["lr"].iloc[:halving])
+        return out | {"keep": [], "screen": True,
+                      "next": list(window) if kept else None, "next_keep": kept or None}
     nxt = next_window(window, declared, cap, k)
-    return {"task": task, "method": method, "window": list(window),
-            "scores": [[float(v), None if pd.isna(a) else float(a)]
-                       for v, a in zip(t["lr"], t["val_accuracy_mean"])],
-            "chosen": chosen, "bracketed": k is not None and k not in (window[0], window[1]),
-            "next": list(nxt) if nxt else None}
+    if keep is None:
+        return out | {"next": list(nxt) if nxt else None}
+    added = [] if nxt is None else [nxt[0]] if nxt[0] < window[0] else [nxt[1]]
+    return out | {"keep": list(keep), "next": list(nxt) if nxt else None,
+                  "next_keep": sorted([*keep, *added]) if nxt else None}
 
 
 def choices(table: pd.DataFrame, seeds: list[int]) -> dict[str, dict[str, dict]]:

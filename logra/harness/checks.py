@@ -208,12 +208,17 @@ def _check_stability(config: dict) -> None:
 
 def _check_study(config: dict) -> None:
     """`study`'s arms are tuned on one of lr_sweep's tasks; each horizon runs arms of
-    `study.arms`, its reference among them, and scores its snapshot before its last update;
+    `study.arms`, its reference among them, and scores its snapshot before its last update
+    (one of its stability curve's, where it has one);
     its seed bounds are ordered; an adopted choice (`tuned`) is an arm's at a horizon, made by
-    the primary metric on lr_sweep's seeds."""
+    the primary metric on lr_sweep's seeds; `stability.criterion` is declared (its prompts
+    measure each test run's drift)."""
     st = config.get("study")
     if not st:
         return
+    if not (config.get("stability") or {}).get("criterion"):
+        raise ConfigError("study: needs stability.criterion (its collapse.prompts are the "
+                          "fixed prompts each test run's drift from its base is measured on)")
     if st["task"] not in (config.get("lr_sweep") or {}).get("tasks", []):
         raise ConfigError(f"study.task: {st['task']!r} is not one of lr_sweep.tasks (its "
                           "validation split tunes the arms)")
@@ -239,6 +244,11 @@ def _check_study(config: dict) -> None:
         if spec.get("snapshot") and spec["snapshot"] >= horizon_steps(h):
             raise ConfigError(f"{key}.snapshot: {spec['snapshot']}, not before the horizon's "
                               f"last update ({horizon_steps(h)})")
+        every = (spec.get("stability") or {}).get("every")
+        if every and spec.get("snapshot") and spec["snapshot"] % every:
+            raise ConfigError(f"{key}.snapshot: {spec['snapshot']}, not a multiple of "
+                              f"{key}.stability.every ({every}): the runs snapshot every "
+                              f"{every} updates")
     named = {name for arms in horizons.values() for name in arms.values()}
     for arm, record in st.get("tuned", {}).items():
         if arm not in named:
@@ -438,9 +448,9 @@ def check_choice(key: str, record: dict, option: str, metric: str) -> None:
     `study.tuned.<arm>`) is what the grids' rule (logra.analysis.tuning.lr_sweep_table, which
     wrote it) chooses among the record's own `scores` ([value, mean validation accuracy or
     null]): the best accuracy, the smaller value on a tie, within a float tolerance;
-    `bracketed` as its position says (not the smallest or largest value scored); its knob is
-    `option` and its metric `metric`. Else a ValueError naming `key`, the field and both values
-    (repr)."""
+    `bracketed` as its position says (not the smallest or largest value scored, successive
+    halving's `screen` too); its knob is `option` and its metric `metric`. Else a ValueError
+    naming `key`, the field and both values (repr)."""
     def fail(field, why):
         raise ValueError(f"{key}.{field}: {why}; rerun its grid, or adopt the record as it "
                          "wrote it")
@@ -463,7 +473,12 @@ def check_choice(key: str, record: dict, option: str, metric: str) -> None:
     if not math.isclose(record["value"], best[0], rel_tol=1e-9):
         fail("value", f"{record['value']!r} is not the rule's choice among its scores: "
                       f"{best[0]!r} scores {best[1]!r}")
-    values = [float(v) for v, _ in scores]
+    screen = record.get("screen", [])
+    if not (isinstance(screen, list) and all(
+            isinstance(p, (list, tuple)) and len(p) == 2 and _number(p[0])
+            and (p[1] is None or _number(p[1])) for p in screen)):
+        fail("screen", f"{screen!r} is not a list of [value, accuracy or null] pairs")
+    values = [float(v) for v, _ in scores + screen]
     inside = min(values) < best[0] < max(values)
     if record.get("bracketed") is not inside:
         fail("bracketed", f"{record.get('bracketed')!r}, but its value {best[0]!r} is "

@@ -24,17 +24,34 @@ class Grid:
     size); `names[k]`, the method that runs it. `declared` = (lo, hi): the points that run
     first; `cap`: how many points the bracket rule (`logra.analysis.tuning.next_window`) may
     add beyond them, one at a time beyond the edge that holds the best point. Every point the
-    rule may add is defined here, and checked like a written method."""
+    rule may add is defined here, and checked like a written method. `halving`: 0, every
+    point runs on every validation seed; n, successive halving (a study horizon's `halving`):
+    the declared points run on the first seed, the n best of them on every seed, and the
+    choice is among those (`logra.analysis.tuning.round_result`)."""
     method: str
     names: dict[int, str]
     values: dict[int, float]
     declared: tuple[int, int]
     cap: int
+    halving: int = 0
 
     def points(self, window: tuple[int, int] | None = None) -> dict[str, tuple[str, float]]:
         """{name: (method, value)} of the points of `window` (default: every point)."""
         lo, hi = window or (min(self.names), max(self.names))
         return {self.names[k]: (self.method, self.values[k]) for k in range(lo, hi + 1)}
+
+    def runs(self, window: tuple[int, int], keep: tuple[int, ...] | None,
+             seeds: list[int]) -> list[tuple[str, int]]:
+        """[(point's method, seed)] a tuning round over `window` runs: every point on every one
+        of `seeds` (`keep` None), else the points of `keep` on every seed and the others on
+        the first only (successive halving's screen; `keep` () in its first round)."""
+        return [(self.names[k], s) for k in range(window[0], window[1] + 1)
+                for s in (seeds if keep is None or k in keep else seeds[:1])]
+
+    def first_round(self) -> tuple[tuple[int, int], tuple[int, ...] | None]:
+        """(window, keep) of the grid's first round: its declared points, screened on the first
+        seed under successive halving."""
+        return self.declared, (() if self.halving else None)
 
 
 def grid_values(anchor: float, points: int, factor: float, power: int = 1,
@@ -47,16 +64,18 @@ def grid_values(anchor: float, points: int, factor: float, power: int = 1,
     return {k: _round(anchor * step ** k if k >= 0 else anchor / step ** -k) for k in ks}
 
 
-def tuning_grid(config: dict, method: str, name, anchor: float | None = None) -> Grid:
+def tuning_grid(config: dict, method: str, name, anchor: float | None = None,
+                halving: int = 0) -> Grid:
     """`method`'s grid under `lr_sweep`'s rule (points, factor, extend) about `anchor`
-    (default: its `lr_sweep.anchors` entry), each point's method named `name(value)`."""
+    (default: its `lr_sweep.anchors` entry), each point's method named `name(value)`;
+    `halving`: `Grid.halving`."""
     spec, m = config["lr_sweep"], config["methods"][method]
     power = rules.rule_class(m["rule"]).tuning_power(m.get("options", {}))
     values = grid_values(spec["anchors"][method] if anchor is None else anchor, spec["points"],
                          spec["factor"], power, spec["extend"])
     lo = -((spec["points"] - 1) // 2)
     return Grid(method, {k: name(v) for k, v in values.items()}, values,
-                (lo, lo + spec["points"] - 1), spec["extend"])
+                (lo, lo + spec["points"] - 1), spec["extend"], halving)
 
 
 def swept(config: dict) -> list[str]:
@@ -237,7 +256,8 @@ def horizon_method(method: dict, steps: int, schedule: dict, snapshot: int | Non
     LoGRA's budget) spans `decay` x steps; any other warms its lr up over `warmup` x steps and
     decays it by a cosine to `final` over `decay` x steps (both rounded to the nearest update,
     halves up), so every run ends at 1/decay of its schedule. 80 updates: 4 and 120; 1,100:
-    50 and 1,650. `snapshot`: grpo.snapshot_every, where the horizon scores a snapshot too.
+    50 and 1,650. `snapshot`: grpo.snapshot_every, where the horizon scores a snapshot too
+    or judges a stability curve.
     Whatever schedule or snapshot the method itself sets is replaced."""
     cls = rules.rule_class(method["rule"])
     out = copy.deepcopy(method)
@@ -274,11 +294,14 @@ def add_study_methods(config: dict) -> dict[str, Grid]:
             if name in config["methods"]:
                 raise ConfigError(f"study.horizons.{h}: the method name {name!r} for {arm} at "
                                   "this horizon is already a method")
+            design = st["horizons"][h]
             config["methods"][name] = method = horizon_method(
-                base, horizon_steps(h), st["schedule"], st["horizons"][h].get("snapshot"))
+                base, horizon_steps(h), st["schedule"],
+                (design.get("stability") or {}).get("every") or design.get("snapshot"))
             cls = rules.rule_class(method["rule"])
-            grids[name] = grid = tuning_grid(config, name, lambda v, m=name: f"{m}_lr"
-                                             f"{_point_name(v)}", st["arms"][arm])
+            grids[name] = grid = tuning_grid(
+                config, name, lambda v, m=name: f"{m}_lr{_point_name(v)}", st["arms"][arm],
+                (design.get("halving") or {}).get("keep", 0))
             for point, (_, value) in grid.points().items():
                 if point in config["methods"]:
                     raise ConfigError(f"study.arms.{arm}: the run name {point!r} for the point "

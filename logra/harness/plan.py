@@ -35,6 +35,8 @@ from logra.harness.derived import (  # noqa: F401
 BENCH = "results/benchmarks"  # each job's benchmark: BENCH/<stage>/<rule>/<wildcards>.tsv
 # results/study/<horizon>/<name>.csv, and results/study/horizons.csv across them
 STUDY_TABLES = ("verdicts", "summary", "secondary", "spectrum")
+# results/study/<horizon>/<name>.csv where the horizon declares `stability`
+STUDY_STABILITY = ("stability", "stability_contrasts")
 
 
 def stamp(path: str) -> str:
@@ -62,9 +64,9 @@ class Plan:
     - `runs`: every target's runs as "task/method/seedN": `grid` (run_methods), `ablations`
       (the grid and the ablation methods), `reinforce`, `long` (the default target's stability
       runs), `stability_seeds`, `controller`, `lr_sweep`, `sync_regime`, `scaling_sweep`,
-      `scaling_grid`, `scaling_check`, `study_sweep` (the declared points of the study grids
-      `study.tuned` has not adopted; its test runs are known once its plan is frozen:
-      workflow/rules/study.smk), and `trained`: every GRPO run of the default target."""
+      `scaling_grid`, `scaling_check`, `study_sweep` (the first round, `Grid.first_round`, of
+      the study grids `study.tuned` has not adopted; its test runs are known once its plan is
+      frozen: workflow/rules/study.smk), and `trained`: every GRPO run of the default target."""
     config: dict
     derived: dict[str, str]
     tasks: list[str]
@@ -182,9 +184,11 @@ class Plan:
                 "trl": [f"results/trl/{task}.json" for task in self.tasks],
                 "sync_regime": ["results/sync_regime.csv"],
                 "scaling": ["results/scaling.csv"]} | (
-            {"study": [f"results/study/{h}/{f}" for h in self.config["study"]["horizons"]
-                       for f in ["analysis_plan.json"] + [f"{t}.csv" for t in STUDY_TABLES]]
-                       + ["results/study/horizons.csv"]}
+            {"study": [f"results/study/{h}/{f}" for h, design in
+                       self.config["study"]["horizons"].items()
+                       for f in ["analysis_plan.json"] + [f"{t}.csv" for t in STUDY_TABLES]
+                       + ([f"{t}.csv" for t in STUDY_STABILITY] if design.get("stability")
+                          else [])] + ["results/study/horizons.csv"]}
             if self.config.get("study") else {}) | (
             {"memory_real": ["results/memory/real.csv"]} if self.config.get("memory_real")
             else {})
@@ -270,10 +274,10 @@ def _runs(config, tasks, methods, ablations, seeds, grids, scaling,
             "lr_sweep": _cross(lr.get("tasks", []), declared(grids), lr.get("seeds", [0])),
             "sync_regime": sync_regime_runs(config), "scaling_sweep": sc["sweep"],
             "scaling_grid": sc["grid"], "scaling_check": sc["check"],
-            "study_sweep": _cross([(config.get("study") or {}).get("task")] if study else [],
-                                  declared({arm: g for arm, g in study.items() if arm not in
-                                            config["study"].get("tuned", {})}),
-                                  lr.get("seeds", [0]))}
+            "study_sweep": [f"{config['study']['task']}/{name}/seed{s}"
+                            for arm, g in study.items()
+                            if arm not in config["study"].get("tuned", {})
+                            for name, s in g.runs(*g.first_round(), lr.get("seeds", [0]))]}
 
 
 def _default_benchmarks(plan: Plan) -> list[str]:

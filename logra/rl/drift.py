@@ -3,11 +3,13 @@ prompts the policy samples its own completions (one per prompt, at the sampling 
 untruncated, seeded), and along them, per completion token, the entropy of its next-token
 distribution and its KL to the SFT base, each a sum over the whole vocabulary (no sampled
 estimate). The stability runs log both at every snapshot (workflow/scripts/stability_eval.py);
-the criterion's collapse clause reads the entropy (logra/analysis/stability.py)."""
+the criterion's collapse clause reads the entropy (logra/analysis/stability.py); a study's
+test runs log both at their last update (workflow/scripts/study_drift.py), secondary endpoints."""
 from __future__ import annotations
 
 import torch
 
+from logra.files import read_jsonl
 from logra.optim.kl_control import probe_base, probe_kl
 from logra.rl.loop import pad_batch
 from logra.rl.rollout import generate_rollouts
@@ -35,3 +37,14 @@ def policy_drift(model, base_model, tokenizer, prompts: list[str], *, temperatur
             tokens += n
     return {"entropy": entropy / tokens if tokens else float("nan"),
             "kl_to_base": kl / tokens if tokens else float("nan"), "tokens": tokens}
+
+
+def drift_prompts(test: str, n: int) -> list[str]:
+    """The fixed prompts a drift is measured on: the first `n` of a task's test split (`test`,
+    results/data/<task>/test.jsonl; n: stability.criterion.collapse.prompts); an error naming
+    the key and the file where it holds fewer."""
+    prompts = [r["prompt"] for r in read_jsonl(test, ["prompt"])][:n]
+    if len(prompts) < n:
+        raise ValueError(f"stability.criterion.collapse.prompts: {n}, but {test} has "
+                         f"{len(prompts)} problems")
+    return prompts

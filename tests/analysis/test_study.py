@@ -112,6 +112,18 @@ def _plan(tmp_path, val, study=STUDY):
     return study_plan(arms, study, list(range(20, 40)), MARGINS, spec)
 
 
+def test_a_choice_by_successive_halving_is_among_the_points_run_on_every_seed(tmp_path):
+    """Halving's record: the choice the best point over every seed, though a point screened
+    out (run on the first seed) scored higher there; the screened point under `screen`."""
+    val = {("d", 0, 0): 0.9} | {("d", 1, s): 0.4 for s in range(3)}
+    val |= {(arm, k, s): 0.3 for arm in ("x", "l") for k in (0, 1) for s in range(3)}
+    arms, _, _ = _choices(tmp_path, val)
+    assert arms["d"]["method"] == "d_p1" and arms["d"]["val_accuracy"] == pytest.approx(0.4)
+    assert arms["d"]["scores"] == [[2e-4, pytest.approx(0.4)]]
+    assert arms["d"]["screen"] == [[1e-4, pytest.approx(0.9)]] and not arms["d"]["bracketed"]
+    assert "screen" not in arms["x"]
+
+
 def test_the_plan_freezes_each_arms_best_point_and_the_seeds_its_spread_asks_for(tmp_path):
     # every arm's second point is best; x and l differ from d by seed, l by more
     val = {}
@@ -210,7 +222,13 @@ def test_the_tables_compare_the_arms_at_each_update_by_seed(tmp_path):
                       "energy_top_r": [0.5, math.nan if arm == "d" else 0.7],
                       "stable_rank": [6.0 - (arm == "l"), math.nan if arm == "d" else 2.0],
                       "rank_90": [10, 3]}).to_csv(spectra[arm, seed], index=False)
-    t = study_tables(plan, runs, evals, bases, spectra)
+    # the policy's drift from its base at its last update: l further from it by 0.5 nats
+    drifts = {}
+    for (arm, seed) in acc:
+        drifts[arm, seed] = tmp_path / arm / f"drift{seed}.json"
+        write_json(drifts[arm, seed], {"entropy": 1.0 + seed, "kl_to_base": 0.1 * seed
+                                       + 0.5 * (arm == "l"), "tokens": 100})
+    t = study_tables(plan, runs, evals, bases, spectra, drifts)
     assert len(t["spectrum"]) == 12 and set(t["spectrum"]["method"]) == {"d", "l"}
     v = t["verdicts"].set_index("step")
     assert list(t["verdicts"]["endpoint"]) == ["secondary", "primary"]
@@ -223,9 +241,12 @@ def test_the_tables_compare_the_arms_at_each_update_by_seed(tmp_path):
     assert s["step2_accuracy"].tolist() == pytest.approx(s["eval_accuracy"] - 0.1)
     sec = t["secondary"].set_index("metric")
     # the plan's declared endpoints first, in its order (t1 is not a protocol here)
-    assert list(dict.fromkeys(sec.index))[:5] == [
-        "eval_greedy", "eval_sampled_pass4", "token_entropy_mean", "update_stable_rank",
-        "update_energy_top_r"]
+    assert list(dict.fromkeys(sec.index))[:6] == [
+        "eval_greedy", "eval_sampled_pass4", "policy_entropy", "kl_to_base",
+        "update_stable_rank", "update_energy_top_r"]
+    assert s["kl_to_base"].tolist() == pytest.approx([0, 0.1, 0.2, 0.5, 0.6, 0.7])
+    assert sec.loc["kl_to_base", "diff_mean"] == pytest.approx(0.5)
+    assert sec.loc["policy_entropy", "diff_mean"] == pytest.approx(0.0)
     assert sec.loc["token_entropy_mean", "diff_mean"] == pytest.approx(1.0)
     assert sec.loc["peak_mem_bytes", "diff_mean"] == pytest.approx(-40)
     assert sec.loc["eval_greedy", "diff_mean"] == pytest.approx(np.mean(d))
@@ -318,3 +339,35 @@ def test_the_horizons_table_holm_adjusts_the_shared_contrasts_and_pairs_their_se
         gain_share=math.nan, gain_share_lo=math.nan, gain_share_hi=math.nan)
     study_horizons(empty, [str(tmp_path / "e.png"), str(tmp_path / "e.pdf")])
     assert (tmp_path / "e.png").stat().st_size > 0
+
+
+def test_the_stability_contrasts_pair_each_measure_by_seed_and_count_each_clause():
+    """A horizon's stability: each continuous measure of the criterion contrasted by seed (a
+    run missing a measure drops its seed from that measure only), each clause's passes
+    counted per arm over the seeds both ran."""
+    from logra.analysis.stability import CLAUSES
+    from logra.analysis.study import STABILITY_MEASURES, stability_contrasts
+    rows = []
+    for seed in range(4):
+        for arm, shift in (("d", 0.0), ("l", 0.1)):
+            rows.append({"method": arm, "seed": seed, **{m: seed + shift for m in
+                                                        STABILITY_MEASURES},
+                         **{f"{c}_ok": True for c in CLAUSES},
+                         "stable": arm == "l" or seed < 2})
+    rows.append({"method": "l", "seed": 9, **dict.fromkeys(STABILITY_MEASURES, 5.0),
+                 **{f"{c}_ok": False for c in CLAUSES}, "stable": False})  # no pair
+    table = pd.DataFrame(rows)
+    table.loc[(table["method"] == "d") & (table["seed"] == 3), "spike_share"] = math.nan
+    t = stability_contrasts(table, [("l", "d")]).set_index("measure")
+    assert list(t.index) == [*STABILITY_MEASURES, *(f"{c}_ok" for c in CLAUSES), "stable"]
+    assert t.loc["kl_to_base_last", "diff_mean"] == pytest.approx(0.1)
+    assert t.loc["kl_to_base_last", "seeds"] == 4 and t.loc["spike_share", "seeds"] == 3
+    assert t.loc["entropy_ratio_min", "mean_a"] == pytest.approx(1.6)
+    assert t.loc["stable", ["passed_a", "passed_b"]].tolist() == ["4/4", "2/4"]
+    assert t.loc["stable", "mean_b"] == 0.5 and t.loc["ended_ok", "passed_a"] == "4/4"
+    # REPORT.md's section: the measures with their intervals, the clauses with their counts
+    from logra.analysis.runs_report import _study_stability_section
+    text = "\n".join(_study_stability_section(t.reset_index(), "results/study/h9", 9))
+    assert "## Study, 9 updates: stability (`results/study/h9/stability_contrasts.csv`)" in text
+    assert "| l − d | kl_to_base_last | 1.6 | 1.5 | +0.1 [+0.1, +0.1] | 4 |" in text
+    assert "| l − d | stable | 4/4 | 2/4 |  | 4 |" in text

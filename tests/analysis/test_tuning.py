@@ -138,6 +138,63 @@ def test_rounds_follow_the_best_point_outward_and_report_a_capped_edge():
         round_result(_table("a", "adam", peak), "a", "adam", values, (-2, 2), (-2, 1), 2)
 
 
+def _halving(tmp_path, accuracy, keep=2, declared=(-2, 3), cap=2):
+    """Successive halving on one grid as the workflow runs it (`Grid.runs` each round, then
+    `lr_sweep_table` and `round_result` over its runs): `accuracy(k, seed)` each run's
+    validation accuracy. Returns the rounds' results and every run made, (k, seed)."""
+    from logra.harness.derived import Grid
+    values = {k: 1e-4 * 2.0 ** k for k in range(declared[0] - cap, declared[1] + cap + 1)}
+    grid = Grid("adam", {k: f"adam_k{k}" for k in values}, values, declared, cap, keep)
+    sweep = {name: ("adam", values[k]) for k, name in grid.names.items()}
+    (window, kept), results, made = grid.first_round(), [], set()
+    while window is not None:
+        runs, vals = [], []
+        for name, seed in grid.runs(window, kept, [10, 11, 12]):
+            k = int(name.removeprefix("adam_k"))
+            made.add((k, seed))
+            run = tmp_path / name / f"seed{seed}"
+            write_json(run / "summary.json", {"task": "a", "method": name, "seed": seed,
+                                              "status": "ok", "final_reward": 0.0})
+            write_json(run / "val.json", {"accuracy": accuracy(k, seed), "primary": "sampled",
+                                          "model_dir": str(run / "model")})
+            runs.append(run / "summary.json")
+            vals.append(run / "val.json")
+        result = round_result(lr_sweep_table(runs, vals, sweep, {"adam": "lr"}), "a", "adam",
+                              values, window, declared, cap, kept, keep)
+        results.append(result)
+        window = tuple(result["next"]) if result["next"] else None
+        kept = None if result.get("next_keep") is None else tuple(result["next_keep"])
+    return values, results, made
+
+
+def test_successive_halving_screens_on_one_seed_then_chooses_among_the_best_on_every_seed(
+        tmp_path):
+    """Halving (keep 2): every declared point on the first seed; the two best there on every
+    seed; the choice the best of those over every seed, though a point screened out scored
+    higher on its one seed; nothing else runs when that choice is inside."""
+    acc = {-2: 0.1, -1: 0.5, 0: 0.6, 1: 0.55, 2: 0.2, 3: 0.3}
+    values, results, made = _halving(tmp_path, lambda k, s: acc[k] if s == 10 else (
+        0.9 if k == -1 else 0.1))
+    screen, final = results
+    assert screen["screen"] and screen["next"] == [-2, 3] and screen["next_keep"] == [0, 1]
+    assert made == {(k, 10) for k in acc} | {(k, s) for k in (0, 1) for s in (11, 12)}
+    # 0: (0.6 + 0.1 + 0.1) / 3 against 1: (0.55 + 0.1 + 0.1) / 3; -1 (0.9 on seeds never run)
+    assert final["chosen"] == values[0] and final["bracketed"] and final["next"] is None
+    assert final["keep"] == [0, 1]
+
+
+def test_successive_halving_is_still_bracketed_a_point_added_on_every_seed(tmp_path):
+    """A choice among the kept points on the window's edge adds the point beyond it, run on
+    every seed, which joins the kept; up to the cap, then reported unbracketed."""
+    values, results, made = _halving(tmp_path, lambda k, s: 0.1 * k + 0.01 * s)
+    assert [r["window"] for r in results] == [[-2, 3], [-2, 3], [-2, 4], [-2, 5]]
+    assert [r.get("keep") for r in results] == [[], [2, 3], [2, 3, 4], [2, 3, 4, 5]]
+    assert results[-1]["chosen"] == values[5] and not results[-1]["bracketed"]
+    assert results[-1]["next"] is None
+    assert {(k, s) for k, s in made if s != 10} == {(k, s) for k in (2, 3, 4, 5) for s in (11, 12)}
+    assert {k for k, s in made} == set(range(-2, 6))
+
+
 def test_the_tuned_file_holds_each_choice_and_its_scores_and_the_config_adopts_it(tmp_path):
     """results/tuned.yaml as the lr sweep writes it, copied beside a config, sets each method's
     knob on its task (LoGRA's update_ratio and final budget following, as its sweep point

@@ -91,12 +91,13 @@ PLANNED = [
                  "scaling_sweep_table": 1, "scaling_check_table": 1, "scaling_table": 1,
                  "scaling_figure": 1}),
     # opt-in, three horizons: 200 updates' choices adopted (study.tuned), so its grids do not
-    # run, 80's and 1,100's 2 arms x 6 points x 3 seeds do; the margin's runs at 200 and their
-    # bases (80's and 1,100's follow their reference's choice), then each plan (the test runs
-    # are known once it is frozen), its tables, the horizons' table
-    ("study", {"base": 6, "train": 72 + 3, "lr_sweep_eval": 72 + 3, "tuning_round": 4,
+    # run; 80's 2 arms x 6 points x 3 seeds do, and 1,100's screens, 2 arms x 6 points x 1 seed
+    # (successive halving); the margin's runs at 200 and their bases (80's and 1,100's follow
+    # their reference's choice), then each plan (the test runs are known once it is frozen),
+    # its tables, the horizons' table
+    ("study", {"base": 6, "train": 36 + 12 + 3, "lr_sweep_eval": 36 + 12 + 3, "tuning_round": 4,
                "study_tuned": 4, "study_plan": 3, "study_table": 3, "study_horizons": 1,
-               "study_figure": 1, "stamp": 16}),
+               "study_figure": 1, "study_stability": 1, "stamp": 18}),
 ]
 
 
@@ -343,7 +344,8 @@ methods:
   logra_study: {rule: logra, options: {rank: 2, update_ratio: 3.0e-3, probe_responses: 4}}
 study: {task: arithmetic, arms: {dense_adam_study: 1.0e-4, logra_study: 2.0e-4},
         reference: dense_adam_study, schedule: {warmup: 0.25, decay: 1.5, final: 0.1},
-        horizons: {h4: {snapshot: 2, seeds: {min: 2, max: 2, half_width: 0.02}}}}
+        horizons: {h4: {snapshot: 2, halving: {keep: 1}, stability: {every: 2},
+                        seeds: {min: 2, max: 2, half_width: 0.02}}}}
 """
 
 
@@ -352,7 +354,8 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
     """`snakemake study` at smoke scale, beside a copy of the smoke run, at one horizon (a
     second doubles the test's ~10 minutes; two horizons' jobs: the default config's planned
     jobs, their table: tests/analysis/test_study.py): each arm's grid on the validation seeds
-    under the bracket rule and the horizon's schedule, the margin from the reference's chosen
+    by successive halving (every point on seed 0, the best on seed 1 too) under the bracket
+    rule and the horizon's schedule, the margin from the reference's chosen
     point on the margin seed, the plan frozen (choices, test seeds from the validation spread,
     none of them a validation or margin seed) before any test evaluation, then every arm's
     chosen point on the test seeds scored at the last update and the snapshot, the verdicts;
@@ -376,6 +379,16 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
             records |= yaml.safe_load((study / f"tuned/{name}.yaml").read_text())
             best = max(records[name]["scores"], key=lambda p: p[1])  # the grid's best point
             assert choice["value"] == records[name]["value"] == best[0]
+            # halving: the screen kept one point; only the kept (and any point the bracket
+            # rule added) ran on seed 1, and the choice is among them
+            screen = json.loads((tmp_path / f"results/tuning/study/arithmetic/{name}/"
+                                 "round0.json").read_text())
+            assert screen["screen"] and len(screen["next_keep"]) == 1
+            ran = {seed: len(list((tmp_path / "results/runs/arithmetic").glob(
+                f"{name}_lr*/seed{seed}/summary.json"))) for seed in (0, 1)}
+            assert ran == {0: len(records[name]["scores"]) + len(records[name]["screen"]),
+                           1: len(records[name]["scores"])}
+            assert records[name]["screen"] and records[name]["scores"]
             assert choice["method"].startswith(f"{name}_lr") and not choice["adopted"]
         # the horizon's own margin: its reference's chosen point on the margin seed
         margin = plan["margins"]["arithmetic"]
@@ -402,6 +415,18 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
                                                                      summary["seed"]))
     assert (spectrum["rank"] == 2).all() and spectrum["stable_rank"].ge(1).all()
     assert summary["update_stable_rank"].notna().all()
+    # each test run's drift from its base at its last update: exact entropy, KL to the base
+    assert summary["policy_entropy"].gt(0).all() and summary["kl_to_base"].ge(-1e-6).all()
+    assert len(list((study / "h4/drift").rglob("*.json"))) == 2 * 2  # arms x seeds
+    # stability: every test run judged on its curve (base, update 2, update 4), the arms
+    # contrasted by seed on the criterion's measures
+    judged = pd.read_csv(study / "h4/stability.csv")
+    assert sorted(zip(judged["method"], judged["seed"])) == sorted(zip(summary["method"],
+                                                                       summary["seed"]))
+    assert judged["stable"].dtype == bool and judged["last_step"].eq(4).all()
+    contrasts = pd.read_csv(study / "h4/stability_contrasts.csv")
+    assert set(contrasts["method"]) == {"logra_study"} and "kl_to_base_last" in set(
+        contrasts["measure"]) and "stable" in set(contrasts["measure"])
     # the horizons against each other: LoGRA - dense at each (one here: no horizon effect)
     across = pd.read_csv(study / "horizons.csv")
     assert list(across["horizon"]) == ["h4"] and list(across["method"]) == ["logra_study"]
@@ -412,7 +437,8 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
                     "## Study, 4 updates: verdicts at update 2",
                     "## Study, 4 updates: accuracy and memory",
                     "## Study, 4 updates: the update's spectrum",
-                    "## Study, 4 updates: secondary endpoints", "## Study: the horizons"):
+                    "## Study, 4 updates: secondary endpoints",
+                    "## Study, 4 updates: stability", "## Study: the horizons"):
         assert section in report
     # every arm's choice adopted (`python -m logra.harness.adopt`, into an overlay here; a
     # smoke grid of 2 points may end on its edge) and

@@ -755,6 +755,12 @@ def test_scaling_config_errors_name_the_key(tmp_path, edit, message):
      r"study.horizons.h80.arms: leaves out the reference 'dense_adam_study'"),
     (lambda c: c["study"]["horizons"]["h200"].update(snapshot=200),
      r"study.horizons.h200.snapshot: 200, not before the horizon's last update \(200\)"),
+    (lambda c: c.pop("stability"), r"study: needs stability.criterion \(its collapse.prompts"),
+    (lambda c: c["study"]["horizons"]["h200"].update(stability={"every": 30}),
+     r"study.horizons.h200.snapshot: 80, not a multiple of study.horizons.h200.stability.every "
+     r"\(30\)"),
+    (lambda c: c["study"]["horizons"]["h1100"].update(halving={"keep": 0}),
+     r"study.horizons.h1100.halving.keep: 0 is less than the minimum of 1"),
 ])
 def test_study_config_errors_name_the_key(tmp_path, edit, message):
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
@@ -797,6 +803,12 @@ ARM = "dense_adam_study_h80"
      rf"study.tuned.{ARM}.scores: .* is not a list of \[value, accuracy or null\]"),
     (ARM, {"by_seed": {"10": 0.3, "11": 0.3, "12": 0.3}},
      rf"study.tuned.{ARM}.by_seed: .* is not a map of seed \(an integer, unquoted\)"),
+    # successive halving: the choice among the points run on every seed (a point screened
+    # out scored higher on its one seed); the screened ones count for its position
+    (ARM, {"scores": [[1e-4, 0.3], [2e-4, 0.2]], "screen": [[5e-5, 0.9]], "bracketed": False},
+     rf"study.tuned.{ARM}.bracketed: False, but its value 0.0001 is inside"),
+    (ARM, {"screen": [[5e-5, "0.9"]]},
+     rf"study.tuned.{ARM}.screen: .* is not a list of \[value, accuracy or null\] pairs"),
     (ARM, {"val_accuracy": 0.5},
      rf"study.tuned.{ARM}.val_accuracy: 0.5 is not the mean of its by_seed"),
     (ARM, "schedule",
@@ -814,6 +826,13 @@ def test_an_adopted_study_choice_must_still_match_its_grid(tmp_path, arm, change
     config["study"]["tuned"] = {arm: record}
     with pytest.raises(ConfigError, match=message):
         build_plan(validate_file(_write(tmp_path, config)))
+
+
+def test_a_choice_by_successive_halving_is_adopted_with_its_screen(tmp_path):
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["study"]["tuned"] = {ARM: _adopted(config, ARM, 1e-4, screen=[[5e-5, 0.9]],
+                                              scores=[[1e-4, 0.3], [2e-4, 0.2]])}
+    build_plan(validate_file(_write(tmp_path, config)))
 
 
 def test_an_adopted_arm_does_not_run_its_grid_again(tmp_path):
@@ -853,6 +872,10 @@ def test_each_horizon_scales_the_authors_schedule(steps, warmup, decay):
     plan = build_plan(config, fit_rules=False)
     if f"h{steps}" in config["study"]["horizons"]:
         assert plan.config["methods"][f"dense_adam_study_h{steps}"]["grpo"]["decay_steps"] == decay
+    # 1,100 updates judge a stability curve: every run there (its grid's too) snapshots
+    # every 100 updates
+    assert {m["grpo"]["snapshot_every"] for n, m in plan.config["methods"].items()
+            if "_study_h1100" in n} == {100}
 
 
 def test_the_study_grids_are_the_lr_sweeps_rule_about_each_arms_anchor():
@@ -881,8 +904,16 @@ def test_the_study_grids_are_the_lr_sweeps_rule_about_each_arms_anchor():
                 assert m["options"][plan.sweep_knobs[method]] == value
     point = config["methods"]["logra_study_h200_lr0p0032"]["options"]
     assert point["update_ratio"] == pytest.approx(3e-3 * (0.0032 / 2e-4) ** 0.5)
-    swept = sum(len(a) for a in horizons.values()) - len(config["study"]["tuned"])
-    assert len(plan.runs["study_sweep"]) == swept * spec["points"] * len(spec["seeds"])
+    # the first rounds: every declared point on every validation seed, but under successive
+    # halving (1,100 updates) on the first only
+    first = {h: len(spec["seeds"][:1] if config["study"]["horizons"][h].get("halving")
+                    else spec["seeds"]) for h in horizons}
+    assert config["study"]["horizons"]["h1100"]["halving"] == {"keep": 2}
+    assert len(plan.runs["study_sweep"]) == sum(
+        first[h] * spec["points"] for h, arms in horizons.items() for m in arms.values()
+        if m not in config["study"]["tuned"])
+    assert {r.rsplit("/seed", 1)[1] for r in plan.runs["study_sweep"] if "_h1100_" in r} == {
+        str(spec["seeds"][0])}
     taken = set(spec["seeds"]) | set(plan.margin_seeds)
     seeds = study_seeds(config, 24)
     assert len(seeds) == 24 and not taken & set(seeds) and seeds == sorted(seeds)

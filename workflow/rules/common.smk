@@ -38,49 +38,52 @@ def stage_resources(stage):
 
 
 # the tuning grids' rounds (the checkpoint `tuning_round`, workflow/rules/sweep.smk): the bracket
-# rule of logra.analysis.tuning
+# rule of logra.analysis.tuning, and successive halving where a grid declares it
 def tuning_window(w):
-    """The window (lo, hi) of grid points that round `w.round` of (`w.table`, `w.task`,
-    `w.method`) scores: the declared points, then what the round before named."""
+    """(window, keep) of round `w.round` of (`w.table`, `w.task`, `w.method`): the points
+    (lo, hi) it scores and those of them it runs on every seed (None: all; `Grid.runs`): the
+    grid's first round, then what the round before named."""
     if int(w.round) == 0:
-        return PLAN.grids[w.table][w.method].declared
-    before = checkpoints.tuning_round.get(table=w.table, task=w.task, method=w.method,
-                                          round=int(w.round) - 1).output[0]
-    return tuple(json.loads(Path(before).read_text())["next"])
+        return PLAN.grids[w.table][w.method].first_round()
+    before = json.loads(Path(checkpoints.tuning_round.get(
+        table=w.table, task=w.task, method=w.method, round=int(w.round) - 1).output[0]).read_text())
+    keep = before.get("next_keep")
+    return tuple(before["next"]), None if keep is None else tuple(keep)
 
 
-def window_runs(table, task, method, window):
-    """The validation runs of a grid's window, "task/method/seedN"."""
-    return [f"{task}/{name}/seed{seed}" for name in PLAN.grids[table][method].points(window)
-            for seed in config["lr_sweep"]["seeds"]]
+def window_runs(table, task, method, window, keep=None):
+    """The validation runs of a grid's round, "task/method/seedN" (`Grid.runs`)."""
+    return [f"{task}/{name}/seed{seed}" for name, seed in
+            PLAN.grids[table][method].runs(window, keep, config["lr_sweep"]["seeds"])]
 
 
 def tuned_rounds(table, task, method):
-    """Every round of a grid up to the one that ends it (the checkpoints, run in turn) and the
-    window that round scored."""
+    """Every round of a grid up to the one that ends it (the checkpoints, run in turn), and
+    that round's window and keep (`tuning_window`)."""
     rounds = []
     while True:
         rounds.append(checkpoints.tuning_round.get(table=table, task=task, method=method,
                                                    round=len(rounds)).output[0])
         result = json.loads(Path(rounds[-1]).read_text())
         if result["next"] is None:
-            return rounds, tuple(result["window"])
+            keep = result.get("keep")
+            return rounds, tuple(result["window"]), None if keep is None else tuple(keep)
 
 
 def tuned_runs(table, tasks):
-    """([the runs of each grid's last window, "task/method/seedN"], [every grid's rounds]); a
+    """([the runs of each grid's last round, "task/method/seedN"], [every grid's rounds]); a
     grid whose next round has not run gives that round's file, so every grid's round is asked
     for at once."""
     runs, rounds = [], []
     for task in tasks:
         for method in PLAN.grids[table]:
             try:
-                done, window = tuned_rounds(table, task, method)
+                done, window, keep = tuned_rounds(table, task, method)
             except IncompleteCheckpointException as pending:
                 rounds.append(pending.targetfile)
                 continue
             rounds += done
-            runs += window_runs(table, task, method, window)
+            runs += window_runs(table, task, method, window, keep)
     return runs, rounds
 
 
@@ -95,9 +98,9 @@ def tuning_inputs(table, tasks):
 def study_arm_inputs(arm):
     """The input of an arm's choice at a horizon (`study_tuned`, `arm` its method there): its
     grid's rounds, and the runs (`runs`, their summaries) and evaluations (`evals`) of its last
-    window."""
-    rounds, window = tuned_rounds("study", config["study"]["task"], arm)
-    runs = window_runs("study", config["study"]["task"], arm, window)
+    round."""
+    rounds, window, keep = tuned_rounds("study", config["study"]["task"], arm)
+    runs = window_runs("study", config["study"]["task"], arm, window, keep)
     return {"rounds": rounds, "runs": [f"results/runs/{run}/summary.json" for run in runs],
             "evals": [f"results/lr_sweep/{run}.json" for run in runs]}
 
@@ -165,8 +168,8 @@ def study_runs(h):
 
 def study_inputs(w):
     """A horizon's table's input: every test run's summary, its evaluations at the last update
-    (and the horizon's snapshot), its update's spectrum (where the horizon has the LoGRA arm),
-    the test seeds' SFT base evaluations, the plan."""
+    (and the horizon's snapshot), its drift from its base, its update's spectrum (where the
+    horizon has the LoGRA arm), the test seeds' SFT base evaluations, the plan."""
     h, st = w.horizon, config["study"]
     runs = study_runs(h)
     snapshot = st["horizons"][h].get("snapshot")
@@ -175,7 +178,18 @@ def study_inputs(w):
             "runs": [f"results/runs/{run}/summary.json" for run in runs.values()],
             "spectra": [f"results/study/{h}/spectrum/{run}.csv" for run in runs.values()
                         if STUDY_LOGRA in PLAN.study_horizons[h]],
+            "drifts": [f"results/study/{h}/drift/{run}.json" for run in runs.values()],
             "evals": [f"results/study/{h}/eval/{run}/step{step}.json" for run in runs.values()
                       for step in steps],
             "bases": sorted({f"results/eval/{st['task']}/base_seed{seed}.json"
                              for _, seed in runs})}
+
+
+def study_stability_inputs(w):
+    """A horizon's stability tables' input: its plan, and every test run's summary, metrics and
+    held-out curve."""
+    runs = study_runs(w.horizon).values()
+    return {"plan": f"results/study/{w.horizon}/analysis_plan.json",
+            "summaries": [f"results/runs/{run}/summary.json" for run in runs],
+            "metrics": [f"results/runs/{run}/metrics.csv" for run in runs],
+            "curves": [f"results/study/{w.horizon}/curve/{run}.json" for run in runs]}

@@ -3,8 +3,9 @@
 # (workflow/rules/sweep.smk, table `study`) and its choice written (an arm `study.tuned` adopted
 # skips its grid), the reference's chosen point run on the margin seeds, then the plan frozen
 # (the choices, the margin, the test seeds from the validation spread, the analysis), then the
-# chosen points' test runs, scored at the last update (and the horizon's snapshot), compared by
-# seed; then the horizons against each other (results/study/horizons.csv)
+# chosen points' test runs, scored at the last update (and the horizon's snapshot), their drift
+# from the base and their update's spectrum measured, compared by seed; then the horizons
+# against each other (results/study/horizons.csv)
 STUDY = config.get("study") or {}
 STUDY_POINTS = {name: point for grid in PLAN.grids["study"].values()
                 for name, point in grid.points().items()}
@@ -85,6 +86,34 @@ rule study_eval:
         "../scripts/study_eval.py"
 
 
+# a test run's policy at its last update against its SFT base: the exact token entropy of its
+# own samples and its KL to the base, on the stability criterion's fixed test prompts
+# (logra/rl/drift.py); after its horizon's plan, as every test evaluation
+rule study_drift:
+    input:
+        unpack(base_input),
+        run="results/runs/{task}/{method}/seed{seed}/summary.json",
+        test="results/data/{task}/test.jsonl",
+        plan="results/study/{horizon}/analysis_plan.json",
+    output:
+        "results/study/{horizon}/drift/{task}/{method}/seed{seed}.json",
+    params:
+        eval=PLAN.primary_eval,
+        base=lambda wildcards, input: PLAN.start_model(wildcards.method) or input.base,
+        prompts=config["stability"]["criterion"]["collapse"]["prompts"] if STUDY else None,
+    threads: config["threads"]
+    resources:
+        **stage_resources("eval"),
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/study/study_drift/{horizon}/{task}/{method}/seed{seed}.tsv",
+    log:
+        "results/logs/study/drift/{horizon}/{task}/{method}/seed{seed}.log",
+    script:
+        "../scripts/study_drift.py"
+
+
 # the update's spectrum of a test run: each target matrix's final weights against its SFT
 # base (logra/measure/spectrum.py), at the rank and target modules of the study's LoGRA arm
 rule study_spectrum:
@@ -106,6 +135,44 @@ rule study_spectrum:
         "results/logs/study/spectrum/{horizon}/{task}/{method}/seed{seed}.log",
     script:
         "../scripts/study_spectrum.py"
+
+
+# a test run's held-out curve where its horizon declares `stability` (a snapshot every
+# `every` updates): its SFT base, each snapshot and its last update scored on the test split,
+# its drift from the base at each (workflow/scripts/stability_eval.py, as the stability runs');
+# after its horizon's plan, as every test evaluation
+use rule stability_eval as study_curve with:
+    input:
+        unpack(lambda w: {"run": f"results/runs/{w.task}/{w.method}/seed{w.seed}/summary.json",
+                          "lmeval": f"results/data/{w.task}/lmeval",
+                          "test": f"results/data/{w.task}/test.jsonl",
+                          "plan": f"results/study/{w.horizon}/analysis_plan.json"}
+               | base_input(w)),
+    output:
+        "results/study/{horizon}/curve/{task}/{method}/seed{seed}.json",
+    benchmark:
+        "results/benchmarks/study/study_curve/{horizon}/{task}/{method}/seed{seed}.tsv",
+    log:
+        "results/logs/study/curve/{horizon}/{task}/{method}/seed{seed}.log",
+
+
+# each test run judged by stability.criterion on its curve, and the arms contrasted by seed on
+# the criterion's measures (logra.analysis.study.stability_contrasts: docs/stability.md)
+rule study_stability:
+    input:
+        unpack(study_stability_inputs),
+    output:
+        **{name: f"results/study/{{horizon}}/{name}.csv" for name in STUDY_STABILITY},
+    params:
+        criterion=config.get("stability", {}).get("criterion"),
+    conda:
+        "../../environment.yml"
+    benchmark:
+        "results/benchmarks/study/study_stability/{horizon}.tsv",
+    log:
+        "results/logs/study/study_stability/{horizon}.log",
+    script:
+        "../scripts/study_stability.py"
 
 
 rule study_table:

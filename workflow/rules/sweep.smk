@@ -32,15 +32,16 @@ use rule eval_base as lr_sweep_eval_base with:
 
 
 # The bracket rule (logra.analysis.tuning), a round at a time: round 0 scores a grid's declared
-# points on the validation split; each round names the next one's window (one point beyond the
-# edge that holds the best point), or none when the grid is done. A checkpoint: the runs of
-# round r+1 are known once round r has run (workflow/rules/common.smk `tuning_window`)
+# points on the validation split (under successive halving, on the first seed); each round names
+# the next one's window (one point beyond the edge that holds the best point; halving's screen:
+# the best it keeps), or none when the grid is done. A checkpoint: the runs of round r+1 are
+# known once round r has run (workflow/rules/common.smk `tuning_window`)
 checkpoint tuning_round:
     input:
         runs=lambda w: expand("results/runs/{run}/summary.json",
-                              run=window_runs(w.table, w.task, w.method, tuning_window(w))),
+                              run=window_runs(w.table, w.task, w.method, *tuning_window(w))),
         evals=lambda w: expand("results/lr_sweep/{run}.json",
-                               run=window_runs(w.table, w.task, w.method, tuning_window(w))),
+                               run=window_runs(w.table, w.task, w.method, *tuning_window(w))),
     output:
         "results/tuning/{table}/{task}/{method}/round{round}.json",
     wildcard_constraints:
@@ -48,7 +49,7 @@ checkpoint tuning_round:
         round=r"\d+",
     params:
         grid=lambda w: PLAN.grids[w.table][w.method],
-        window=tuning_window,
+        spec=tuning_window,
         sweep=lambda w: PLAN.grids[w.table][w.method].points(),
         knobs=PLAN.sweep_knobs,
     conda:

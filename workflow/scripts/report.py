@@ -10,7 +10,7 @@ from logra.analysis.report import (STABILITY_OPT_IN, ReportInputs, current_opt_i
                                    report_markdown)
 from logra.analysis.tables import accuracy_table, read_summary, time_ledger
 from logra.files import atomic_path, progress
-from logra.harness.plan import STUDY_TABLES
+from logra.harness.plan import STUDY_STABILITY, STUDY_TABLES
 
 
 def table(paths):
@@ -41,7 +41,8 @@ def study_tables(current: dict[str, Path], horizons: list[str]):
         if not all(p in current for p in [plan, *paths.values()]):
             return None
         out[h] = {"plan": json.loads(Path(plan).read_text())} | {
-            name: pd.read_csv(p) for name, p in paths.items()}
+            name: pd.read_csv(p) for name, p in paths.items()} | {
+            name: read(f"results/study/{h}/{name}.csv", current) for name in STUDY_STABILITY}
     return {"horizons": out, "across": read("results/study/horizons.csv", current)} \
         if out else None
 

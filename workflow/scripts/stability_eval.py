@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from logra.files import progress, read_jsonl, write_json
+from logra.files import progress, write_json
 from logra.harness.evaluate import evaluate
-from logra.rl.drift import policy_drift
+from logra.rl.drift import drift_prompts, policy_drift
 from logra.rl.models import load
 
 with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(log):
@@ -22,10 +22,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     seed = int(snakemake.wildcards.seed)
     summary = json.loads(Path(snakemake.input.run).read_text())
     grpo = summary["config"]["grpo"]
-    prompts = [r["prompt"] for r in read_jsonl(snakemake.input.test)][:snakemake.params.prompts]
-    if len(prompts) < snakemake.params.prompts:
-        raise ValueError(f"stability.criterion.collapse.prompts: {snakemake.params.prompts}, but "
-                         f"{snakemake.input.test} has {len(prompts)} problems")
+    prompts = drift_prompts(snakemake.input.test, snakemake.params.prompts)
     where = {"dtype": getattr(torch, e["dtype"]), "device": snakemake.config["device"]}
     base_model = load(snakemake.params.base, **where)[0]
     snapshots = sorted(((int(p.name.removeprefix("step")), p)

@@ -25,7 +25,11 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
     for path in i.spectra:  # results/study/<horizon>/spectrum/{task}/{method}/seed{seed}.csv
         p = Path(path)
         spectra[arm_of[p.parent.name], int(p.stem.removeprefix("seed"))] = path
-    tables = study_tables(plan, runs, evals, base_evals(i.bases), spectra)
+    drifts = {}
+    for path in i.drifts:  # results/study/<horizon>/drift/{task}/{method}/seed{seed}.json
+        p = Path(path)
+        drifts[arm_of[p.parent.name], int(p.stem.removeprefix("seed"))] = path
+    tables = study_tables(plan, runs, evals, base_evals(i.bases), spectra, drifts)
     for name, table in tables.items():
         write_csv(table, snakemake.output[name])
     print(tables["verdicts"][["step", "method", "reference", "diff_mean", "diff_lo", "diff_hi",
