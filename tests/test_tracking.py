@@ -5,6 +5,7 @@ import glob
 import json
 import math
 import struct
+import time
 
 import pandas as pd
 import pytest
@@ -17,15 +18,33 @@ from logra.tracking import Trackers, evaluated_run, tensorboard_scalars
 from runs import make_run
 
 
-def wandb_history(run_dir) -> dict[int, dict]:
+def wandb_history(run_dir, wait_s: float = 60.0) -> dict[int, dict]:
     """{step: scalars} from the W&B offline run under `run_dir/wandb`: its .wandb file is a
     log of protobuf records in LevelDB's log format (a 7-byte header, then 32 KiB blocks of
-    records, each a 7-byte header: CRC, length, type: full, first, middle or last part)."""
-    from wandb.proto import wandb_internal_pb2 as pb
+    records, each a 7-byte header: CRC, length, type: full, first, middle or last part). W&B's
+    service, a process of its own, writes the file, and can finish it after `finish()` has
+    returned (a CI run under load read no history record from it): read it again until the
+    run's last record (`exit`) is there, up to `wait_s`; a record still being written reads as
+    none yet."""
+    from google.protobuf.message import DecodeError
     [path] = glob.glob(str(run_dir / "wandb/offline-run-*/run-*.wandb"))
-    data = open(path, "rb").read()
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            history, kinds = _wandb_records(open(path, "rb").read())
+        except (struct.error, DecodeError):
+            history, kinds = {}, []
+        if "exit" in kinds or time.monotonic() > deadline:
+            assert "exit" in kinds, f"{path}: no exit record after {wait_s:g} s ({kinds})"
+            return history
+        time.sleep(0.5)
+
+
+def _wandb_records(data: bytes) -> tuple[dict[int, dict], list[str]]:
+    """({step: scalars} of the history records, every record's type) of a .wandb file."""
+    from wandb.proto import wandb_internal_pb2 as pb
     assert data[:4] == b":W&B"
-    pos, history, part = 7, {}, b""
+    pos, history, part, kinds = 7, {}, b"", []
     while pos < len(data):
         if 32768 - pos % 32768 < 7:  # a block's tail too short for a header: padding
             pos += 32768 - pos % 32768
@@ -36,12 +55,13 @@ def wandb_history(run_dir) -> dict[int, dict]:
         if kind in (1, 4):
             record = pb.Record()
             record.ParseFromString(part)
-            if record.WhichOneof("record_type") == "history":
+            kinds.append(record.WhichOneof("record_type"))
+            if kinds[-1] == "history":
                 items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
                          for i in record.history.item}
                 history[items.pop("_step")] = {k: v for k, v in items.items()
                                                if not k.startswith("_")}
-    return history
+    return history, kinds
 
 
 def test_each_backend_gets_the_finite_scalars_at_their_steps(tmp_path):
