@@ -148,6 +148,10 @@ use rule stability_eval as study_curve with:
                           "test": f"results/data/{w.task}/test.jsonl",
                           "plan": f"results/study/{w.horizon}/analysis_plan.json"}
                | base_input(w)),
+    params:
+        eval=PLAN.primary_eval,
+        base=lambda wildcards, input: PLAN.start_model(wildcards.method) or input.base,
+        prompts=config["stability"]["criterion"]["collapse"]["prompts"] if STUDY else None,
     output:
         "results/study/{horizon}/curve/{task}/{method}/seed{seed}.json",
     benchmark:
