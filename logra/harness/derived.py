@@ -1,8 +1,9 @@
 """The methods a config derives from its written ones, and their runs: each tuning grid's
 points (`add_lr_sweep_methods`, spaced alike in step size; the bracket rule extends them), the
 stability controller ablation's cells, the scaling study's sizes and transfers and the sync
-regimes' lr-scaled copies. `logra.harness.plan.build_plan` adds them to a copy of the config
-and checks each as a written method."""
+regimes' lr-scaled copies (the study's horizons: logra/harness/horizons.py).
+`logra.harness.plan.build_plan` adds them to a copy of the config and checks each as a written
+method."""
 from __future__ import annotations
 
 import copy
@@ -12,8 +13,8 @@ import math
 
 from logra import rules
 from logra.harness.checks import check_choice
-from logra.harness.config import ConfigError, margin_seeds, task_options
-from logra.harness.runs import horizon_steps, study_horizons
+from logra.harness.config import ConfigError, task_options
+from logra.harness.runs import study_horizons
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +96,28 @@ def declared(grids: dict[str, Grid]) -> list[str]:
     return [name for g in grids.values() for name in g.points(g.declared)]
 
 
+def point_name(*parts) -> str:
+    """A method name from its parts, numbers as %g with '.', '-' and '+' spelled p, m, ''."""
+    return "_".join(f"{p:g}" if isinstance(p, float) else str(p) for p in parts).replace(
+        "-", "m").replace("+", "").replace(".", "p")
+
+
+def adopted_point(config: dict, key: str, record: dict, method: str, grid: Grid) -> str:
+    """The point of `method`'s `grid` an adopted record (at config key `key`) chose, checked:
+    the grid's rule's choice among the record's own scores (checks.check_choice) and a point of
+    the grid; else a ConfigError naming the key."""
+    try:
+        check_choice(key, record, sweep_knobs(config)[method], config["eval"]["primary"])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    name = next((n for n, (_, v) in grid.points().items()
+                 if math.isclose(v, record["value"], rel_tol=1e-9)), None)
+    if name is None:
+        raise ConfigError(f"{key}.value: {record['value']!r} is not a point of its grid "
+                          f"({', '.join(repr(v) for v in grid.values.values())})")
+    return name
+
+
 def add_lr_sweep_methods(config: dict) -> dict[str, Grid]:
     """Add one method per point of each of `lr_sweep.anchors`' grids (`tuning_grid`, with the
     points the bracket rule may add) to config["methods"], a copy at that point of the rule's
@@ -108,7 +131,7 @@ def add_lr_sweep_methods(config: dict) -> dict[str, Grid]:
         base = config["methods"][method]
         cls = rules.rule_class(base["rule"])
         grids[method] = grid = tuning_grid(config, method,
-                                           lambda v, m=method: f"{m}_lr{_point_name(v)}")
+                                           lambda v, m=method: f"{m}_lr{point_name(v)}")
         for name, (_, value) in grid.points().items():
             if name in config["methods"]:
                 raise ConfigError(f"lr_sweep.anchors.{method}: the run name {name!r} for "
@@ -205,7 +228,7 @@ def controller_cells(config: dict) -> list[tuple[str, bool, float]]:
         for scale in ablation["scales"]:
             factor = _round(float(scale) ** power) if on else float(scale)
             cells.append((method if on and factor == 1 else
-                          f"{method}_{'budget' if on else 'nocontrol'}_x{_point_name(factor)}",
+                          f"{method}_{'budget' if on else 'nocontrol'}_x{point_name(factor)}",
                           on, factor))
     return cells
 
@@ -249,115 +272,6 @@ def controller_runs(config: dict) -> list[str]:
             for s in st.get("opt_in_seeds") or config["seeds"]]
 
 
-def horizon_method(method: dict, steps: int, schedule: dict, snapshot: int | None) -> dict:
-    """`method` on a study horizon of `steps` updates, its schedule by `study.schedule`'s rule
-    (the LoGRA authors' proportions at 200 updates: warmup 9, cosine to a tenth over 300, their
-    KL budget's cosine over 300): a rule with its own schedule (`UpdateRule.schedule_option`,
-    LoGRA's budget) spans `decay` x steps; any other warms its lr up over `warmup` x steps and
-    decays it by a cosine to `final` over `decay` x steps (both rounded to the nearest update,
-    halves up), so every run ends at 1/decay of its schedule. 80 updates: 4 and 120; 1,100:
-    50 and 1,650. `snapshot`: grpo.snapshot_every, where the horizon scores a snapshot too
-    or judges a stability curve.
-    Whatever schedule or snapshot the method itself sets is replaced."""
-    cls = rules.rule_class(method["rule"])
-    out = copy.deepcopy(method)
-    def updates(x: float) -> int:  # halves up, after the float's noise (0.045 x 1,100 = 49.5)
-        return math.floor(round(x, 9) + 0.5)
-    decay = updates(schedule["decay"] * steps)
-    grpo = {k: v for k, v in out.get("grpo", {}).items() if k not in (
-        "warmup_steps", "decay_steps", "decay_final", "snapshot_every")} | {"steps": steps}
-    if cls.schedule_option:
-        out["options"] = {**out.get("options", {}), cls.schedule_option: decay}
-    else:
-        grpo |= {"warmup_steps": updates(schedule["warmup"] * steps),
-                 "decay_steps": decay, "decay_final": schedule["final"]}
-    if snapshot:
-        grpo["snapshot_every"] = snapshot
-    out["grpo"] = grpo
-    return out
-
-
-def add_study_methods(config: dict) -> dict[str, Grid]:
-    """Define `snakemake study`'s methods in config["methods"]: per horizon (`study_horizons`)
-    and arm (`study.arms`: {arm: anchor}), the arm on the horizon's schedule
-    (`horizon_method`) as `<arm>_<horizon>`, and one method per point of its grid under
-    `lr_sweep`'s rule about the arm's anchor, a copy at that point of its knob named
-    `<arm>_<horizon>_lr<value>`: every horizon tunes its arms itself. The points keep the arm's
-    memory measurement: the chosen one's test runs report their measured peaks. Returns {the
-    arm at its horizon: its Grid}."""
-    st, grids = config.get("study") or {}, {}
-    for h, arms in study_horizons(config).items():
-        for arm, name in arms.items():
-            base = config["methods"].get(arm)
-            if base is None:
-                raise ConfigError(f"study.arms.{arm}: not defined under methods")
-            if name in config["methods"]:
-                raise ConfigError(f"study.horizons.{h}: the method name {name!r} for {arm} at "
-                                  "this horizon is already a method")
-            design = st["horizons"][h]
-            config["methods"][name] = method = horizon_method(
-                base, horizon_steps(h), st["schedule"],
-                (design.get("stability") or {}).get("every") or design.get("snapshot"))
-            cls = rules.rule_class(method["rule"])
-            grids[name] = grid = tuning_grid(
-                config, name, lambda v, m=name: f"{m}_lr{_point_name(v)}", st["arms"][arm],
-                (design.get("halving") or {}).get("keep", 0))
-            for point, (_, value) in grid.points().items():
-                if point in config["methods"]:
-                    raise ConfigError(f"study.arms.{arm}: the run name {point!r} for the point "
-                                      f"{value} at {h} is already a method")
-                config["methods"][point] = {
-                    **copy.deepcopy(method),
-                    "options": cls.tuned(dict(method.get("options", {})), value)}
-            _check_study_tuned(config, name, grid)
-    return grids
-
-
-def _adopted_point(config: dict, key: str, record: dict, method: str, grid: Grid) -> str:
-    """The point of `method`'s `grid` an adopted record (at config key `key`) chose, checked:
-    the grid's rule's choice among the record's own scores (checks.check_choice) and a point of
-    the grid; else a ConfigError naming the key."""
-    try:
-        check_choice(key, record, sweep_knobs(config)[method], config["eval"]["primary"])
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    name = next((n for n, (_, v) in grid.points().items()
-                 if math.isclose(v, record["value"], rel_tol=1e-9)), None)
-    if name is None:
-        raise ConfigError(f"{key}.value: {record['value']!r} is not a point of its grid "
-                          f"({', '.join(repr(v) for v in grid.values.values())})")
-    return name
-
-
-def _check_study_tuned(config: dict, arm: str, grid: Grid) -> None:
-    """An arm's adopted choice at a horizon (`study.tuned.<arm>_<horizon>`,
-    results/study/tuned/<arm>_<horizon>.yaml as its grid wrote it) is a point of its grid
-    (`_adopted_point`), chosen under the method config that point has now: else an error that
-    names the key and says to run the grid again."""
-    record = (config["study"].get("tuned") or {}).get(arm)
-    if record is None:
-        return
-    name = _adopted_point(config, f"study.tuned.{arm}", record, arm, grid)
-    now = config["methods"][name]
-    if record["config"] != now:
-        differ = [k for k in sorted(set(record["config"]) | set(now))
-                  if record["config"].get(k) != now.get(k)]
-        raise ConfigError(f"study.tuned.{arm}: chosen under another config of {name} (it differs "
-                          f"in {', '.join(differ)}): remove the entry to run the arm's grid again")
-
-
-def study_seeds(config: dict, n: int) -> list[int]:
-    """The study's n test seeds: the first n seeds that neither chose a value (`lr_sweep.seeds`)
-    nor set a margin (`margin_seeds`), so no test run is a validation run."""
-    taken = set(config["lr_sweep"]["seeds"]) | set(margin_seeds(config))
-    seeds, s = [], 0
-    while len(seeds) < n:
-        if s not in taken:
-            seeds.append(s)
-        s += 1
-    return seeds
-
-
 @dataclasses.dataclass
 class Scaling:
     """`snakemake scaling`'s methods (`add_scaling_methods`):
@@ -373,12 +287,6 @@ class Scaling:
     grids: dict = dataclasses.field(default_factory=dict)
     grid: dict = dataclasses.field(default_factory=dict)
     check: dict = dataclasses.field(default_factory=dict)
-
-
-def _point_name(*parts) -> str:
-    """A method name from its parts, numbers as %g with '.', '-' and '+' spelled p, m, ''."""
-    return "_".join(f"{p:g}" if isinstance(p, float) else str(p) for p in parts).replace(
-        "-", "m").replace("+", "").replace(".", "p")
 
 
 def _round(x: float) -> float:
@@ -424,12 +332,12 @@ def add_scaling_methods(config: dict) -> Scaling:
 
     for method in sc["methods"]:
         out.grids[method] = grid = tuning_grid(
-            config, method, lambda v, m=method: _point_name(m, sizes[0], "lr") + _point_name(v))
+            config, method, lambda v, m=method: point_name(m, sizes[0], "lr") + point_name(v))
         for name, (_, value) in grid.points().items():
             out.sweep[define(name, method, sizes[0], value, validation=True)] = (method, value)
     records = sc.get("tuned") or {}
     for method, record in records.items():
-        _adopted_point(config, f"scaling.tuned.{method}", record, method, out.grids[method])
+        adopted_point(config, f"scaling.tuned.{method}", record, method, out.grids[method])
     if any(m not in records for m in sc["methods"]):
         return out  # the grid waits for the sweep's choices
     tuned = {m: records[m]["value"] for m in sc["methods"]}
@@ -437,18 +345,18 @@ def add_scaling_methods(config: dict) -> Scaling:
     for method in sc["methods"]:
         for size in sizes:
             value = _round(tuned[method] * transfer_factor(config, method, size))
-            name = out.grid[method, size] = define(_point_name(method, size), method, size,
+            name = out.grid[method, size] = define(point_name(method, size), method, size,
                                                    value)
             if method in sc["rank_fraction"]:
                 rank = methods[method]["options"]["rank"]
                 frac = max(1, round(rank * sc["sizes"][size]["model"]["hidden_size"] / width))
                 out.grid[f"{method}_frac", size] = name if frac == rank else define(
-                    _point_name(method, "frac", size), method, size, value, rank=frac)
+                    point_name(method, "frac", size), method, size, value, rank=frac)
             if size == sc["check"]["size"]:
                 for factor in sc["check"]["factors"]:
                     point = _round(value * factor)
                     out.check[name if factor == 1 else define(
-                        f"{name}_{_point_name('x', float(factor))}", method, size, point,
+                        f"{name}_{point_name('x', float(factor))}", method, size, point,
                         validation=True)] = (method, point)
     return out
 

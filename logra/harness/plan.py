@@ -27,10 +27,11 @@ from logra.harness.runs import study_horizons
 # the derived methods and their runs; importable from here as before
 from logra.harness.derived import (  # noqa: F401
     Grid, Scaling, add_controller_ablation_methods, add_lr_sweep_methods, add_scaling_methods,
-    add_study_methods, add_sync_regime_methods, controller_cells, controller_runs, declared,
-    grid_points, grid_values, lr_scaled, margin_runs, scaling_grid, scaling_runs,
-    stability_runs, study_seeds, sweep_knobs, swept, sync_regime_methods, sync_regime_runs,
-    sync_regimes, transfer_factor, tuning_grid)
+    add_sync_regime_methods, controller_cells, controller_runs, declared, grid_points,
+    grid_values, lr_scaled, margin_runs, scaling_grid, scaling_runs, stability_runs,
+    sweep_knobs, swept, sync_regime_methods, sync_regime_runs, sync_regimes, transfer_factor,
+    tuning_grid)
+from logra.harness.horizons import add_study_methods, study_seeds  # noqa: F401
 
 BENCH = "results/benchmarks"  # each job's benchmark: BENCH/<stage>/<rule>/<wildcards>.tsv
 # results/study/<horizon>/<name>.csv, and results/study/horizons.csv across them

@@ -25,7 +25,7 @@ def grpo_settings(values: dict | None = None) -> Grpo:
 def study_horizons(config: dict) -> dict[str, dict[str, str]]:
     """{horizon: {arm: its method there}} of `study.horizons` (each `h<updates>`): the arms a
     horizon names (default: every one of `study.arms`), each as the method `<arm>_<horizon>`,
-    the arm on that horizon's schedule (logra.harness.derived.add_study_methods)."""
+    the arm on that horizon's schedule (logra.harness.horizons.add_study_methods)."""
     st = config.get("study") or {}
     return {h: {arm: f"{arm}_{h}" for arm in spec.get("arms") or st["arms"]}
             for h, spec in (st.get("horizons") or {}).items()}

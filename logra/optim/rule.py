@@ -103,7 +103,7 @@ class UpdateRule:
     step_size_option: str = "lr"
     # the option that spans the rule's own schedule of its step, in updates (LoGRA's KL
     # budget's cosine), or None: the loop's lr schedule shapes its step (grpo.warmup_steps,
-    # decay_steps, decay_final). A study horizon sets one or the other (logra/harness/derived.py)
+    # decay_steps, decay_final). A study horizon sets one or the other (logra/harness/horizons.py)
     schedule_option: str | None = None
 
     @classmethod

@@ -853,7 +853,7 @@ def test_each_horizon_scales_the_authors_schedule(steps, warmup, decay):
     and decays to a tenth over 1.5x the horizon, LoGRA's KL budget spans 1.5x it (its own
     schedule, no lr schedule), both run `steps` updates: the default's 4/120 at 80, the
     authors' 9/300 at 200, the stability runs' 1,650 at 1,100; a half rounds up (4.5 at 100)."""
-    from logra.harness.derived import horizon_method
+    from logra.harness.horizons import horizon_method
     config = resolve([])
     rule = config["study"]["schedule"]
     dense = horizon_method(config["methods"]["dense_adam_study"], steps, rule, None)
