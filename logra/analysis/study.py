@@ -114,7 +114,7 @@ def arm_choice(table: pd.DataFrame, points: dict[str, tuple[str, float]], arm: s
 
 def adopted_choice(record: dict, points: dict[str, tuple[str, float]], arm: str) -> dict:
     """`study.tuned.<arm>`, `arm_choice`'s record as the config adopted it (checked against the
-    arm's grid when the config is read: logra.harness.derived.add_study_methods), with the run
+    arm's grid when the config is read: logra.harness.horizons.add_study_methods), with the run
     method of its point."""
     method = {(a, value): name for name, (a, value) in points.items()}[arm, record["value"]]
     return {"method": method, **record,
@@ -209,8 +209,8 @@ def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
     evaluation; `spectra`: (arm, seed) -> its update's spectrum (logra.measure.spectrum, a row
     per target matrix), each run's mean over the matrices it changed a column of the summary
     (`SPECTRUM`) and a secondary endpoint; `drifts`: (arm, seed) -> its policy's drift from its
-    base at its last update (workflow/scripts/study_drift.py), columns `DRIFT` of the summary
-    and secondary endpoints."""
+    base at its last update (`last_drift`), columns `DRIFT` of the summary and secondary
+    endpoints."""
     last = {arm: plan["steps"][arm] for arm in plan["arms"]}
     steps = sorted({st for *_, st in evals})
     margins = {t: m["margin"] for t, m in plan["margins"].items()}
@@ -242,13 +242,22 @@ def study_tables(plan: dict, runs: dict[tuple[str, int], str | Path],
                                on=["method", "seed"])
     if drifts:
         drift = pd.DataFrame([{"method": arm, "seed": seed} | {
-            column: json.loads(Path(drifts[arm, seed]).read_text())[key]
+            column: last_drift(drifts[arm, seed])[key]
             for column, key in DRIFT.items()} for arm, seed in keys])
         summary = summary.merge(drift, on=["method", "seed"], how="left")
     return {"verdicts": pd.concat(tables, ignore_index=True), "summary": summary,
             "spectrum": spectrum,
             "secondary": secondary_table(summary, contrasts(plan["methods"], plan["reference"]),
                                          ("eval",) + ((f"step{snapshot}",) if snapshot else ()))}
+
+
+def last_drift(path: str | Path) -> dict:
+    """A test run's drift from its base at its last update (logra.rl.drift.policy_drift): its
+    record (workflow/scripts/study_drift.py), or, at a horizon that judges stability, its
+    held-out curve's last point (workflow/scripts/stability_eval.py), the same measurement of
+    the same model on the same prompts and seed, so the curve's is not measured twice."""
+    record = json.loads(Path(path).read_text())
+    return record["points"][-1] if "points" in record else record
 
 
 SECONDARY = ("token_entropy_mean", "update_cosine", "peak_mem_bytes")

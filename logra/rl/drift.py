@@ -4,7 +4,8 @@ untruncated, seeded), and along them, per completion token, the entropy of its n
 distribution and its KL to the SFT base, each a sum over the whole vocabulary (no sampled
 estimate). The stability runs log both at every snapshot (workflow/scripts/stability_eval.py);
 the criterion's collapse clause reads the entropy (logra/analysis/stability.py); a study's
-test runs log both at their last update (workflow/scripts/study_drift.py), secondary endpoints."""
+test runs log both at their last update (workflow/scripts/study_drift.py, or their curve's last
+point where the horizon judges stability), secondary endpoints."""
 from __future__ import annotations
 
 import torch

@@ -222,12 +222,17 @@ def test_the_tables_compare_the_arms_at_each_update_by_seed(tmp_path):
                       "energy_top_r": [0.5, math.nan if arm == "d" else 0.7],
                       "stable_rank": [6.0 - (arm == "l"), math.nan if arm == "d" else 2.0],
                       "rank_90": [10, 3]}).to_csv(spectra[arm, seed], index=False)
-    # the policy's drift from its base at its last update: l further from it by 0.5 nats
+    # the policy's drift from its base at its last update: l further from it by 0.5 nats; l's
+    # as the last point of a held-out curve (a horizon that judges stability), whose earlier
+    # points are not read
     drifts = {}
     for (arm, seed) in acc:
         drifts[arm, seed] = tmp_path / arm / f"drift{seed}.json"
-        write_json(drifts[arm, seed], {"entropy": 1.0 + seed, "kl_to_base": 0.1 * seed
-                                       + 0.5 * (arm == "l"), "tokens": 100})
+        drift = {"entropy": 1.0 + seed, "kl_to_base": 0.1 * seed + 0.5 * (arm == "l"),
+                 "tokens": 100}
+        write_json(drifts[arm, seed], drift if arm == "d" else {"points": [
+            {"step": 0, "entropy": 9.0, "kl_to_base": 0.0, "tokens": 100},
+            {"step": 4, **drift}]})
     t = study_tables(plan, runs, evals, bases, spectra, drifts)
     assert len(t["spectrum"]) == 12 and set(t["spectrum"]["method"]) == {"d", "l"}
     v = t["verdicts"].set_index("step")

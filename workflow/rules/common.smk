@@ -168,17 +168,19 @@ def study_runs(h):
 
 def study_inputs(w):
     """A horizon's table's input: every test run's summary, its evaluations at the last update
-    (and the horizon's snapshot), its drift from its base, its update's spectrum (where the
+    (and the horizon's snapshot), its drift from its base (its held-out curve, whose last point
+    is that drift, where the horizon judges stability), its update's spectrum (where the
     horizon has the LoGRA arm), the test seeds' SFT base evaluations, the plan."""
     h, st = w.horizon, config["study"]
     runs = study_runs(h)
     snapshot = st["horizons"][h].get("snapshot")
     steps = ([snapshot] if snapshot else []) + [horizon_steps(h)]
+    drift = "curve" if st["horizons"][h].get("stability") else "drift"
     return {"plan": f"results/study/{h}/analysis_plan.json",
             "runs": [f"results/runs/{run}/summary.json" for run in runs.values()],
             "spectra": [f"results/study/{h}/spectrum/{run}.csv" for run in runs.values()
                         if STUDY_LOGRA in PLAN.study_horizons[h]],
-            "drifts": [f"results/study/{h}/drift/{run}.json" for run in runs.values()],
+            "drifts": [f"results/study/{h}/{drift}/{run}.json" for run in runs.values()],
             "evals": [f"results/study/{h}/eval/{run}/step{step}.json" for run in runs.values()
                       for step in steps],
             "bases": sorted({f"results/eval/{st['task']}/base_seed{seed}.json"

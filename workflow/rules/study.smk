@@ -88,7 +88,8 @@ rule study_eval:
 
 # a test run's policy at its last update against its SFT base: the exact token entropy of its
 # own samples and its KL to the base, on the stability criterion's fixed test prompts
-# (logra/rl/drift.py); after its horizon's plan, as every test evaluation
+# (logra/rl/drift.py); after its horizon's plan, as every test evaluation. Where the horizon
+# judges stability the table reads it from the run's curve, whose last point it is (study_curve)
 rule study_drift:
     input:
         unpack(base_input),

@@ -26,7 +26,7 @@ with open(snakemake.log[0], "w") as log, redirect_stdout(log), redirect_stderr(l
         p = Path(path)
         spectra[arm_of[p.parent.name], int(p.stem.removeprefix("seed"))] = path
     drifts = {}
-    for path in i.drifts:  # results/study/<horizon>/drift/{task}/{method}/seed{seed}.json
+    for path in i.drifts:  # results/study/<horizon>/{drift,curve}/{task}/{method}/seed{seed}.json
         p = Path(path)
         drifts[arm_of[p.parent.name], int(p.stem.removeprefix("seed"))] = path
     tables = study_tables(plan, runs, evals, base_evals(i.bases), spectra, drifts)
