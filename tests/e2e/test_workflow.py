@@ -419,10 +419,20 @@ def test_study_tunes_freezes_its_plan_then_scores_every_arm(smoke_run, tmp_path)
     # here (stability judged) its curve's last point, not measured again
     assert summary["policy_entropy"].gt(0).all() and summary["kl_to_base"].ge(-1e-6).all()
     assert not (study / "h4/drift").exists()
-    for _, row in summary.iterrows():
-        curve = json.loads((study / "h4/curve/arithmetic" / row["run_method"] /
-                            f"seed{row['seed']}.json").read_text())
-        assert curve["points"][-1]["kl_to_base"] == pytest.approx(row["kl_to_base"])
+    last = {f"arithmetic/{row['run_method']}/seed{row['seed']}": json.loads(
+        (study / f"h4/curve/arithmetic/{row['run_method']}/seed{row['seed']}.json").read_text()
+    )["points"][-1] for _, row in summary.iterrows()}
+    assert [p["kl_to_base"] for p in last.values()] == pytest.approx(summary["kl_to_base"])
+    # ... which is the drift a horizon without stability measures (study_drift), number for
+    # number: one test run's
+    run = next(iter(last))
+    out = subprocess.run(SNAKEMAKE + [str(overlay), "--cores", "2", "--directory",
+                                      str(tmp_path), f"results/study/h4/drift/{run}.json"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    drift = json.loads((study / f"h4/drift/{run}.json").read_text())
+    assert {k: drift[k] for k in ("entropy", "kl_to_base", "tokens")} == {
+        k: last[run][k] for k in ("entropy", "kl_to_base", "tokens")}
     # stability: every test run judged on its curve (base, update 2, update 4), the arms
     # contrasted by seed on the criterion's measures
     judged = pd.read_csv(study / "h4/stability.csv")
